@@ -1,0 +1,39 @@
+# gpuwarden: `make demo` and `make test` install everything they need into .venv first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: install demo test lint format bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/gpuwarden demo --out demo-out
+
+lint: install
+	$(BIN)/ruff check gpuwarden tests bench
+	$(BIN)/ruff format --check gpuwarden tests bench
+	$(BIN)/mypy
+
+format: install
+	$(BIN)/ruff check --fix gpuwarden tests bench
+	$(BIN)/ruff format gpuwarden tests bench
+
+test: lint
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+bench: install
+	$(BIN)/python bench/bench_sim.py
+	$(BIN)/python bench/bench_store.py
+	$(BIN)/python bench/bench_exporter.py
+
+clean:
+	rm -rf $(VENV) demo-out .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,376 @@
+"""The ``gpuwarden`` command line.
+
+Every command reads its defaults from the settings (``gpuwarden config`` shows them); options
+on the command line win. A ``GpuwardenError`` (a user mistake or a source that is not there)
+becomes one line on stderr and exit status 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuwarden import __version__
+from gpuwarden.config import SETTINGS, load_settings, parse_listen
+from gpuwarden.errors import GpuwardenError
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except GpuwardenError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+def _settings(ctx: click.Context) -> dict[str, Any]:
+    return ctx.find_root().obj
+
+
+@click.group(cls=_Group)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="TOML settings file (default: $GPUWARDEN_CONFIG or /etc/gpuwarden/gpuwarden.toml).",
+)
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+@click.version_option(__version__, prog_name="gpuwarden")
+@click.pass_context
+def main(ctx: click.Context, config_path: str | None, verbose: int) -> None:
+    """Watch every GPU, predict which ones are about to fail, and move them to interruptible work."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        ctx.obj = load_settings(config_path)
+    except GpuwardenError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@main.command()
+def fields() -> None:
+    """List the telemetry catalogue: our names, dcgm-exporter names, NVML sources, units."""
+    from gpuwarden.telemetry import FIELDS
+
+    width = max(len(f.name) for f in FIELDS)
+    dwidth = max(len(f.dcgm) for f in FIELDS)
+    for f in FIELDS:
+        resets = " (resets on driver reload)" if f.resets else ""
+        click.echo(
+            f"{f.name:<{width}}  {f.dcgm:<{dwidth}}  {f.kind:<7}  {f.unit:<7}  {f.help}{resets}"
+        )
+
+
+@main.command("config")
+@click.pass_context
+def show_config(ctx: click.Context) -> None:
+    """Show every setting, its effective value and where to set it."""
+    values = _settings(ctx)
+    for s in SETTINGS:
+        click.echo(f"{s.name} = {values[s.name]!r}    # {s.help} [{s.env}]")
+
+
+@main.command()
+@click.option("--collector", "collector_url", help="Collector URL (default: setting `collector`).")
+@click.option("--store", "store_url", help="Store URL (default: setting `store`).")
+@click.option("--interval", "interval_s", type=float, help="Seconds between collections.")
+@click.option(
+    "--iterations", type=int, default=None, help="Stop after N collections (default: run forever)."
+)
+@click.pass_context
+def collect(
+    ctx: click.Context,
+    collector_url: str | None,
+    store_url: str | None,
+    interval_s: float | None,
+    iterations: int | None,
+) -> None:
+    """Run a collector into a store on an interval; survives collector errors."""
+    from gpuwarden.collect import CollectLoop
+    from gpuwarden.collectors import open_collector
+    from gpuwarden.store import open_store
+
+    cfg = _settings(ctx)
+    collector = open_collector(collector_url or cfg["collector"])
+    store = open_store(store_url or cfg["store"])
+    loop = CollectLoop(
+        collector,
+        store,
+        interval_s=interval_s or cfg["interval_s"],
+        compact_every_s=cfg["compact_every_s"],
+    )
+    try:
+        stats = loop.run(iterations)
+    except KeyboardInterrupt:
+        stats = loop.stats
+    finally:
+        collector.close()
+        store.close()
+    click.echo(
+        f"{stats.ticks} collections: {stats.samples} samples, {stats.events} events, "
+        f"{stats.collect_errors} collector errors, {stats.store_errors} store errors"
+    )
+
+
+@main.command()
+@click.option("--collector", "collector_url", help="Collector URL (default: setting `collector`).")
+@click.option("--listen", help="HOST:PORT to serve /metrics on (default: setting `listen`).")
+@click.option("--interval", "interval_s", type=float, help="Seconds between collections.")
+@click.option(
+    "--store", "store_url", default=None, help="Also write every collection into this store."
+)
+@click.pass_context
+def exporter(
+    ctx: click.Context,
+    collector_url: str | None,
+    listen: str | None,
+    interval_s: float | None,
+    store_url: str | None,
+) -> None:
+    """Serve /metrics for any collector, with dcgm-exporter names plus gpuwarden_* series."""
+    from gpuwarden.collectors import open_collector
+    from gpuwarden.exporter import run_exporter
+    from gpuwarden.store import open_store
+
+    cfg = _settings(ctx)
+    host, port = parse_listen(listen or cfg["listen"])
+    collector = open_collector(collector_url or cfg["collector"])
+    store = open_store(store_url) if store_url else None
+    click.echo(f"serving http://{host}:{port}/metrics for {collector.url}", err=True)
+    try:
+        run_exporter(collector, host, port, interval_s or cfg["interval_s"], store=store)
+    finally:
+        collector.close()
+        if store is not None:
+            store.close()
+
+
+@main.command()
+@click.option("--store", "store_url", help="Store URL (default: setting `store`).")
+@click.option(
+    "--telemetry",
+    "telemetry_files",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="Telemetry CSV (.csv, .csv.gz) or Parquet file; repeatable.",
+)
+@click.option(
+    "--xids",
+    "xid_files",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="Xid events CSV: timestamp,hostname,gpu,UUID,xid; repeatable.",
+)
+@click.option(
+    "--failures",
+    "failure_files",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="Failures CSV: timestamp,hostname,gpu,UUID,kind; repeatable.",
+)
+@click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
+@click.pass_context
+def ingest(
+    ctx: click.Context,
+    store_url: str | None,
+    telemetry_files: tuple[str, ...],
+    xid_files: tuple[str, ...],
+    failure_files: tuple[str, ...],
+    progress: bool,
+) -> None:
+    """Load history exported from Prometheus, InfluxDB or a spreadsheet into a store.
+
+    Good rows are stored; bad rows are listed with their line numbers and the exit status is 1.
+    """
+    from gpuwarden import ingest as ing
+    from gpuwarden.store import open_store
+
+    if not (telemetry_files or xid_files or failure_files):
+        raise click.UsageError("give at least one of --telemetry, --xids, --failures")
+    store = open_store(store_url or _settings(ctx)["store"])
+    bad = 0
+    try:
+        jobs = [(f, ing.ingest_telemetry, "samples") for f in telemetry_files]
+        jobs += [(f, ing.ingest_xids, "Xid events") for f in xid_files]
+        jobs += [(f, ing.ingest_failures, "failures") for f in failure_files]
+        for path, fn, what in jobs:
+            report = (
+                fn(store, path, progress=progress)
+                if fn is ing.ingest_telemetry
+                else fn(store, path)
+            )
+            click.echo(f"{path}: stored {report.rows_stored} {what}")
+            if report.unknown_columns:
+                click.echo(
+                    f"{path}: ignored unknown columns: {', '.join(report.unknown_columns)}",
+                    err=True,
+                )
+            for line, reason in report.bad_rows[:50]:
+                click.echo(f"{path}:{line}: {reason}", err=True)
+            if len(report.bad_rows) > 50:
+                click.echo(f"{path}: ... and {len(report.bad_rows) - 50} more bad rows", err=True)
+            bad += len(report.bad_rows)
+    finally:
+        store.close()
+    if bad:
+        raise click.ClickException(f"{bad} bad rows skipped (the good rows were stored)")
+
+
+@main.command()
+@click.option("--store", "store_url", help="Store URL (default: setting `store`).")
+@click.option("--nodes", type=int, default=16, show_default=True, help="Nodes in the fleet.")
+@click.option(
+    "--gpus", "gpus_per_node", type=int, default=8, show_default=True, help="GPUs per node."
+)
+@click.option(
+    "--models",
+    default="H100-80GB,A100-80GB,H200",
+    show_default=True,
+    help="GPU models, comma-separated, assigned to nodes in turn.",
+)
+@click.option("--days", type=float, default=30.0, show_default=True, help="Days of history.")
+@click.option(
+    "--step", "step_s", type=int, default=300, show_default=True, help="Seconds between samples."
+)
+@click.option("--seed", type=int, default=1, show_default=True, help="Random seed.")
+@click.option(
+    "--accel",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Failure-rate multiplier (1 = real-world rate, about 3e-4 per GPU-day).",
+)
+@click.option(
+    "--end", "end_ts", type=float, default=None, help="Unix time the history ends (default: now)."
+)
+@click.pass_context
+def simulate(
+    ctx: click.Context,
+    store_url: str | None,
+    nodes: int,
+    gpus_per_node: int,
+    models: str,
+    days: float,
+    step_s: int,
+    seed: int,
+    accel: float,
+    end_ts: float | None,
+) -> None:
+    """Write a simulated fleet's history, Xids and failures (ground truth) into a store."""
+    from gpuwarden.demo import fleet_spec, simulate_into
+    from gpuwarden.store import open_store
+
+    spec = fleet_spec(
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        models=models,
+        days=days,
+        step_s=step_s,
+        seed=seed,
+        accel=accel,
+        end_ts=end_ts,
+    )
+    store = open_store(store_url or _settings(ctx)["store"])
+    try:
+        n_samples, n_events, n_failures = simulate_into(store, spec)
+    finally:
+        store.close()
+    click.echo(
+        f"stored {n_samples} samples, {n_events} events, {n_failures} failures in {store.url}"
+    )
+
+
+@main.command()
+@click.option("--store", "store_url", help="Store URL (default: setting `store`).")
+@click.option(
+    "--window",
+    "window_h",
+    type=float,
+    default=168.0,
+    show_default=True,
+    help="Hours of history to summarise.",
+)
+@click.option("--top", type=int, default=10, show_default=True, help="GPUs to list.")
+@click.pass_context
+def summary(ctx: click.Context, store_url: str | None, window_h: float, top: int) -> None:
+    """Print a readable fleet summary: inventory, missing GPUs, failures, Xids, GPUs to watch."""
+    from gpuwarden.store import open_store
+    from gpuwarden.summary import fleet_summary
+
+    store = open_store(store_url or _settings(ctx)["store"])
+    try:
+        click.echo(fleet_summary(store, window_s=window_h * 3600).render(top=top))
+    finally:
+        store.close()
+
+
+@main.command()
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default="demo-out",
+    show_default=True,
+    help="Folder for the demo's SQLite file.",
+)
+@click.option(
+    "--nodes", type=int, default=8, show_default=True, help="Nodes in the simulated fleet."
+)
+@click.option(
+    "--gpus", "gpus_per_node", type=int, default=8, show_default=True, help="GPUs per node."
+)
+@click.option("--days", type=float, default=30.0, show_default=True, help="Days of history.")
+@click.option(
+    "--accel",
+    type=float,
+    default=40.0,
+    show_default=True,
+    help="Failure-rate multiplier, so a small fleet shows failures in a short history.",
+)
+@click.option("--seed", type=int, default=7, show_default=True, help="Random seed.")
+@click.option(
+    "--serve-seconds",
+    type=float,
+    default=6.0,
+    show_default=True,
+    help="How long to serve the exporter on the live simulated fleet.",
+)
+@click.option(
+    "--listen",
+    default="127.0.0.1:0",
+    show_default=True,
+    help="Exporter address (port 0: any free port).",
+)
+def demo(
+    out_dir: str,
+    nodes: int,
+    gpus_per_node: int,
+    days: float,
+    accel: float,
+    seed: int,
+    serve_seconds: float,
+    listen: str,
+) -> None:
+    """Simulate a fleet with failures, store it, serve the exporter, print a fleet summary."""
+    from gpuwarden.demo import run_demo
+
+    run_demo(
+        Path(out_dir),
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        days=days,
+        accel=accel,
+        seed=seed,
+        serve_seconds=serve_seconds,
+        listen=listen,
+        echo=click.echo,
+    )
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

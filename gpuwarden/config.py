@@ -1,0 +1,111 @@
+"""Settings, declared once.
+
+Each setting has a default and a help line. Values come from, in rising order of precedence:
+the defaults below, a TOML file (``--config FILE``, ``$GPUWARDEN_CONFIG``, or
+``/etc/gpuwarden/gpuwarden.toml`` when it exists), then ``GPUWARDEN_<NAME>`` environment
+variables (``GPUWARDEN_STORE=sqlite:///data/gpu.db``). Command-line options override all three.
+Secrets (tokens, webhook URLs) are read from the environment only, never from the TOML file.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuwarden.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: Any
+    help: str
+
+    @property
+    def env(self) -> str:
+        return "GPUWARDEN_" + self.name.upper()
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "store", "sqlite:///gpuwarden.db", "Where telemetry is kept (a store URL or a SQLite path)."
+    ),
+    Setting(
+        "collector",
+        "nvml://",
+        "Where telemetry comes from (nvml://, smi://, dcgm+http://HOST:9400/metrics, sim://).",
+    ),
+    Setting("interval_s", 15.0, "Seconds between two collections."),
+    Setting("listen", "127.0.0.1:9400", "Address the exporter serves /metrics on (HOST:PORT)."),
+    Setting(
+        "hostname", "", "Hostname to report for this node's GPUs (empty: the machine's hostname)."
+    ),
+    Setting("smi_timeout_s", 10.0, "Seconds before a hung nvidia-smi is killed."),
+    Setting("dcgm_timeout_s", 5.0, "Seconds before a dcgm-exporter scrape is abandoned."),
+    Setting("retention_raw_days", 14.0, "Days of raw samples kept before only rollups remain."),
+    Setting("retention_rollup_days", 400.0, "Days of downsampled rollups kept."),
+    Setting(
+        "compact_every_s", 3600.0, "Seconds between two roll-up / retention passes of `collect`."
+    ),
+)
+
+SETTINGS_BY_NAME: Mapping[str, Setting] = {s.name: s for s in SETTINGS}
+DEFAULT_CONFIG_PATH = Path("/etc/gpuwarden/gpuwarden.toml")
+
+
+def _coerce(setting: Setting, value: Any, source: str) -> Any:
+    kind = type(setting.default)
+    if isinstance(value, kind):
+        return value
+    try:
+        if kind is float:
+            return float(value)
+        if kind is int:
+            return int(value)
+        if kind is str:
+            return str(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"{source}: {setting.name} must be a {kind.__name__}, got {value!r}"
+        ) from exc
+    return value
+
+
+def load_settings(
+    path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Defaults, then the TOML file, then ``GPUWARDEN_*`` variables."""
+    environ = os.environ if environ is None else environ
+    values = {s.name: s.default for s in SETTINGS}
+    file = path or environ.get("GPUWARDEN_CONFIG") or None
+    if file is None and DEFAULT_CONFIG_PATH.exists():
+        file = DEFAULT_CONFIG_PATH
+    if file is not None:
+        try:
+            data = tomllib.loads(Path(file).read_text())
+        except FileNotFoundError as exc:
+            raise ConfigError(f"config file {file} does not exist") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {file} is not valid TOML: {exc}") from exc
+        section = data.get("gpuwarden", data)
+        for key, value in section.items():
+            if key not in SETTINGS_BY_NAME:
+                known = ", ".join(SETTINGS_BY_NAME)
+                raise ConfigError(f"{file}: unknown setting {key!r} (known: {known})")
+            values[key] = _coerce(SETTINGS_BY_NAME[key], value, str(file))
+    for setting in SETTINGS:
+        if setting.env in environ:
+            values[setting.name] = _coerce(setting, environ[setting.env], setting.env)
+    return values
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``"127.0.0.1:9400"`` -> ``("127.0.0.1", 9400)``; ``":9400"`` binds every address."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigError(f"listen address {listen!r} must look like HOST:PORT")
+    return host.strip("[]") or "0.0.0.0", int(port)

@@ -1,0 +1,150 @@
+"""`gpuwarden demo`: the whole pipeline on a simulated fleet, with nothing outside the project.
+
+1. simulate a fleet's history with failures and write it into a SQLite store;
+2. serve the exporter over the live simulated fleet, collecting into the same store, and scrape
+   it once as Prometheus would;
+3. roll the raw samples up (retention);
+4. print a readable fleet summary.
+
+Later stages (scoring, alerts, the scheduler, the dashboard) join this pipeline as they land.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gpuwarden.config import parse_listen
+from gpuwarden.errors import ConfigError
+from gpuwarden.store import open_store
+from gpuwarden.store.base import Store
+
+
+def fleet_spec(
+    *,
+    nodes: int,
+    gpus_per_node: int,
+    models: str,
+    days: float,
+    step_s: int,
+    seed: int,
+    accel: float,
+    end_ts: float | None = None,
+):  # -> FleetSpec
+    """A ``FleetSpec`` whose history ends at ``end_ts`` (default: now), aligned to ``step_s``."""
+    from gpuwarden.collectors.sim import FleetSpec
+
+    end = time.time() if end_ts is None else end_ts
+    start = (end - days * 86400) // step_s * step_s
+    try:
+        return FleetSpec(
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            models=tuple(m.strip() for m in models.split(",") if m.strip()),
+            start_ts=float(start),
+            days=days,
+            step_s=step_s,
+            seed=seed,
+            accel=accel,
+        )
+    except (ValueError, KeyError) as exc:
+        raise ConfigError(f"bad simulated fleet: {exc}") from exc
+
+
+def simulate_into(store: Store, spec, *, progress: bool = True) -> tuple[int, int, int]:
+    """Write ``spec``'s telemetry, events and ground-truth failures into ``store``."""
+    from gpuwarden.collectors.sim import Fleet
+
+    try:
+        fleet = Fleet(spec)
+    except (ValueError, KeyError) as exc:
+        raise ConfigError(f"bad simulated fleet: {exc}") from exc
+    n_samples = n_events = 0
+    for chunk in fleet.chunks(progress=progress):
+        n_samples += store.write_frame(chunk.samples)
+        n_events += store.write_events(chunk.events)
+    n_failures = store.write_failures(fleet.failures)
+    return n_samples, n_events, n_failures
+
+
+def run_demo(
+    out: Path,
+    *,
+    nodes: int = 8,
+    gpus_per_node: int = 8,
+    days: float = 30.0,
+    accel: float = 40.0,
+    seed: int = 7,
+    serve_seconds: float = 6.0,
+    listen: str = "127.0.0.1:0",
+    models: str = "H100-80GB,A100-80GB,H200",
+    step_s: int = 300,
+    echo: Callable[[str], None] = print,
+) -> None:
+    import httpx
+
+    from gpuwarden.collectors.sim import SimCollector
+    from gpuwarden.exporter import Exporter
+    from gpuwarden.summary import fleet_summary
+
+    out.mkdir(parents=True, exist_ok=True)
+    db = out / "gpuwarden.db"
+    for leftover in (db, db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+        leftover.unlink(missing_ok=True)
+    store = open_store(f"sqlite:///{db}")
+    end = time.time()
+    spec = fleet_spec(
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        models=models,
+        days=days,
+        step_s=step_s,
+        seed=seed,
+        accel=accel,
+        end_ts=end,
+    )
+    echo(
+        f"[1/4] Simulating {nodes} nodes x {gpus_per_node} GPUs, {days:g} days at {step_s} s "
+        f"(failure rate x{accel:g}) into {db}"
+    )
+    n_samples, n_events, n_failures = simulate_into(store, spec)
+    echo(
+        f"      stored {n_samples:,} samples, {n_events:,} events, {n_failures} failures (ground truth)"
+    )
+
+    host, port = parse_listen(listen)
+    collector = SimCollector.from_url(
+        f"sim://?nodes={nodes}&gpus={gpus_per_node}&seed={seed}&models={models}&step=60&start={end:.0f}"
+    )
+    exporter = Exporter(collector, interval_s=1.0, store=store)
+    server = exporter.serve(host, port)
+    bound = f"http://{server.server_address[0]}:{server.server_address[1]}"
+    echo(
+        f"[2/4] Exporter serving {bound}/metrics over the live simulated fleet for {serve_seconds:g} s"
+    )
+    try:
+        time.sleep(serve_seconds)
+        body = httpx.get(f"{bound}/metrics", timeout=10).text
+    finally:
+        exporter.stop()
+        server.shutdown()
+        server.server_close()
+        collector.close()
+    series = [ln for ln in body.splitlines() if ln and not ln.startswith("#")]
+    temps = [ln for ln in series if ln.startswith("DCGM_FI_DEV_GPU_TEMP{")]
+    echo(
+        f"      /metrics: {len(series):,} series, {len(temps)} GPUs with DCGM_FI_DEV_GPU_TEMP; e.g."
+    )
+    for line in temps[:2]:
+        echo(f"      {line}")
+
+    echo("[3/4] Rolling raw samples up into 5-minute and hourly buckets")
+    store.compact(time.time())
+
+    echo("[4/4] Fleet summary")
+    echo("")
+    echo(fleet_summary(store).render())
+    store.close()
+    echo("")
+    echo(f"Done. Explore it: gpuwarden summary --store sqlite:///{db}")

@@ -1,0 +1,53 @@
+"""gpuwarden's exceptions, in one place.
+
+    GpuwardenError
+    ├── ConfigError            a setting or URL that cannot be used
+    │   └── UnknownSchemeError no collector or store for that URL scheme
+    ├── CollectorError         a telemetry source failed
+    │   ├── CollectorUnavailable  the source is not there at all (no NVML library, no nvidia-smi)
+    │   └── CollectorTimeout      the source hung (nvidia-smi on a sick GPU does)
+    ├── StoreError             the time-series store failed
+    │   └── SchemaError        the store's schema is newer than this gpuwarden
+    └── InputError             a user's file or payload is malformed; names the problem
+
+Backend errors are translated where they are caught and re-raised ``from exc``; the CLI turns
+any ``GpuwardenError`` into one line on stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+
+class GpuwardenError(Exception):
+    """Base class of every error gpuwarden raises on purpose."""
+
+
+class ConfigError(GpuwardenError):
+    pass
+
+
+class UnknownSchemeError(ConfigError):
+    pass
+
+
+class CollectorError(GpuwardenError):
+    pass
+
+
+class CollectorUnavailable(CollectorError):
+    pass
+
+
+class CollectorTimeout(CollectorError):
+    pass
+
+
+class StoreError(GpuwardenError):
+    pass
+
+
+class SchemaError(StoreError):
+    pass
+
+
+class InputError(GpuwardenError):
+    pass

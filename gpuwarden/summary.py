@@ -1,0 +1,171 @@
+"""A readable fleet summary from a store: what `gpuwarden summary` and the demo print."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from gpuwarden.counters import total_increase
+from gpuwarden.store.base import Store
+from gpuwarden.xid import describe
+
+_WATCH_FIELDS = (
+    "ecc_sbe_volatile_total",
+    "ecc_dbe_volatile_total",
+    "remapped_rows_correctable",
+    "remapped_rows_uncorrectable",
+    "pcie_replay_total",
+    "nvlink_crc_flit_errors_total",
+)
+
+
+@dataclass(frozen=True)
+class FleetSummary:
+    start_ts: float
+    end_ts: float
+    gpus: pd.DataFrame  # the store's inventory
+    reporting: int  # GPUs with a sample in the last window
+    missing: pd.DataFrame  # slots whose last sample is older than the window
+    xids: pd.DataFrame  # code, name, class, count
+    failures: pd.DataFrame  # kind, count
+    watch: pd.DataFrame  # per-GPU signals over the window, worst first
+
+    def render(self, top: int = 10) -> str:
+        lines: list[str] = []
+        span_h = (self.end_ts - self.start_ts) / 3600 if self.end_ts > self.start_ts else 0.0
+        start = pd.Timestamp(self.start_ts, unit="s", tz="UTC").strftime("%Y-%m-%d %H:%M")
+        end = pd.Timestamp(self.end_ts, unit="s", tz="UTC").strftime("%Y-%m-%d %H:%M")
+        nodes = self.gpus["hostname"].nunique() if len(self.gpus) else 0
+        slots = self.gpus.drop_duplicates(["hostname", "gpu"]) if len(self.gpus) else self.gpus
+        lines.append(
+            f"Fleet: {nodes} nodes, {len(slots)} GPU slots, {len(self.gpus)} GPU boards seen"
+        )
+        if len(slots):
+            by_model = slots.groupby("model").size().sort_values(ascending=False)
+            lines.append("  " + ", ".join(f"{n} x {m or 'unknown'}" for m, n in by_model.items()))
+        lines.append(f"Telemetry: {start} .. {end} UTC ({span_h:.0f} h)")
+        lines.append(f"Reporting now: {self.reporting} GPUs; missing: {len(self.missing)}")
+        for row in self.missing.head(top).itertuples():
+            lines.append(f"  {row.hostname} gpu{row.gpu}  last seen {row.last_seen}")
+        lines.append("")
+        lines.append("Failures recorded:" if len(self.failures) else "Failures recorded: none")
+        for row in self.failures.itertuples():
+            lines.append(f"  {row.count:5d}  {row.kind}")
+        lines.append("")
+        lines.append("Xid events:" if len(self.xids) else "Xid events: none")
+        for row in self.xids.itertuples():
+            lines.append(f"  {row.count:5d}  Xid {row.code:<4d} {row.name} ({row.cls})")
+        lines.append("")
+        if len(self.watch):
+            lines.append(f"GPUs to watch (increase over the last {span_h:.0f} h, worst first):")
+            table = self.watch.head(top).copy()
+            lines.append(table.to_string(index=False, na_rep="-", float_format=_fmt))
+        return "\n".join(lines)
+
+
+def _fmt(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x:.0f}"
+
+
+def fleet_summary(
+    store: Store, *, window_s: float = 7 * 86400, now: float | None = None
+) -> FleetSummary:
+    """Summarise the last ``window_s`` seconds of ``store`` (ending at its newest sample)."""
+    gpus = store.gpus()
+    if now is None:
+        now = float(gpus["last_ts"].max()) if len(gpus) else 0.0
+    start = now - window_s
+    samples = store.read_samples(
+        start=start, end=now + 1, fields=list(_WATCH_FIELDS) + ["mem_temp_c", "gpu_temp_c"]
+    )
+    events = store.read_events(start=start, end=now + 1)
+    failures = store.read_failures()
+
+    step = (
+        float(np.median(np.diff(np.unique(samples["ts"])))) if samples["ts"].nunique() > 1 else 60.0
+    )
+    fresh = now - 3 * step
+    reporting = int((gpus["last_ts"] >= fresh).sum()) if len(gpus) else 0
+    latest = (
+        gpus.sort_values("last_ts").drop_duplicates(["hostname", "gpu"], keep="last")
+        if len(gpus)
+        else gpus
+    )
+    missing = latest[latest["last_ts"] < fresh].copy() if len(latest) else latest
+    if len(missing):
+        missing["last_seen"] = pd.to_datetime(missing["last_ts"], unit="s", utc=True).dt.strftime(
+            "%Y-%m-%d %H:%M"
+        )
+
+    xids = events[events["kind"] == "xid"] if len(events) else events
+    if len(xids):
+        counts = xids.groupby("code").size()
+        xid_table = pd.DataFrame(
+            [
+                {
+                    "code": int(c),
+                    "name": describe(int(c)).name,
+                    "cls": describe(int(c)).cls,
+                    "count": int(n),
+                }
+                for c, n in counts.items()
+            ]
+        ).sort_values("count", ascending=False)
+    else:
+        xid_table = pd.DataFrame(columns=["code", "name", "cls", "count"])
+    if len(failures):
+        fail_table = (
+            failures.groupby("kind")
+            .size()
+            .rename("count")
+            .reset_index()
+            .sort_values("count", ascending=False)
+        )
+    else:
+        fail_table = pd.DataFrame(columns=["kind", "count"])
+
+    watch = _watch_table(samples)
+    return FleetSummary(start, now, gpus, reporting, missing, xid_table, fail_table, watch)
+
+
+def _watch_table(samples: pd.DataFrame) -> pd.DataFrame:
+    if samples.empty:
+        return pd.DataFrame()
+    rows = []
+    for (host, gpu, uuid), g in samples.groupby(["hostname", "gpu", "uuid"], sort=False):
+        spread = (g["mem_temp_c"] - g["gpu_temp_c"]).to_numpy(dtype=float)
+        rows.append(
+            {
+                "hostname": host,
+                "gpu": gpu,
+                "uuid": str(uuid)[:12],
+                "sbe": total_increase(g["ecc_sbe_volatile_total"]),
+                "dbe": total_increase(g["ecc_dbe_volatile_total"]),
+                "remap_c": total_increase(g["remapped_rows_correctable"]),
+                "remap_u": total_increase(g["remapped_rows_uncorrectable"]),
+                "pcie_replay": total_increase(g["pcie_replay_total"]),
+                "nvlink_crc": total_increase(g["nvlink_crc_flit_errors_total"]),
+                "mem_temp_max": float(np.nanmax(g["mem_temp_c"]))
+                if g["mem_temp_c"].notna().any()
+                else math.nan,
+                "spread_max": float(np.nanmax(spread)) if np.isfinite(spread).any() else math.nan,
+            }
+        )
+    table = pd.DataFrame(rows)
+    score = (
+        table[["dbe", "remap_u"]].fillna(0).sum(axis=1) * 1e6
+        + table["remap_c"].fillna(0) * 1e3
+        + table["sbe"].fillna(0)
+        + table["pcie_replay"].fillna(0) / 10
+        + table["nvlink_crc"].fillna(0) / 10
+    )
+    interesting = score > 0
+    return (
+        table[interesting]
+        .assign(_s=score[interesting])
+        .sort_values("_s", ascending=False)
+        .drop(columns="_s")
+    )

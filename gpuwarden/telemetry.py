@@ -1,0 +1,500 @@
+"""The field catalogue and the records every layer passes around.
+
+Each telemetry field is declared once in ``FIELDS``: our name (unit in the name), the
+dcgm-exporter metric it maps to (plus older names some exporters still use), where NVML and
+``nvidia-smi --query-gpu`` read it, whether it is a cumulative counter or a gauge, and its unit.
+Collectors, the store schema, the exporter and ingest all derive from this list, so adding a
+field here is the whole change.
+
+Missing is never zero: a field a GPU does not support, or a sample that did not arrive, is simply
+absent from ``Sample.values`` (NaN in a frame).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
+
+Kind = Literal["counter", "gauge"]
+
+
+@dataclass(frozen=True)
+class Field:
+    """One telemetry field.
+
+    ``resets``: a cumulative counter that starts again from 0 when the driver reloads or the
+    node reboots (volatile ECC, PCIe replays, NVLink errors, energy). Aggregate ECC counts,
+    retired pages and remapped rows live in the InfoROM and survive. Rates over a counter must
+    therefore take increases, never differences of raw values.
+    """
+
+    name: str
+    dcgm: str
+    kind: Kind
+    unit: str
+    help: str
+    nvml: str
+    smi: str | None = None
+    dcgm_aliases: tuple[str, ...] = ()
+    resets: bool = False
+
+
+FIELDS: tuple[Field, ...] = (
+    # Thermals and power
+    Field(
+        "gpu_temp_c",
+        "DCGM_FI_DEV_GPU_TEMP",
+        "gauge",
+        "C",
+        "GPU core temperature.",
+        "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)",
+        "temperature.gpu",
+    ),
+    Field(
+        "mem_temp_c",
+        "DCGM_FI_DEV_MEMORY_TEMP",
+        "gauge",
+        "C",
+        "HBM (memory) temperature.",
+        "nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP)",
+        "temperature.memory",
+    ),
+    Field(
+        "power_w",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "gauge",
+        "W",
+        "Board power draw.",
+        "nvmlDeviceGetPowerUsage (mW)",
+        "power.draw",
+    ),
+    Field(
+        "power_limit_w",
+        "DCGM_FI_DEV_ENFORCED_POWER_LIMIT",
+        "gauge",
+        "W",
+        "Enforced power limit.",
+        "nvmlDeviceGetEnforcedPowerLimit (mW)",
+        "enforced.power.limit",
+    ),
+    Field(
+        "energy_mj",
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "counter",
+        "mJ",
+        "Energy consumed since the driver last loaded.",
+        "nvmlDeviceGetTotalEnergyConsumption (mJ)",
+        None,
+        resets=True,
+    ),
+    # Clocks, utilisation, memory
+    Field(
+        "sm_clock_mhz",
+        "DCGM_FI_DEV_SM_CLOCK",
+        "gauge",
+        "MHz",
+        "SM clock.",
+        "nvmlDeviceGetClockInfo(NVML_CLOCK_SM)",
+        "clocks.sm",
+    ),
+    Field(
+        "mem_clock_mhz",
+        "DCGM_FI_DEV_MEM_CLOCK",
+        "gauge",
+        "MHz",
+        "Memory clock.",
+        "nvmlDeviceGetClockInfo(NVML_CLOCK_MEM)",
+        "clocks.mem",
+    ),
+    Field(
+        "gpu_util_pct",
+        "DCGM_FI_DEV_GPU_UTIL",
+        "gauge",
+        "%",
+        "GPU utilisation.",
+        "nvmlDeviceGetUtilizationRates().gpu",
+        "utilization.gpu",
+    ),
+    Field(
+        "mem_copy_util_pct",
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        "gauge",
+        "%",
+        "Memory controller utilisation.",
+        "nvmlDeviceGetUtilizationRates().memory",
+        "utilization.memory",
+    ),
+    Field(
+        "fb_used_mib",
+        "DCGM_FI_DEV_FB_USED",
+        "gauge",
+        "MiB",
+        "Framebuffer memory used.",
+        "nvmlDeviceGetMemoryInfo().used",
+        "memory.used",
+    ),
+    Field(
+        "fb_free_mib",
+        "DCGM_FI_DEV_FB_FREE",
+        "gauge",
+        "MiB",
+        "Framebuffer memory free.",
+        "nvmlDeviceGetMemoryInfo().free",
+        "memory.free",
+    ),
+    Field(
+        "fb_total_mib",
+        "DCGM_FI_DEV_FB_TOTAL",
+        "gauge",
+        "MiB",
+        "Framebuffer memory total.",
+        "nvmlDeviceGetMemoryInfo().total",
+        "memory.total",
+    ),
+    # ECC
+    Field(
+        "ecc_sbe_volatile_total",
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+        "counter",
+        "errors",
+        "Single-bit (corrected) ECC errors since the driver loaded.",
+        "nvmlDeviceGetTotalEccErrors(CORRECTED, VOLATILE_ECC)",
+        "ecc.errors.corrected.volatile.total",
+        resets=True,
+    ),
+    Field(
+        "ecc_dbe_volatile_total",
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "counter",
+        "errors",
+        "Double-bit (uncorrected) ECC errors since the driver loaded.",
+        "nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE_ECC)",
+        "ecc.errors.uncorrected.volatile.total",
+        resets=True,
+    ),
+    Field(
+        "ecc_sbe_aggregate_total",
+        "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+        "counter",
+        "errors",
+        "Single-bit ECC errors over the GPU's life (InfoROM).",
+        "nvmlDeviceGetTotalEccErrors(CORRECTED, AGGREGATE_ECC)",
+        "ecc.errors.corrected.aggregate.total",
+    ),
+    Field(
+        "ecc_dbe_aggregate_total",
+        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+        "counter",
+        "errors",
+        "Double-bit ECC errors over the GPU's life (InfoROM).",
+        "nvmlDeviceGetTotalEccErrors(UNCORRECTED, AGGREGATE_ECC)",
+        "ecc.errors.uncorrected.aggregate.total",
+    ),
+    # Page retirement (pre-Ampere) and row remapping (Ampere and later)
+    Field(
+        "retired_pages_sbe",
+        "DCGM_FI_DEV_RETIRED_SBE",
+        "counter",
+        "pages",
+        "Pages retired for multiple single-bit errors.",
+        "nvmlDeviceGetRetiredPages(MULTIPLE_SINGLE_BIT_ECC_ERRORS)",
+        "retired_pages.single_bit_ecc.count",
+    ),
+    Field(
+        "retired_pages_dbe",
+        "DCGM_FI_DEV_RETIRED_DBE",
+        "counter",
+        "pages",
+        "Pages retired for a double-bit error.",
+        "nvmlDeviceGetRetiredPages(DOUBLE_BIT_ECC_ERROR)",
+        "retired_pages.double_bit.count",
+    ),
+    Field(
+        "retired_pages_pending",
+        "DCGM_FI_DEV_RETIRED_PENDING",
+        "gauge",
+        "bool",
+        "A page retirement waits for the next reset.",
+        "nvmlDeviceGetRetiredPagesPendingStatus",
+        "retired_pages.pending",
+    ),
+    Field(
+        "remapped_rows_correctable",
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "counter",
+        "rows",
+        "Rows remapped for correctable errors.",
+        "nvmlDeviceGetRemappedRows()[0]",
+        "remapped_rows.correctable",
+    ),
+    Field(
+        "remapped_rows_uncorrectable",
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "counter",
+        "rows",
+        "Rows remapped for uncorrectable errors.",
+        "nvmlDeviceGetRemappedRows()[1]",
+        "remapped_rows.uncorrectable",
+    ),
+    Field(
+        "remapped_rows_pending",
+        "DCGM_FI_DEV_ROW_REMAP_PENDING",
+        "gauge",
+        "bool",
+        "A row remap waits for the next reset.",
+        "nvmlDeviceGetRemappedRows()[2]",
+        "remapped_rows.pending",
+    ),
+    Field(
+        "remapped_rows_failure",
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        "gauge",
+        "bool",
+        "A row remap failed: NVIDIA says replace the GPU.",
+        "nvmlDeviceGetRemappedRows()[3]",
+        "remapped_rows.failure",
+    ),
+    # PCIe
+    Field(
+        "pcie_replay_total",
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "counter",
+        "replays",
+        "PCIe replays (link-level retransmissions).",
+        "nvmlDeviceGetPcieReplayCounter",
+        None,
+        resets=True,
+    ),
+    Field(
+        "pcie_link_gen",
+        "DCGM_FI_DEV_PCIE_LINK_GEN",
+        "gauge",
+        "gen",
+        "Current PCIe link generation.",
+        "nvmlDeviceGetCurrPcieLinkGeneration",
+        "pcie.link.gen.current",
+    ),
+    Field(
+        "pcie_link_gen_max",
+        "DCGM_FI_DEV_PCIE_MAX_LINK_GEN",
+        "gauge",
+        "gen",
+        "Maximum PCIe link generation of GPU and slot.",
+        "nvmlDeviceGetMaxPcieLinkGeneration",
+        "pcie.link.gen.max",
+    ),
+    Field(
+        "pcie_link_width",
+        "DCGM_FI_DEV_PCIE_LINK_WIDTH",
+        "gauge",
+        "lanes",
+        "Current PCIe link width.",
+        "nvmlDeviceGetCurrPcieLinkWidth",
+        "pcie.link.width.current",
+    ),
+    Field(
+        "pcie_link_width_max",
+        "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH",
+        "gauge",
+        "lanes",
+        "Maximum PCIe link width.",
+        "nvmlDeviceGetMaxPcieLinkWidth",
+        "pcie.link.width.max",
+    ),
+    # NVLink (summed over links)
+    Field(
+        "nvlink_crc_flit_errors_total",
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+        "counter",
+        "errors",
+        "NVLink flow-control CRC errors, all links.",
+        "nvmlDeviceGetNvLinkErrorCounter(link, NVML_NVLINK_ERROR_DL_CRC_FLIT) summed",
+        None,
+        resets=True,
+    ),
+    Field(
+        "nvlink_crc_data_errors_total",
+        "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+        "counter",
+        "errors",
+        "NVLink data CRC errors, all links.",
+        "nvmlDeviceGetNvLinkErrorCounter(link, NVML_NVLINK_ERROR_DL_CRC_DATA) summed",
+        None,
+        resets=True,
+    ),
+    Field(
+        "nvlink_replay_errors_total",
+        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+        "counter",
+        "errors",
+        "NVLink replays, all links.",
+        "nvmlDeviceGetNvLinkErrorCounter(link, NVML_NVLINK_ERROR_DL_REPLAY) summed",
+        None,
+        resets=True,
+    ),
+    Field(
+        "nvlink_recovery_errors_total",
+        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+        "counter",
+        "errors",
+        "NVLink link recoveries, all links.",
+        "nvmlDeviceGetNvLinkErrorCounter(link, NVML_NVLINK_ERROR_DL_RECOVERY) summed",
+        None,
+        resets=True,
+    ),
+    # Throttling
+    Field(
+        "thermal_violation_us",
+        "DCGM_FI_DEV_THERMAL_VIOLATION",
+        "counter",
+        "us",
+        "Time clocks were held down by thermal limits.",
+        "nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_THERMAL) (ns)",
+        None,
+        resets=True,
+    ),
+    Field(
+        "power_violation_us",
+        "DCGM_FI_DEV_POWER_VIOLATION",
+        "counter",
+        "us",
+        "Time clocks were held down by the power limit.",
+        "nvmlDeviceGetViolationStatus(NVML_PERF_POLICY_POWER) (ns)",
+        None,
+        resets=True,
+    ),
+    Field(
+        "clock_event_reasons",
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+        "gauge",
+        "bitmask",
+        "Why clocks are below their maximum (nvmlClocksEventReason* bits).",
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "clocks_event_reasons.active",
+        dcgm_aliases=("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",),
+    ),
+)
+
+FIELDS_BY_NAME: Mapping[str, Field] = {f.name: f for f in FIELDS}
+FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in FIELDS)
+COUNTER_FIELDS: tuple[str, ...] = tuple(f.name for f in FIELDS if f.kind == "counter")
+RESETTING_COUNTERS: tuple[str, ...] = tuple(f.name for f in FIELDS if f.resets)
+
+
+def _dcgm_index() -> dict[str, str]:
+    index: dict[str, str] = {}
+    for f in FIELDS:
+        for name in (f.dcgm, *f.dcgm_aliases):
+            index[name] = f.name
+    return index
+
+
+#: dcgm-exporter metric name (current or legacy) -> our field name.
+FIELD_BY_DCGM: Mapping[str, str] = _dcgm_index()
+
+#: dcgm-exporter's "last Xid seen" gauge; we keep Xids as events instead.
+DCGM_XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
+
+# clocks_event_reasons bits (nvml.h nvmlClocksEventReason*)
+CLOCK_EVENT_GPU_IDLE = 0x1
+CLOCK_EVENT_APP_CLOCKS = 0x2
+CLOCK_EVENT_SW_POWER_CAP = 0x4
+CLOCK_EVENT_HW_SLOWDOWN = 0x8
+CLOCK_EVENT_SYNC_BOOST = 0x10
+CLOCK_EVENT_SW_THERMAL = 0x20
+CLOCK_EVENT_HW_THERMAL = 0x40
+CLOCK_EVENT_HW_POWER_BRAKE = 0x80
+
+
+class GpuId(NamedTuple):
+    """Who a GPU is. ``uuid`` changes when the board is swapped; ``(hostname, index)`` is the slot.
+
+    ``rack`` is optional placement metadata (from the simulator, a config mapping or a
+    scheduler label) used to compare a GPU with its neighbours.
+    """
+
+    hostname: str
+    index: int
+    uuid: str
+    pci_bus_id: str = ""
+    model: str = ""
+    rack: str = ""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One reading of one GPU at ``ts`` (Unix seconds, UTC). Absent fields were not read."""
+
+    ts: float
+    gpu: GpuId
+    values: Mapping[str, float] = field(default_factory=dict)
+
+
+EventKind = Literal["xid", "gpu_lost", "gpu_requires_reset", "gpu_recovered"]
+EVENT_KINDS: tuple[str, ...] = ("xid", "gpu_lost", "gpu_requires_reset", "gpu_recovered")
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something that happened to a GPU at ``ts``: an Xid (``code`` is the Xid number), or
+    the GPU falling off the bus / needing a reset. Kept as events, never as a last-value gauge."""
+
+    ts: float
+    gpu: GpuId
+    kind: str
+    code: int | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A GPU failure: ground truth from the simulator, or a user's ``failures`` file.
+
+    ``precursor_start_ts`` is when the first warning signs began (simulator only; None for
+    sudden failures and for real records). ``repair_s`` is how long the slot stayed empty.
+    """
+
+    ts: float
+    gpu: GpuId
+    kind: str
+    precursor_start_ts: float | None = None
+    repair_s: float | None = None
+    xid: int | None = None
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one ``Collector.collect()`` call returns. ``problems`` names the parts of the source
+    that could not be read this time (an endpoint down, a GPU that timed out): the rest is kept."""
+
+    ts: float
+    samples: tuple[Sample, ...] = ()
+    events: tuple[Event, ...] = ()
+    problems: tuple[str, ...] = ()
+
+
+#: Identity columns of a wide sample frame (one row per GPU per timestamp); the field columns
+#: follow, float64, NaN for missing. ``ts`` is Unix seconds (float64).
+FRAME_ID_COLUMNS: tuple[str, ...] = ("ts", "hostname", "gpu", "uuid", "model", "pci_bus_id")
+
+
+def samples_to_frame(samples: list[Sample] | tuple[Sample, ...]):  # -> pandas.DataFrame
+    """Samples -> the wide frame every store and model reads (NaN where a field is absent)."""
+    import numpy as np
+    import pandas as pd
+
+    n = len(samples)
+    cols: dict[str, object] = {
+        "ts": np.fromiter((s.ts for s in samples), dtype=np.float64, count=n),
+        "hostname": [s.gpu.hostname for s in samples],
+        "gpu": np.fromiter((s.gpu.index for s in samples), dtype=np.int64, count=n),
+        "uuid": [s.gpu.uuid for s in samples],
+        "model": [s.gpu.model for s in samples],
+        "pci_bus_id": [s.gpu.pci_bus_id for s in samples],
+    }
+    for name in FIELD_NAMES:
+        cols[name] = np.fromiter(
+            (s.values.get(name, np.nan) for s in samples), dtype=np.float64, count=n
+        )
+    return pd.DataFrame(cols)
