@@ -1,0 +1,237 @@
+"""The NVML boundary: the only module that imports pynvml.
+
+Every NVML call goes through ``DeviceQuery.call``, which sorts NVML's errors three ways:
+
+* "not available" (NotSupported, FunctionNotFound on an older driver, InvalidArgument for an
+  NVLink index past the GPU's links, ...): the value is None and the field stays absent;
+* GpuIsLost / GpuRequiresReset: raises ``GpuGone``, so the caller stops reading that GPU and
+  records an event while the other GPUs keep being read;
+* anything else (Unknown Error, Timeout, a corrupted InfoROM): the value is None and the call is
+  named in ``DeviceQuery.problems`` for ``Batch.problems``.
+
+The functions take the NVML module as an argument (the real pynvml, or the test fake) and only
+use the function names and constants pynvml defines; the exception classes are always pynvml's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Iterable
+from typing import Any
+
+import pynvml
+
+from gpuwarden.collectors._gpu_state import LOST, REQUIRES_RESET
+from gpuwarden.errors import CollectorUnavailable
+
+#: NVML return codes meaning "this GPU, driver or account does not offer that": absent, quietly.
+NOT_AVAILABLE: frozenset[int] = frozenset(
+    {
+        pynvml.NVML_ERROR_NOT_SUPPORTED,
+        pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+        pynvml.NVML_ERROR_NOT_FOUND,
+        pynvml.NVML_ERROR_INVALID_ARGUMENT,
+        pynvml.NVML_ERROR_NO_PERMISSION,
+        pynvml.NVML_ERROR_NO_DATA,
+        pynvml.NVML_ERROR_DEPRECATED,
+    }
+)
+
+#: NVML return codes meaning the GPU itself is gone until a reset or reboot.
+GONE: dict[int, str] = {
+    pynvml.NVML_ERROR_GPU_IS_LOST: LOST,
+    pynvml.NVML_ERROR_RESET_REQUIRED: REQUIRES_RESET,
+}
+
+NO_LIBRARY = (
+    "NVML not found: no NVIDIA driver on this host (libnvidia-ml.so.1); "
+    "use smi://, dcgm+http://... or sim://"
+)
+
+_INIT_ERRORS: dict[int, str] = {
+    pynvml.NVML_ERROR_LIBRARY_NOT_FOUND: NO_LIBRARY,
+    pynvml.NVML_ERROR_DRIVER_NOT_LOADED: (
+        "NVML: the NVIDIA kernel driver is not loaded (nvidia-smi would say it couldn't "
+        "communicate with the driver); load it or use dcgm+http://... or sim://"
+    ),
+    pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH: (
+        "NVML: libnvidia-ml.so and the loaded kernel driver are different versions "
+        "(a driver upgrade without a reboot); reboot or reload the nvidia module"
+    ),
+    pynvml.NVML_ERROR_NO_PERMISSION: (
+        "NVML: no permission to open the GPUs (/dev/nvidia*); run as a user who can"
+    ),
+}
+
+_VALUE_MEMBER: dict[int, str] = {
+    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
+}
+
+#: How many queued Xid events one ``collect()`` takes; the rest wait for the next one.
+XID_DRAIN_LIMIT = 256
+
+
+class GpuGone(Exception):
+    """NVML said GpuIsLost (``kind="gpu_lost"``) or GpuRequiresReset."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.detail = detail
+
+
+def real_module() -> Any:
+    """The pynvml module ``NvmlCollector.from_url`` uses."""
+    return pynvml
+
+
+def init(nvml: Any) -> int:
+    """``nvmlInit`` and ``nvmlDeviceGetCount``; returns the GPU count.
+
+    Raises ``CollectorUnavailable`` with one line saying why when NVML cannot be used at all.
+    """
+    try:
+        nvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        message = _INIT_ERRORS.get(exc.value, f"NVML could not start: {exc}")
+        raise CollectorUnavailable(message) from exc
+    try:
+        count = int(nvml.nvmlDeviceGetCount())
+    except pynvml.NVMLError as exc:
+        shutdown(nvml)
+        raise CollectorUnavailable(f"NVML started but could not count GPUs: {exc}") from exc
+    if count == 0:
+        shutdown(nvml)
+        raise CollectorUnavailable("NVML started but sees no GPUs on this host")
+    return count
+
+
+def shutdown(nvml: Any) -> None:
+    try:
+        nvml.nvmlShutdown()
+    except pynvml.NVMLError:
+        pass  # closing must not fail: the driver may already be gone
+
+
+def text(value: Any) -> str:
+    """NVML strings as str (older pynvml returned bytes)."""
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return "" if value is None else str(value)
+
+
+def handle_key(handle: Any) -> int:
+    """A device handle's address, to match the handle in an NVML event to a GPU."""
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value or 0
+    except (TypeError, ctypes.ArgumentError):
+        return id(handle)
+
+
+class DeviceQuery:
+    """Calls NVML for one GPU (``handle``), or for the whole host when ``handle`` is None."""
+
+    def __init__(self, nvml: Any, handle: Any = None) -> None:
+        self.nvml = nvml
+        self.handle = handle
+        self.problems: list[str] = []
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """``nvml.<name>(handle, *args)``; None when the GPU does not offer it."""
+        return self.attempt(name, *args, **kwargs)[1]
+
+    def attempt(self, name: str, *args: Any, **kwargs: Any) -> tuple[bool, Any]:
+        """Like ``call``, but also says whether the call succeeded (for calls returning None)."""
+        fn = getattr(self.nvml, name, None)
+        if fn is None:  # a pynvml older than the function
+            return False, None
+        head = () if self.handle is None else (self.handle,)
+        try:
+            return True, fn(*head, *args, **kwargs)
+        except pynvml.NVMLError as exc:
+            self.classify(exc.value, name, str(exc))
+            return False, None
+
+    def classify(self, code: int, what: str, message: str = "") -> None:
+        """Sort a failed NVML return code: raise ``GpuGone``, ignore, or record a problem."""
+        message = message or str(pynvml.NVMLError(code))
+        if code in GONE:
+            raise GpuGone(GONE[code], f"{what}: {message}")
+        if code not in NOT_AVAILABLE:
+            self.problems.append(f"{what}: {message}")
+
+    def field_value(self, field_id: int, label: str) -> float | None:
+        """One ``nvmlDeviceGetFieldValues`` entry; each entry carries its own return code."""
+        values = self.call("nvmlDeviceGetFieldValues", [field_id])
+        if values is None:
+            return None
+        entry = values[0]
+        if entry.nvmlReturn != pynvml.NVML_SUCCESS:
+            self.classify(int(entry.nvmlReturn), f"nvmlDeviceGetFieldValues({label})")
+            return None
+        member = _VALUE_MEMBER.get(int(entry.valueType))
+        if member is None:
+            self.problems.append(f"nvmlDeviceGetFieldValues({label}): value type {entry.valueType}")
+            return None
+        return float(getattr(entry.value, member))
+
+
+class XidEvents:
+    """NVML's event set for Xid critical errors, drained with a 0 ms wait.
+
+    Polling from ``collect()`` rather than a background thread: Xids are rare, the driver queues
+    them between waits, a 0 ms wait never blocks the sample loop, and a thread parked in
+    ``nvmlEventSetWait`` could not be stopped cleanly before ``nvmlEventSetFree`` at close.
+    The cost is timestamp resolution: an Xid carries the time of the ``collect()`` that saw it.
+    """
+
+    def __init__(self, nvml: Any) -> None:
+        self._nvml = nvml
+        self.problems: list[str] = []
+        query = DeviceQuery(nvml)
+        self._set = query.call("nvmlEventSetCreate")
+        self.problems.extend(f"Xid events unavailable: {p}" for p in query.problems)
+
+    def register(self, handle: Any) -> bool:
+        """Ask for Xid events from one GPU; False when it cannot send them (GpuGone passes up)."""
+        if self._set is None:
+            return False
+        query = DeviceQuery(self._nvml, handle)
+        mask = self._nvml.nvmlEventTypeXidCriticalError
+        ok, _ = query.attempt("nvmlDeviceRegisterEvents", mask, self._set)
+        self.problems.extend(f"Xid events: {p}" for p in query.problems)
+        return ok
+
+    def drain(self) -> list[tuple[int, int]]:
+        """Queued Xids as ``(handle_key, xid)``; never waits."""
+        out: list[tuple[int, int]] = []
+        if self._set is None:
+            return out
+        for _ in range(XID_DRAIN_LIMIT):
+            try:
+                data = self._nvml.nvmlEventSetWait(self._set, 0)
+            except pynvml.NVMLError_Timeout:
+                break  # the queue is empty
+            except pynvml.NVMLError as exc:
+                self.problems.append(f"Xid events: nvmlEventSetWait: {exc}")
+                break
+            if int(data.eventType) & self._nvml.nvmlEventTypeXidCriticalError:
+                out.append((handle_key(data.device), int(data.eventData)))
+        return out
+
+    def close(self) -> None:
+        if self._set is not None:
+            DeviceQuery(self._nvml).call("nvmlEventSetFree", self._set)
+            self._set = None
+
+
+def sum_present(values: Iterable[float | None]) -> float | None:
+    """Sum of the values that were read; None when none was."""
+    present = [v for v in values if v is not None]
+    return float(sum(present)) if present else None
