@@ -11,6 +11,7 @@ import logging
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import click
 
@@ -29,6 +30,42 @@ class _Group(click.Group):
 
 def _settings(ctx: click.Context) -> dict[str, Any]:
     return ctx.find_root().obj
+
+
+def _collector_url(url: str, cfg: dict[str, Any]) -> str:
+    """Fill the URL parameters the settings provide (timeouts, hostname) unless the URL has them."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    if parts.scheme == "smi":
+        query.setdefault("timeout", str(cfg["smi_timeout_s"]))
+    if parts.scheme.startswith("dcgm+"):
+        query.setdefault("timeout", str(cfg["dcgm_timeout_s"]))
+    if parts.scheme in ("nvml", "smi") and cfg["hostname"]:
+        query.setdefault("hostname", cfg["hostname"])
+    # rebuilt by hand: urlunsplit drops the "//" of "smi://" (an empty netloc)
+    base = url.split("?", 1)[0]
+    return f"{base}?{urlencode(query)}" if query else base
+
+
+def _open_store(url: str | None, cfg: dict[str, Any]) -> Any:
+    """Open the store, with the retention settings unless the URL sets its own."""
+    from gpuwarden.store import open_store
+
+    url = url or cfg["store"]
+    if url.startswith("sqlite:") or "://" not in url:
+        sep = "&" if "?" in url else "?"
+        if "retention=" not in url:
+            url += f"{sep}retention={cfg['retention_raw_days']}d"
+            sep = "&"
+        if "rollup_retention=" not in url:
+            url += f"{sep}rollup_retention={cfg['retention_rollup_days']}d"
+    return open_store(url)
+
+
+def _open_collector(url: str | None, cfg: dict[str, Any]) -> Any:
+    from gpuwarden.collectors import open_collector
+
+    return open_collector(_collector_url(url or cfg["collector"], cfg))
 
 
 @click.group(cls=_Group)
@@ -92,12 +129,10 @@ def collect(
 ) -> None:
     """Run a collector into a store on an interval; survives collector errors."""
     from gpuwarden.collect import CollectLoop
-    from gpuwarden.collectors import open_collector
-    from gpuwarden.store import open_store
 
     cfg = _settings(ctx)
-    collector = open_collector(collector_url or cfg["collector"])
-    store = open_store(store_url or cfg["store"])
+    collector = _open_collector(collector_url, cfg)
+    store = _open_store(store_url, cfg)
     loop = CollectLoop(
         collector,
         store,
@@ -133,15 +168,12 @@ def exporter(
     store_url: str | None,
 ) -> None:
     """Serve /metrics for any collector, with dcgm-exporter names plus gpuwarden_* series."""
-    from gpuwarden.collectors import open_collector
     from gpuwarden.exporter import run_exporter
-    from gpuwarden.store import open_store
 
     cfg = _settings(ctx)
     host, port = parse_listen(listen or cfg["listen"])
-    collector = open_collector(collector_url or cfg["collector"])
-    store = open_store(store_url) if store_url else None
-    click.echo(f"serving http://{host}:{port}/metrics for {collector.url}", err=True)
+    collector = _open_collector(collector_url, cfg)
+    store = _open_store(store_url, cfg) if store_url else None
     try:
         run_exporter(collector, host, port, interval_s or cfg["interval_s"], store=store)
     finally:
@@ -188,22 +220,22 @@ def ingest(
     Good rows are stored; bad rows are listed with their line numbers and the exit status is 1.
     """
     from gpuwarden import ingest as ing
-    from gpuwarden.store import open_store
 
     if not (telemetry_files or xid_files or failure_files):
         raise click.UsageError("give at least one of --telemetry, --xids, --failures")
-    store = open_store(store_url or _settings(ctx)["store"])
+    store = _open_store(store_url, _settings(ctx))
     bad = 0
     try:
-        jobs = [(f, ing.ingest_telemetry, "samples") for f in telemetry_files]
-        jobs += [(f, ing.ingest_xids, "Xid events") for f in xid_files]
-        jobs += [(f, ing.ingest_failures, "failures") for f in failure_files]
-        for path, fn, what in jobs:
-            report = (
-                fn(store, path, progress=progress)
-                if fn is ing.ingest_telemetry
-                else fn(store, path)
-            )
+        jobs: list[tuple[str, str]] = [(f, "telemetry") for f in telemetry_files]
+        jobs += [(f, "xids") for f in xid_files]
+        jobs += [(f, "failures") for f in failure_files]
+        for path, kind in jobs:
+            if kind == "telemetry":
+                report, what = ing.ingest_telemetry(store, path, progress=progress), "samples"
+            elif kind == "xids":
+                report, what = ing.ingest_xids(store, path), "Xid events"
+            else:
+                report, what = ing.ingest_failures(store, path), "failures"
             click.echo(f"{path}: stored {report.rows_stored} {what}")
             if report.unknown_columns:
                 click.echo(
@@ -212,9 +244,9 @@ def ingest(
                 )
             for line, reason in report.bad_rows[:50]:
                 click.echo(f"{path}:{line}: {reason}", err=True)
-            if len(report.bad_rows) > 50:
-                click.echo(f"{path}: ... and {len(report.bad_rows) - 50} more bad rows", err=True)
-            bad += len(report.bad_rows)
+            if report.bad_rows_total > 50:
+                click.echo(f"{path}: ... and {report.bad_rows_total - 50} more bad rows", err=True)
+            bad += report.bad_rows_total
     finally:
         store.close()
     if bad:
@@ -263,7 +295,6 @@ def simulate(
 ) -> None:
     """Write a simulated fleet's history, Xids and failures (ground truth) into a store."""
     from gpuwarden.demo import fleet_spec, simulate_into
-    from gpuwarden.store import open_store
 
     spec = fleet_spec(
         nodes=nodes,
@@ -275,7 +306,7 @@ def simulate(
         accel=accel,
         end_ts=end_ts,
     )
-    store = open_store(store_url or _settings(ctx)["store"])
+    store = _open_store(store_url, _settings(ctx))
     try:
         n_samples, n_events, n_failures = simulate_into(store, spec)
     finally:
@@ -299,10 +330,9 @@ def simulate(
 @click.pass_context
 def summary(ctx: click.Context, store_url: str | None, window_h: float, top: int) -> None:
     """Print a readable fleet summary: inventory, missing GPUs, failures, Xids, GPUs to watch."""
-    from gpuwarden.store import open_store
     from gpuwarden.summary import fleet_summary
 
-    store = open_store(store_url or _settings(ctx)["store"])
+    store = _open_store(store_url, _settings(ctx))
     try:
         click.echo(fleet_summary(store, window_s=window_h * 3600).render(top=top))
     finally:

@@ -119,7 +119,7 @@ def run_demo(
     )
     exporter = Exporter(collector, interval_s=1.0, store=store)
     server = exporter.serve(host, port)
-    bound = f"http://{server.server_address[0]}:{server.server_address[1]}"
+    bound = f"http://{host}:{server.server_address[1]}"
     echo(
         f"[2/4] Exporter serving {bound}/metrics over the live simulated fleet for {serve_seconds:g} s"
     )

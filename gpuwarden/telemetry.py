@@ -415,7 +415,7 @@ class GpuId(NamedTuple):
     """
 
     hostname: str
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index; the domain name wins
     uuid: str
     pci_bus_id: str = ""
     model: str = ""

@@ -1,6 +1,7 @@
 """Time-series stores, chosen by URL.
 
-    open_store("sqlite:///var/lib/gpuwarden/gpuwarden.db")   the default: one file, no server
+    open_store("sqlite:////var/lib/gpuwarden/gpuwarden.db")   the default: one file, no server
+    open_store("sqlite:///relative/path.db")                   three slashes: relative (as SQLAlchemy)
     open_store("sqlite:///:memory:")                          for tests
 
 InfluxDB and Prometheus-compatible backends plug in the same way. Third-party stores register a

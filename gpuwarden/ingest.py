@@ -1,0 +1,393 @@
+"""Load history from files, as exported from Prometheus (dcgm-exporter) or InfluxDB.
+
+Three kinds of file, CSV (plain or gzip) or Parquet, one row per record:
+
+    telemetry   timestamp, hostname, gpu, UUID[, modelName, pci_bus_id, rack], one column per
+                metric named by its dcgm-exporter name (DCGM_FI_DEV_GPU_TEMP, or a legacy alias
+                such as DCGM_FI_DEV_CLOCK_THROTTLE_REASONS) or by our field name (gpu_temp_c)
+    Xid events  timestamp, hostname, gpu, UUID, xid
+    failures    timestamp, hostname, gpu, UUID, kind[, repair_s, xid]
+
+``timestamp`` is RFC 3339 (``2024-05-01T12:00:00Z``; without an offset it is taken as UTC) or
+Unix seconds. Column names match case-insensitively. An empty cell is missing (NaN), never 0.
+Bad rows are reported with their line number (the header is line 1) and skipped; the good rows
+are stored. A file that cannot be read at all raises ``InputError`` and stores nothing. Writes
+are idempotent, so loading a fixed file again after an error is safe.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from gpuwarden._ingest_read import Chunk, FileChunks
+from gpuwarden.errors import InputError
+from gpuwarden.store.base import Store
+from gpuwarden.telemetry import FIELD_BY_DCGM, FIELDS_BY_NAME, Event, Failure, GpuId
+
+#: Bad rows kept in a report; ``bad_rows_total`` counts them all.
+MAX_BAD_ROWS = 1000
+CHUNK_ROWS = 100_000
+
+
+@dataclass(frozen=True)
+class IngestReport:
+    """What one file load did. ``bad_rows``: (line, reason), the first ``MAX_BAD_ROWS``."""
+
+    rows_stored: int
+    bad_rows: list[tuple[int, str]] = field(default_factory=list)
+    unknown_columns: list[str] = field(default_factory=list)
+    bad_rows_total: int = 0
+
+
+class IngestWarning(UserWarning):
+    """A file had columns ingest does not know; they were ignored."""
+
+
+# role -> accepted column names (lower case)
+_ROLES = {
+    "timestamp": ("timestamp", "time", "ts"),
+    "hostname": ("hostname",),
+    "gpu": ("gpu",),
+    "uuid": ("uuid",),
+    "model": ("modelname", "model"),
+    "pci_bus_id": ("pci_bus_id",),
+    "rack": ("rack",),
+    "xid": ("xid",),
+    "kind": ("kind",),
+    "repair_s": ("repair_s",),
+}
+_TEXT = ("hostname", "uuid", "model", "pci_bus_id", "rack", "kind")
+_SHOWN = {"uuid": "UUID"}  # as the file formats spell it
+_ID = ("timestamp", "hostname", "gpu", "uuid")
+_PLACE = ("model", "pci_bus_id", "rack")
+_FIELD_BY_LOWER = {k.lower(): v for k, v in FIELD_BY_DCGM.items()} | {
+    name.lower(): name for name in FIELDS_BY_NAME
+}
+
+
+@dataclass
+class _Columns:
+    roles: dict[str, str]  # role -> file column
+    fields: dict[str, list[str]]  # field name -> file columns (a name and its legacy alias)
+    unknown: list[str]
+
+
+def _resolve(
+    path: object,
+    columns: list[str],
+    required: tuple[str, ...],
+    optional: tuple[str, ...],
+    metrics: bool,
+) -> _Columns:
+    by_name = {alias: role for role in (*required, *optional) for alias in _ROLES[role]}
+    out = _Columns({}, defaultdict(list), [])
+    for col in columns:
+        key = col.strip().lower()
+        if key in by_name:
+            role = by_name[key]
+            if role in out.roles:
+                raise InputError(
+                    f"{path}: columns {out.roles[role]!r} and {col!r} both give {role}"
+                )
+            out.roles[role] = col
+        elif metrics and key in _FIELD_BY_LOWER:
+            out.fields[_FIELD_BY_LOWER[key]].append(col)
+        else:
+            out.unknown.append(col)
+    missing = [_SHOWN.get(r, r) for r in required if r not in out.roles]
+    if missing:
+        raise InputError(
+            f"{path}: missing required column(s) {', '.join(missing)} "
+            f"(found: {', '.join(columns) or 'none'})"
+        )
+    if out.unknown:
+        warnings.warn(
+            f"{path}: ignoring unknown column(s) {', '.join(out.unknown)}",
+            IngestWarning,
+            stacklevel=4,
+        )
+    return out
+
+
+def _show(cell: object) -> str:
+    """A cell as the user typed it, quoted: '1.5', 'hot', '7'."""
+    if isinstance(cell, float) and cell.is_integer():
+        cell = int(cell)
+    return repr(str(cell))
+
+
+def _text(col: pd.Series) -> pd.Series:
+    return col.astype("string").str.strip().fillna("")
+
+
+class _Rows:
+    """One chunk's cells parsed column by column; each problem is noted against its row."""
+
+    def __init__(self, chunk: Chunk) -> None:
+        self.frame, self.lines = chunk.frame, chunk.lines
+        self.reasons: dict[int, list[str]] = defaultdict(list)
+        # A blank line: every cell empty. It is no record, so it is neither stored nor reported.
+        self.blank = np.ones(len(self.frame), dtype=bool)
+        for _, c in self.frame.items():
+            empty = c.isna() if pd.api.types.is_numeric_dtype(c) else c.isna() | (c == "")
+            self.blank &= empty.to_numpy(dtype=bool)
+
+    def flag(self, mask: np.ndarray, reason: Callable[[int], str]) -> None:
+        mask = mask & ~self.blank
+        for pos in np.flatnonzero(mask).tolist():
+            self.reasons[pos].append(reason(pos))
+
+    def text(self, col: str, label: str) -> np.ndarray:
+        values = _text(self.frame[col]).to_numpy(dtype=object)
+        self.flag(values == "", lambda _: f"missing {label}")
+        return values
+
+    def optional_text(self, col: str | None) -> np.ndarray:
+        if col is None:
+            return np.full(len(self.frame), "", dtype=object)
+        return _text(self.frame[col]).to_numpy(dtype=object)
+
+    def number(self, col: str, *, empty_ok: bool = True, what: str = "a number") -> np.ndarray:
+        raw = self.frame[col]
+        if pd.api.types.is_numeric_dtype(raw) or pd.api.types.is_bool_dtype(raw):
+            return raw.to_numpy(dtype=np.float64, na_value=np.nan)
+        text = _text(raw)
+        values = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        empty = ((text == "") | (text.str.lower() == "nan")).to_numpy(bool)
+        self.flag(np.isnan(values) & ~empty, lambda i: f"{col} {_show(text.iloc[i])} is not {what}")
+        if not empty_ok:
+            self.flag(empty, lambda _: f"missing {col}")
+        return values
+
+    def index(self, col: str, what: str, *, required: bool = True) -> np.ndarray:
+        """Non-negative integers; -1 where the cell is empty (and ``required`` is False)."""
+        values = self.number(col, empty_ok=not required, what=what)
+        bad = np.isfinite(values) & ((values < 0) | (values != np.floor(values)))
+        self.flag(bad, lambda i: f"{col} {_show(self.frame[col].iloc[i])} is not {what}")
+        return np.where(np.isfinite(values), values, -1).astype(np.int64)
+
+    def time(self, col: str) -> np.ndarray:
+        raw = self.frame[col]
+        if pd.api.types.is_datetime64_any_dtype(raw):
+            stamps = pd.to_datetime(raw, utc=True)
+            ts = ((stamps - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1)).to_numpy(
+                dtype=np.float64, na_value=np.nan
+            )
+            self.flag(np.isnan(ts), lambda _: f"missing {col}")
+            return ts
+        if pd.api.types.is_numeric_dtype(raw):
+            ts = raw.to_numpy(dtype=np.float64, na_value=np.nan)
+            empty = np.isnan(ts)
+        else:
+            text = _text(raw)
+            empty = (text == "").to_numpy(bool)
+            ts = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+            iso = np.isnan(ts) & ~empty
+            if iso.any():
+                stamps = pd.to_datetime(text[iso], utc=True, format="ISO8601", errors="coerce")
+                ts[iso] = ((stamps - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1)).to_numpy(
+                    dtype=np.float64, na_value=np.nan
+                )
+            self.flag(
+                np.isnan(ts) & ~empty,
+                lambda i: f"{col} {_show(text.iloc[i])} is neither RFC 3339 nor Unix seconds",
+            )
+        self.flag(empty, lambda _: f"missing {col}")
+        self.flag(
+            np.abs(ts) > 1e11,  # year 5138: an export in milliseconds, not seconds
+            lambda i: f"{col} {ts[i]:.0f} looks like milliseconds; expected Unix seconds",
+        )
+        return ts
+
+    def gpus(self, cols: _Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """ts, hostname, gpu index, uuid of every row (checked)."""
+        r = cols.roles
+        ts = self.time(r["timestamp"])
+        hostname = self.text(r["hostname"], r["hostname"])
+        gpu = self.index(r["gpu"], "a GPU index (a non-negative integer)")
+        uuid = self.text(r["uuid"], r["uuid"])
+        return ts, hostname, gpu, uuid
+
+    def good(self) -> np.ndarray:
+        bad = np.zeros(len(self.frame), dtype=bool)
+        bad[list(self.reasons)] = True
+        return ~bad & ~self.blank
+
+    def bad_rows(self) -> list[tuple[int, str]]:
+        return [(int(self.lines[pos]), "; ".join(why)) for pos, why in sorted(self.reasons.items())]
+
+
+def _field_values(rows: _Rows, name: str, columns: list[str]) -> np.ndarray:
+    """One field's values; a name and its legacy alias are merged (an export that spans a
+    dcgm-exporter upgrade has both, each filled in part)."""
+    merged = rows.number(columns[0])
+    for other in columns[1:]:
+        merged = _merge(rows, columns[0], merged, other, rows.number(other))
+    if FIELDS_BY_NAME[name].kind == "counter":
+        # Stored as read, resets included; only a negative count is impossible.
+        rows.flag(
+            merged < 0,
+            lambda i: f"{'/'.join(columns)} {merged[i]:g} is negative; a counter never is",
+        )
+    return merged
+
+
+def _merge(
+    rows: _Rows, name: str, merged: np.ndarray, other: str, values: np.ndarray
+) -> np.ndarray:
+    clash = ~np.isnan(merged) & ~np.isnan(values) & (merged != values)
+    rows.flag(clash, lambda i: f"{name} and {other} disagree ({merged[i]:g} vs {values[i]:g})")
+    return np.where(np.isnan(merged), values, merged)
+
+
+def _place(rows: _Rows, cols: _Columns, good: np.ndarray) -> dict[str, np.ndarray]:
+    return {p: rows.optional_text(cols.roles.get(p))[good] for p in _PLACE}
+
+
+def _run(
+    path: str | os.PathLike[str],
+    required: tuple[str, ...],
+    optional: tuple[str, ...],
+    metrics: bool,
+    store_rows: Callable[[_Rows, _Columns], int],
+    progress: bool,
+    chunk_rows: int,
+) -> IngestReport:
+    from tqdm import tqdm
+
+    chunks = FileChunks(path, chunk_rows=chunk_rows)
+    cols = _resolve(path, chunks.columns, required, optional, metrics)
+    stored, total = 0, 0
+    bad: list[tuple[int, str]] = []
+    with tqdm(unit="rows", disable=not progress, desc=os.path.basename(path)) as bar:
+        try:
+            for chunk in chunks.chunks(text=[cols.roles[r] for r in _TEXT if r in cols.roles]):
+                rows = _Rows(chunk)
+                stored += store_rows(rows, cols)
+                found = sorted(chunk.malformed + rows.bad_rows())
+                total += len(found)
+                bad.extend(found[: max(MAX_BAD_ROWS - len(bad), 0)])
+                bar.update(len(chunk.frame))
+        except InputError as exc:
+            raise InputError(
+                f"{exc}; {stored} rows before it were stored (loading the fixed file again is safe)"
+            ) from exc
+    return IngestReport(stored, bad, cols.unknown, total)
+
+
+def ingest_telemetry(
+    store: Store,
+    path: str | os.PathLike[str],
+    *,
+    progress: bool = False,
+    chunk_rows: int = CHUNK_ROWS,
+) -> IngestReport:
+    """Load a telemetry file (one row per GPU per timestamp) into ``store``, ``chunk_rows``
+    rows at a time; ``progress`` shows a tqdm bar counting rows."""
+
+    def store_rows(rows: _Rows, cols: _Columns) -> int:
+        ts, hostname, gpu, uuid = rows.gpus(cols)
+        values = {name: _field_values(rows, name, c) for name, c in cols.fields.items()}
+        good = rows.good()
+        frame = pd.DataFrame(
+            {
+                "ts": ts[good],
+                "hostname": hostname[good],
+                "gpu": gpu[good],
+                "uuid": uuid[good],
+                **_place(rows, cols, good),
+                **{n: v[good] for n, v in values.items()},
+            }
+        )
+        return store.write_frame(frame) if len(frame) else 0
+
+    return _run(path, _ID, _PLACE, True, store_rows, progress, chunk_rows)
+
+
+def _gpu_ids(
+    rows: _Rows,
+    cols: _Columns,
+    good: np.ndarray,
+    hostname: np.ndarray,
+    gpu: np.ndarray,
+    uuid: np.ndarray,
+) -> list[GpuId]:
+    place = _place(rows, cols, good)
+    return [
+        GpuId(h, int(g), u, pci_bus_id=p, model=m, rack=k)
+        for h, g, u, p, m, k in zip(
+            hostname[good],
+            gpu[good],
+            uuid[good],
+            place["pci_bus_id"],
+            place["model"],
+            place["rack"],
+            strict=True,
+        )
+    ]
+
+
+def ingest_xids(
+    store: Store, path: str | os.PathLike[str], *, chunk_rows: int = CHUNK_ROWS
+) -> IngestReport:
+    """Load an Xid events file (``timestamp,hostname,gpu,UUID,xid``) as ``xid`` events."""
+
+    def store_rows(rows: _Rows, cols: _Columns) -> int:
+        ts, hostname, gpu, uuid = rows.gpus(cols)
+        xid = rows.index(cols.roles["xid"], "an Xid number")
+        good = rows.good()
+        ids = _gpu_ids(rows, cols, good, hostname, gpu, uuid)
+        events = [
+            Event(float(t), g, "xid", code=int(x))
+            for t, g, x in zip(ts[good], ids, xid[good], strict=True)
+        ]
+        store.write_events(events)
+        return len(events)
+
+    return _run(path, (*_ID, "xid"), _PLACE, False, store_rows, False, chunk_rows)
+
+
+def ingest_failures(
+    store: Store, path: str | os.PathLike[str], *, chunk_rows: int = CHUNK_ROWS
+) -> IngestReport:
+    """Load a failures file (``timestamp,hostname,gpu,UUID,kind``, optionally ``repair_s``
+    and ``xid``): the ground truth a model is scored against."""
+
+    def store_rows(rows: _Rows, cols: _Columns) -> int:
+        ts, hostname, gpu, uuid = rows.gpus(cols)
+        kind = rows.text(cols.roles["kind"], cols.roles["kind"])
+        nan = np.full(len(ts), np.nan)
+        repair = rows.number(cols.roles["repair_s"]) if "repair_s" in cols.roles else nan
+        rows.flag(repair < 0, lambda i: f"repair_s {repair[i]:g} is negative")
+        xid = (
+            rows.index(cols.roles["xid"], "an Xid number", required=False)
+            if "xid" in cols.roles
+            else None
+        )
+        good = rows.good()
+        ids = _gpu_ids(rows, cols, good, hostname, gpu, uuid)
+        failures = [
+            Failure(
+                float(ts[i]),
+                g,
+                str(kind[i]),
+                repair_s=None if np.isnan(repair[i]) else float(repair[i]),
+                xid=None if xid is None or xid[i] < 0 else int(xid[i]),
+            )
+            for i, g in zip(np.flatnonzero(good).tolist(), ids, strict=True)
+        ]
+        store.write_failures(failures)
+        return len(failures)
+
+    optional = (*_PLACE, "repair_s", "xid")
+    return _run(path, (*_ID, "kind"), optional, False, store_rows, False, chunk_rows)
+
+
+__all__ = ["IngestReport", "IngestWarning", "ingest_telemetry", "ingest_xids", "ingest_failures"]
