@@ -115,7 +115,8 @@ def run_demo(
 
     host, port = parse_listen(listen)
     collector = SimCollector.from_url(
-        f"sim://?nodes={nodes}&gpus={gpus_per_node}&seed={seed}&models={models}&step=60&start={end:.0f}"
+        f"sim://?nodes={nodes}&gpus={gpus_per_node}&seed={seed}&models={models}&accel={accel}"
+        f"&step={step_s}&start={spec.start_ts:.0f}&resume={end:.0f}"
     )
     exporter = Exporter(collector, interval_s=1.0, store=store)
     server = exporter.serve(host, port)
@@ -139,7 +140,7 @@ def run_demo(
     for line in temps[:2]:
         echo(f"      {line}")
 
-    echo("[3/4] Rolling raw samples up into 5-minute and hourly buckets")
+    echo("[3/4] Rolling raw samples up into hourly buckets (retention)")
     store.compact(time.time())
 
     echo("[4/4] Fleet summary")
