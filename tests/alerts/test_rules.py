@@ -1,0 +1,54 @@
+"""The shipped alert rules pass `promtool check rules` and their unit tests (`promtool test rules`)."""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpuwarden.alerts import RULES_FILE
+
+HERE = Path(__file__).parent
+
+
+def promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("promtool is missing: .ci/run must apt-get install prometheus")
+        pytest.skip("promtool not installed (apt-get install prometheus)")
+    return path
+
+
+def test_rules_are_valid():
+    out = subprocess.run(
+        [promtool(), "check", "rules", str(RULES_FILE)], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "12 rules found" in out.stdout
+
+
+def test_rule_unit_tests_pass():
+    out = subprocess.run(
+        [promtool(), "test", "rules", "gpuwarden.rules.test.yml"],
+        capture_output=True,
+        text=True,
+        cwd=HERE,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_every_rule_has_a_unit_test():
+    import yaml
+
+    rules = yaml.safe_load(RULES_FILE.read_text())
+    names = {r["alert"] for g in rules["groups"] for r in g["rules"]}
+    tests = yaml.safe_load((HERE / "gpuwarden.rules.test.yml").read_text())
+    tested = {
+        t["alertname"]
+        for case in tests["tests"]
+        for t in case["alert_rule_test"]
+        if t["exp_alerts"]
+    }
+    assert names == tested
