@@ -402,5 +402,14 @@ def demo(
     )
 
 
+def _register_subcommands() -> None:
+    """Commands that live beside the code they drive (each module imports its weight lazily)."""
+    from gpuwarden.serve.cli import serve
+
+    main.add_command(serve)
+
+
+_register_subcommands()
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

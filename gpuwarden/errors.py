@@ -8,7 +8,8 @@
     │   └── CollectorTimeout      the source hung (nvidia-smi on a sick GPU does)
     ├── StoreError             the time-series store failed
     │   └── SchemaError        the store's schema is newer than this gpuwarden
-    └── InputError             a user's file or payload is malformed; names the problem
+    ├── InputError             a user's file or payload is malformed; names the problem
+    └── HookError              a scheduler hook or notifier failed (Slurm, Kubernetes, Slack)
 
 Backend errors are translated where they are caught and re-raised ``from exc``; the CLI turns
 any ``GpuwardenError`` into one line on stderr and a non-zero exit.
@@ -50,4 +51,8 @@ class SchemaError(StoreError):
 
 
 class InputError(GpuwardenError):
+    pass
+
+
+class HookError(GpuwardenError):
     pass

@@ -1,0 +1,91 @@
+"""Where ``gpuwarden serve`` gets its risk scores: the pluggable ``assess(store, at)``.
+
+The default combines the trained model, when ``gpuwarden.models`` provides
+``assess(store, at) -> iterable of RiskAssessment-like records``, with the hard-signal assessor
+(double-bit errors, remap failures, lost GPUs, fatal Xids), so hard signals act even without a
+model and whatever the model does with them. ``--assess module:function`` picks any other.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from gpuwarden.alerts.base import RiskAssessment
+from gpuwarden.alerts.hard_signals import HardSignalAssessor
+from gpuwarden.errors import ConfigError
+from gpuwarden.store.base import Store
+
+logger = logging.getLogger("gpuwarden.serve")
+
+Assessor = Callable[[Store, float], Iterable[Any]]
+
+
+def model_assessor() -> Assessor | None:
+    """``gpuwarden.models.assess`` if the models package provides one, else None."""
+    try:
+        models = importlib.import_module("gpuwarden.models")
+    except ImportError as exc:
+        logger.info("no risk model available (%s): hard signals only", exc)
+        return None
+    found = getattr(models, "assess", None)
+    return found if callable(found) else None
+
+
+def combine(*assessors: Assessor) -> Assessor:
+    """One assessor from several: per GPU the highest known risk, the first hard signal, and
+    every reason (in order, without repeats)."""
+
+    def assess(store: Store, at: float) -> list[RiskAssessment]:
+        merged: dict[str, RiskAssessment] = {}
+        for one in assessors:
+            for raw in one(store, at):
+                a = RiskAssessment.coerce(raw)
+                prev = merged.get(a.gpu.uuid)
+                merged[a.gpu.uuid] = a if prev is None else _merge(prev, a)
+        return list(merged.values())
+
+    return assess
+
+
+def _merge(a: RiskAssessment, b: RiskAssessment) -> RiskAssessment:
+    risks = [r for r in (a.risk, b.risk) if not math.isnan(r)]
+    hard = a if a.hard_signal else b
+    return RiskAssessment(
+        gpu=a.gpu if len(a.gpu.model) >= len(b.gpu.model) else b.gpu,
+        ts=max(a.ts, b.ts),
+        risk=max(risks) if risks else math.nan,
+        hard_signal=hard.hard_signal,
+        reasons=tuple(dict.fromkeys((*a.reasons, *b.reasons))),
+        action=hard.action if hard.hard_signal else (a.action or b.action),
+        hard_signal_ts=hard.hard_signal_ts,
+    )
+
+
+def default_assessor(lookback_s: float = 900.0) -> Assessor:
+    """The model (if there is one) combined with the hard-signal assessor."""
+    hard = HardSignalAssessor(lookback_s=lookback_s)
+    model = model_assessor()
+    return hard if model is None else combine(model, hard)
+
+
+def load_assessor(spec: str) -> Assessor:
+    """``"package.module:function"`` -> that callable (``--assess``)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"--assess must look like package.module:function, not {spec!r}")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot load assessor {spec!r}: {exc}") from exc
+    if not callable(obj):
+        raise ConfigError(f"assessor {spec!r} is not callable")
+    return obj  # type: ignore[no-any-return]
+
+
+__all__ = ["Assessor", "combine", "default_assessor", "load_assessor", "model_assessor"]

@@ -1,0 +1,200 @@
+"""The ``gpuwarden serve`` command (registered by ``gpuwarden.cli``: ``main.add_command(serve)``)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from typing import Any
+
+import click
+
+from gpuwarden.errors import GpuwardenError
+
+logger = logging.getLogger("gpuwarden.serve")
+
+
+def _settings(ctx: click.Context) -> dict[str, Any]:
+    root = ctx.find_root().obj
+    if isinstance(root, dict):
+        return root
+    from gpuwarden.config import load_settings
+
+    return load_settings()
+
+
+@click.command()
+@click.option("--collector", "collector_url", help="Collector URL (default: setting `collector`).")
+@click.option(
+    "--no-collect", is_flag=True, help="Do not collect: score what others write into the store."
+)
+@click.option("--store", "store_url", help="Store URL (default: setting `store`).")
+@click.option("--interval", "interval_s", type=float, help="Seconds between two scoring runs.")
+@click.option(
+    "--listen",
+    default="127.0.0.1:9401",
+    show_default=True,
+    help="HOST:PORT of the API, /metrics and the Alertmanager receiver.",
+)
+@click.option(
+    "--tagger",
+    "tagger_urls",
+    multiple=True,
+    help="Scheduler hook URL, repeatable: slurm://?feature=gpuwarden_healthy, k8s://.",
+)
+@click.option("--dry-run", is_flag=True, help="Hooks print what they would do and change nothing.")
+@click.option(
+    "--assess",
+    "assess_spec",
+    default=None,
+    help="Risk scorer as package.module:function (default: the model plus hard signals).",
+)
+@click.option(
+    "--audit",
+    "audit_path",
+    default="gpuwarden-audit.db",
+    show_default=True,
+    help="SQLite file of the audit log.",
+)
+@click.option(
+    "--enter-at", type=float, default=0.7, show_default=True, help="Risk that makes a GPU at-risk."
+)
+@click.option(
+    "--exit-below",
+    type=float,
+    default=0.5,
+    show_default=True,
+    help="Risk to stay under to be ok again.",
+)
+@click.option(
+    "--hold",
+    "hold_h",
+    type=float,
+    default=24.0,
+    show_default=True,
+    help="Hours below --exit-below before ok.",
+)
+@click.option(
+    "--manual-hold",
+    "manual_hold_h",
+    type=float,
+    default=24.0,
+    show_default=True,
+    help="Hours a person's decision holds against the scorer.",
+)
+@click.option(
+    "--breaker-share",
+    type=float,
+    default=0.1,
+    show_default=True,
+    help="Most nodes one hook may newly tag per window, as a share of the fleet.",
+)
+@click.option(
+    "--breaker-window",
+    "breaker_window_s",
+    type=float,
+    default=3600.0,
+    show_default=True,
+    help="Circuit breaker window, seconds.",
+)
+@click.option(
+    "--fleet-nodes",
+    type=int,
+    default=None,
+    help="Nodes in the fleet, for the breaker's share (default: the most nodes seen).",
+)
+@click.option(
+    "--dashboard-url",
+    default="",
+    help="Link for each GPU in Slack messages, with {uuid}, {hostname}, {gpu}.",
+)
+@click.option(
+    "--once", is_flag=True, help="Collect, score, decide and act once, print the decisions, exit."
+)
+@click.pass_context
+def serve(ctx: click.Context, **opts: Any) -> None:
+    """Collect, score every interval, decide with hysteresis, re-tag nodes, alert people.
+
+    Serves /metrics, the API (/v1/gpus, /v1/audit, overrides) and Alertmanager's webhook
+    (/alertmanager). POSTs need the bearer token in $GPUWARDEN_API_TOKEN; Slack messages go to
+    $GPUWARDEN_SLACK_WEBHOOK_URL when it is set.
+    """
+    try:
+        _serve(ctx, **opts)
+    except GpuwardenError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _serve(ctx: click.Context, **o: Any) -> None:
+    from gpuwarden.alerts.audit import AuditLog
+    from gpuwarden.alerts.decision import DecisionEngine
+    from gpuwarden.alerts.slack import ENV_WEBHOOK_URL, SlackNotifier
+    from gpuwarden.cli import _open_collector, _open_store
+    from gpuwarden.config import parse_listen
+    from gpuwarden.exporter import Exporter
+    from gpuwarden.scheduler_hooks import open_tagger
+    from gpuwarden.serve.api import ENV_API_TOKEN
+    from gpuwarden.serve.assessors import default_assessor, load_assessor
+    from gpuwarden.serve.server import ServeHandle, run_serve
+    from gpuwarden.serve.service import RiskService
+
+    cfg = _settings(ctx)
+    host, port = parse_listen(o["listen"])
+    interval = o["interval_s"] or cfg["interval_s"]
+    engine = DecisionEngine(
+        enter_at=o["enter_at"],
+        exit_below=o["exit_below"],
+        hold_s=o["hold_h"] * 3600,
+        manual_hold_s=o["manual_hold_h"] * 3600,
+    )
+    taggers = [open_tagger(url, dry_run=o["dry_run"]) for url in o["tagger_urls"]]
+    notifiers = []
+    if os.environ.get(ENV_WEBHOOK_URL):
+        notifiers.append(SlackNotifier(dashboard_url=o["dashboard_url"]))
+    assess = load_assessor(o["assess_spec"]) if o["assess_spec"] else default_assessor()
+    token = os.environ.get(ENV_API_TOKEN) or None
+    if token is None and not o["once"]:
+        click.echo(f"{ENV_API_TOKEN} is not set: overrides and /alertmanager are refused", err=True)
+    store = _open_store(o["store_url"], cfg)
+    collector = None if o["no_collect"] else _open_collector(o["collector_url"], cfg)
+    audit = AuditLog(o["audit_path"])
+    try:
+        exporter = (
+            Exporter(collector, interval_s=interval, store=store) if collector is not None else None
+        )
+        service = RiskService(
+            store,
+            assess=assess,
+            engine=engine,
+            audit=audit,
+            taggers=taggers,
+            notifiers=notifiers,
+            interval_s=interval,
+            exporter=exporter,
+            breaker_share=o["breaker_share"],
+            breaker_window_s=o["breaker_window_s"],
+            fleet_nodes=o["fleet_nodes"],
+        )
+        service.restore()
+        if o["once"]:
+            if exporter is not None:
+                exporter.poll_once()
+            changes = service.tick()
+            service.flush_notifiers()
+            for t in changes:
+                risk = "unknown" if math.isnan(t.risk) else f"{t.risk:.2f}"
+                click.echo(
+                    f"{t.gpu.hostname}/{t.gpu.index} {t.gpu.uuid}: {t.old} -> {t.new} "
+                    f"(risk {risk}; {'; '.join(t.reasons)})"
+                )
+            click.echo(f"{len(service.engine.statuses())} GPUs scored, {len(changes)} changed")
+            return
+        run_serve(ServeHandle(service, token=token), host, port)
+    finally:
+        audit.close()
+        if collector is not None:
+            collector.close()
+        store.close()
+
+
+__all__ = ["serve"]

@@ -1,0 +1,138 @@
+"""The decision part of ``gpuwarden serve``'s ``/metrics`` (the telemetry part is the Exporter's).
+
+- ``gpuwarden_risk_score{Hostname,gpu,UUID}``: the latest risk (0..1); a GPU whose risk is
+  unknown has no sample, never 0;
+- ``gpuwarden_gpu_state{Hostname,gpu,UUID,state}``: a state set, 1 for the current state of
+  ok / at-risk / unhealthy and 0 for the others (the shipped alert rules read both);
+- ``gpuwarden_decisions_total{from,to,source}``, ``gpuwarden_hook_actions_total{hook,result}``,
+  ``gpuwarden_circuit_breaker_open{hook}``, ``gpuwarden_circuit_breaker_refusals_total{hook}``,
+  ``gpuwarden_held_retags{hook}``, ``gpuwarden_alertmanager_alerts_total{outcome}``,
+  ``gpuwarden_webhook_requests_total{code}``, ``gpuwarden_assess_runs_total``,
+  ``gpuwarden_assess_errors_total``, ``gpuwarden_assess_last_success_timestamp_seconds``,
+  ``gpuwarden_assess_duration_seconds``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from gpuwarden.alerts.base import GpuState
+
+if TYPE_CHECKING:
+    from gpuwarden.serve.service import RiskService
+
+_GPU_LABELS = ["Hostname", "gpu", "UUID"]
+
+
+class _DecisionCollector:
+    def __init__(self, service: RiskService) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.service
+        risk = GaugeMetricFamily(
+            "gpuwarden_risk_score",
+            "Calibrated probability that the GPU fails within the model's horizon (0..1).",
+            labels=_GPU_LABELS,
+        )
+        state = GaugeMetricFamily(
+            "gpuwarden_gpu_state",
+            "GPU scheduling state: 1 for the current one of ok, at-risk, unhealthy.",
+            labels=[*_GPU_LABELS, "state"],
+        )
+        for st in s.engine.statuses():
+            ids = [st.gpu.hostname, str(st.gpu.index), st.gpu.uuid]
+            if not math.isnan(st.risk):
+                risk.add_metric(ids, st.risk)
+            for name in GpuState:
+                state.add_metric([*ids, str(name)], 1.0 if st.state is name else 0.0)
+        yield risk
+        yield state
+
+        c = s.counters
+        decisions = CounterMetricFamily(
+            "gpuwarden_decisions", "GPU state changes.", labels=["from", "to", "source"]
+        )
+        for (old, new, source), n in sorted(c.decisions.items()):
+            decisions.add_metric([old, new, source], n)
+        yield decisions
+        hooks = CounterMetricFamily(
+            "gpuwarden_hook_actions",
+            "Re-tags attempted per scheduler hook, by result (ok, unchanged, failed, blocked, dry-run).",
+            labels=["hook", "result"],
+        )
+        for (hook, result), n in sorted(c.hook_results.items()):
+            hooks.add_metric([hook, result], n)
+        yield hooks
+        open_ = GaugeMetricFamily(
+            "gpuwarden_circuit_breaker_open",
+            "1 while the hook's circuit breaker refuses further re-tags.",
+            labels=["hook"],
+        )
+        refusals = CounterMetricFamily(
+            "gpuwarden_circuit_breaker_refusals",
+            "Re-tags the circuit breaker refused.",
+            labels=["hook"],
+        )
+        held = GaugeMetricFamily(
+            "gpuwarden_held_retags",
+            "Node re-tags refused by the breaker and waiting for a person.",
+            labels=["hook"],
+        )
+        for t in s.taggers:
+            open_.add_metric([t.name], 1.0 if t.is_open() else 0.0)
+            refusals.add_metric([t.name], t.trips)
+            held.add_metric([t.name], sum(1 for (h, _) in s.actor.held if h == t.name))
+        yield open_
+        yield refusals
+        yield held
+        alerts = CounterMetricFamily(
+            "gpuwarden_alertmanager_alerts",
+            "Alerts received from Alertmanager, by outcome.",
+            labels=["outcome"],
+        )
+        for outcome, n in sorted(c.alerts.items()):
+            alerts.add_metric([outcome], n)
+        yield alerts
+        requests = CounterMetricFamily(
+            "gpuwarden_webhook_requests",
+            "Requests to POST /alertmanager, by HTTP status.",
+            labels=["code"],
+        )
+        for code, n in sorted(c.webhook_requests.items()):
+            requests.add_metric([str(code)], n)
+        yield requests
+        yield CounterMetricFamily("gpuwarden_assess_runs", "Scoring runs.", value=c.assess_runs)
+        yield CounterMetricFamily(
+            "gpuwarden_assess_errors", "Scoring runs that failed.", value=c.assess_errors
+        )
+        if c.assess_last_ok_ts is not None:
+            yield GaugeMetricFamily(
+                "gpuwarden_assess_last_success_timestamp_seconds",
+                "Unix time of the last successful scoring run.",
+                value=c.assess_last_ok_ts,
+            )
+        if c.assess_duration_s is not None:
+            yield GaugeMetricFamily(
+                "gpuwarden_assess_duration_seconds",
+                "How long the last scoring run took.",
+                value=c.assess_duration_s,
+            )
+
+
+def render(service: RiskService) -> bytes:
+    """The whole /metrics body: the exporter's telemetry (if collecting), then decisions."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_DecisionCollector(service))  # type: ignore[arg-type]
+    body = generate_latest(registry)
+    if service.exporter is not None:
+        return service.exporter.render() + body
+    return body
+
+
+__all__ = ["render"]

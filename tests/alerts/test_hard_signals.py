@@ -1,0 +1,75 @@
+"""The hard-signal assessor reads DBEs, remap failures, lost GPUs and fatal Xids from a store."""
+
+import math
+
+import pytest
+
+from gpuwarden.alerts.hard_signals import HardSignalAssessor
+from gpuwarden.errors import ConfigError
+from gpuwarden.store.sqlite import SqliteStore
+from gpuwarden.telemetry import Batch, Event, GpuId, Sample
+
+T0 = 1_700_000_000.0
+G = [GpuId("n1", i, f"GPU-{i}", model="H100-80GB") for i in range(6)]
+
+
+def sample(ts, gpu, **values):
+    return Sample(ts, gpu, values)
+
+
+@pytest.fixture
+def store():
+    s = SqliteStore(":memory:")
+    yield s
+    s.close()
+
+
+def test_each_hard_signal_and_the_quiet_gpus(store):
+    for k in range(5):
+        ts = T0 + 60 * k
+        store.write_batch(
+            Batch(
+                ts,
+                (
+                    sample(ts, G[0], ecc_dbe_volatile_total=0.0, remapped_rows_failure=0.0),
+                    # a DBE at the 4th reading
+                    sample(ts, G[1], ecc_dbe_volatile_total=2.0 if k >= 3 else 0.0),
+                    sample(ts, G[2], remapped_rows_failure=1.0 if k == 4 else 0.0),
+                    # a driver reload: the volatile counter drops, no DBE
+                    sample(ts, G[5], ecc_dbe_volatile_total=[7, 7, 0, 0, 0][k]),
+                ),
+            )
+        )
+    store.write_events(
+        [
+            Event(T0 + 100, G[3], "xid", 79, "fell off the bus"),
+            Event(T0 + 110, G[3], "gpu_lost"),
+            Event(T0 + 120, G[4], "xid", 13, "application fault: not a hard signal"),
+            Event(T0 + 130, G[0], "xid", 31, "page fault: application"),
+        ]
+    )
+    at = T0 + 240
+    got = {a.gpu.uuid: a for a in HardSignalAssessor(lookback_s=600)(store, at)}
+    assert set(got) == {g.uuid for g in G}
+    assert all(math.isnan(a.risk) and a.ts == at for a in got.values())
+    quiet = [u for u, a in got.items() if a.hard_signal is None]
+    assert sorted(quiet) == ["GPU-0", "GPU-4", "GPU-5"]
+    assert got["GPU-1"].hard_signal == "2 double-bit ECC error(s) (ecc_dbe_volatile_total)"
+    assert got["GPU-1"].hard_signal_ts == T0 + 180
+    assert got["GPU-2"].hard_signal == "row remap failure" and "RMA" in got["GPU-2"].action
+    lost = got["GPU-3"]
+    assert lost.hard_signal == "GPU lost (fell off the bus)"  # the newest signal names it
+    assert lost.reasons == ("GPU lost (fell off the bus)", "Xid 79 (GPU has fallen off the bus)")
+    assert got["GPU-0"].gpu.model == "H100-80GB"
+
+
+def test_signals_older_than_the_lookback_do_not_count(store):
+    store.write_events([Event(T0, G[0], "xid", 48, "DBE")])
+    [a] = HardSignalAssessor(lookback_s=300)(store, T0 + 100)
+    assert a.hard_signal == "Xid 48 (Double-bit ECC error)"
+    assert HardSignalAssessor(lookback_s=300)(store, T0 + 1000) == []
+
+
+def test_lookback_must_be_positive():
+    with pytest.raises(ConfigError):
+        HardSignalAssessor(lookback_s=0)

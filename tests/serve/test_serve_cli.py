@@ -1,0 +1,79 @@
+"""`gpuwarden serve` through click's runner: --once over a simulated fleet, dry-run hooks, errors."""
+
+import stat
+import time
+
+from click.testing import CliRunner
+
+from gpuwarden.alerts.audit import AuditLog
+from gpuwarden.alerts.base import RiskAssessment
+from gpuwarden.serve.cli import serve
+from gpuwarden.telemetry import GpuId
+
+# the fleet starts a minute ago, so its first sample is within the hard-signal lookback
+SIM = f"sim://?nodes=2&gpus=2&seed=3&step=60&start={int(time.time()) - 60}"
+
+
+def all_at_risk(store, at):
+    """An assessor for --assess: every GPU in the store at 0.9."""
+    return [
+        RiskAssessment(GpuId(r.hostname, int(r.gpu), r.uuid), at, 0.9, reasons=("test model",))
+        for r in store.gpus().itertuples()
+    ]
+
+
+def fake_scontrol(tmp_path):
+    """An scontrol that shows every node idle and healthy (and fails on anything else)."""
+    script = tmp_path / "scontrol"
+    script.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1 $2 $3" = "-o show node" ]; then\n'
+        '  echo "NodeName=$4 AvailableFeatures=gpuwarden_healthy ActiveFeatures=gpuwarden_healthy State=IDLE"\n'
+        "  exit 0\nfi\nexit 1\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script
+
+
+def run(tmp_path, *args):
+    base = ["--once", "--collector", SIM, "--store", f"sqlite:///{tmp_path / 'g.db'}"]
+    return CliRunner().invoke(serve, [*base, "--audit", str(tmp_path / "audit.db"), *args])
+
+
+def test_once_scores_the_fleet(tmp_path):
+    r = run(tmp_path)
+    assert r.exit_code == 0, r.output
+    assert r.output.strip().endswith("4 GPUs scored, 0 changed")
+
+
+def test_once_with_a_model_and_a_dry_run_slurm_hook(tmp_path):
+    scontrol = fake_scontrol(tmp_path)
+    r = run(
+        tmp_path,
+        "--assess",
+        "test_serve_cli:all_at_risk",
+        "--tagger",
+        f"slurm://?scontrol={scontrol}",
+        "--dry-run",
+        "--breaker-share",
+        "1",
+    )
+    assert r.exit_code == 0, r.output
+    lines = r.output.strip().splitlines()
+    assert lines[-1] == "4 GPUs scored, 4 changed"
+    dry = [ln for ln in lines if ln.startswith("[dry-run] slurm:")]
+    assert len(dry) == 2 and all("AvailableFeatures= ActiveFeatures=" in ln for ln in dry)
+    changed = [ln for ln in lines if " ok -> at-risk (risk 0.90; test model)" in ln]
+    assert len(changed) == 4
+    rows = AuditLog(tmp_path / "audit.db").rows(hook="slurm")
+    assert len(rows) == 2 and all(r.result.startswith("dry-run: would run") for r in rows)
+
+
+def test_user_mistakes_are_one_line(tmp_path):
+    r = run(tmp_path, "--tagger", "nope://")
+    assert r.exit_code == 1 and "Error: no scheduler hook for 'nope://'" in r.output
+    r = run(tmp_path, "--assess", "no_such_module:f")
+    assert r.exit_code == 1 and "cannot load assessor 'no_such_module:f'" in r.output
+    r = run(tmp_path, "--enter-at", "0.3")
+    assert r.exit_code == 1 and "exit_below <= enter_at" in r.output
+    assert "Traceback" not in r.output
