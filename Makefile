@@ -34,7 +34,7 @@ bench: install
 	$(BIN)/python bench/bench_sim.py
 	$(BIN)/python bench/bench_store.py
 	$(BIN)/python bench/bench_exporter.py
-	$(BIN)/python bench/bench_openb.py --seeds 42,43
+	$(BIN)/python bench/bench_openb.py --seeds 42-43
 
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache .mypy_cache .ruff_cache
