@@ -5,12 +5,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint format bench clean
+.PHONY: install demo test lint format bench clean screenshots
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,dashboard]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -35,6 +35,9 @@ bench: install
 	$(BIN)/python bench/bench_store.py
 	$(BIN)/python bench/bench_exporter.py
 	$(BIN)/python bench/bench_openb.py --seeds 42-43
+
+screenshots: install
+	$(BIN)/python -m gpuwarden.dashboard.screenshots --out docs/img
 
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache .mypy_cache .ruff_cache

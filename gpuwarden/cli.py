@@ -391,6 +391,7 @@ def demo(
 
     run_demo(
         Path(out_dir),
+        keep_serving=sys.stdin.isatty() and sys.stdout.isatty(),
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         days=days,
@@ -404,9 +405,11 @@ def demo(
 
 def _register_subcommands() -> None:
     """Commands that live beside the code they drive (each module imports its weight lazily)."""
+    from gpuwarden.dashboard.cli import dashboard
     from gpuwarden.serve.cli import serve
 
     main.add_command(serve)
+    main.add_command(dashboard)
 
 
 _register_subcommands()

@@ -81,6 +81,7 @@ def run_demo(
     models: str = "H100-80GB,A100-80GB,H200",
     step_s: int = 300,
     echo: Callable[[str], None] = print,
+    keep_serving: bool = False,
 ) -> None:
     import httpx
 
@@ -105,7 +106,7 @@ def run_demo(
         end_ts=end,
     )
     echo(
-        f"[1/4] Simulating {nodes} nodes x {gpus_per_node} GPUs, {days:g} days at {step_s} s "
+        f"[1/6] Simulating {nodes} nodes x {gpus_per_node} GPUs, {days:g} days at {step_s} s "
         f"(failure rate x{accel:g}) into {db}"
     )
     n_samples, n_events, n_failures = simulate_into(store, spec)
@@ -122,7 +123,7 @@ def run_demo(
     server = exporter.serve(host, port)
     bound = f"http://{host}:{server.server_address[1]}"
     echo(
-        f"[2/4] Exporter serving {bound}/metrics over the live simulated fleet for {serve_seconds:g} s"
+        f"[2/6] Exporter serving {bound}/metrics over the live simulated fleet for {serve_seconds:g} s"
     )
     try:
         time.sleep(serve_seconds)
@@ -140,12 +141,55 @@ def run_demo(
     for line in temps[:2]:
         echo(f"      {line}")
 
-    echo("[3/4] Rolling raw samples up into hourly buckets (retention)")
+    echo("[3/6] Rolling raw samples up into hourly buckets (retention)")
     store.compact(time.time())
 
-    echo("[4/4] Fleet summary")
+    echo("[4/6] Fleet summary")
     echo("")
     echo(fleet_summary(store).render())
     store.close()
     echo("")
-    echo(f"Done. Explore it: gpuwarden summary --store sqlite:///{db}")
+
+    from gpuwarden.serve.demo import run_loop_demo
+
+    echo("[5/6] The risk loop: a GPU degrades, is flagged, and its node is re-tagged")
+    run_loop_demo(echo=echo)
+    echo("")
+    _demo_dashboard(f"sqlite:///{db}", echo=echo, keep_serving=keep_serving)
+    echo(f"Explore it: gpuwarden summary --store sqlite:///{db}")
+
+
+def _demo_dashboard(store_url: str, *, echo: Callable[[str], None], keep_serving: bool) -> None:
+    """Serve the dashboard on the demo store; keep it up for a person at a terminal."""
+    from gpuwarden.dashboard.cli import start_dashboard, stop_dashboard, wait_ready
+    from gpuwarden.errors import GpuwardenError
+
+    host, port = "127.0.0.1", _free_port()
+    url = f"http://{host}:{port}/"
+    try:
+        proc = start_dashboard(store_url, host, port)
+    except GpuwardenError as exc:  # streamlit not installed: pip install '.[dashboard]'
+        echo(f"[6/6] Dashboard skipped: {exc}")
+        return
+    try:
+        wait_ready(proc, url.rstrip("/"), timeout_s=90)
+        echo(f"[6/6] Dashboard running on the demo store: {url}")
+        if keep_serving:
+            echo("      Ctrl-C to stop.")
+            proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop_dashboard(proc)
+    if not keep_serving:
+        echo(
+            "      (stopped again: not at a terminal; `gpuwarden dashboard --store ...` serves it)"
+        )
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -1,0 +1,88 @@
+"""Cached reads for the app: each query runs at most once per ``TTL_S`` per store URL.
+
+Streamlit re-runs the whole script on every click; without these caches every click would
+re-read the store. Keys are the store URL and the query's arguments (the store object and the
+scorer are not hashable: they are passed with a leading underscore and identified by the URL
+and ``scorer_key``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+import streamlit as st
+
+from gpuwarden.dashboard import data
+from gpuwarden.dashboard._background import BackgroundScores
+from gpuwarden.store import open_store
+from gpuwarden.store.base import Store
+
+TTL_S = 30
+
+
+@st.cache_resource(show_spinner=False)
+def store(url: str) -> Store:
+    """One open store per URL for the whole server (SQLite reads run concurrently in WAL)."""
+    return open_store(url)
+
+
+@st.cache_resource(show_spinner=False)
+def background_scores(url: str) -> BackgroundScores | None:
+    """The risk model scoring ``url``'s fleet in the background (None without a model)."""
+    scorer = data.default_scorer()
+    # start once the first page is drawn: loading scikit-learn would slow it on a small machine
+    return None if scorer is None else BackgroundScores(url, scorer, start_after_s=5.0)
+
+
+def clear() -> None:
+    """Forget every cached query (the "Refresh now" button); the open stores stay."""
+    st.cache_data.clear()
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def snapshot(url: str) -> data.Snapshot | None:
+    return data.snapshot(store(url), time.time())
+
+
+@st.cache_data(ttl=TTL_S, show_spinner="Reading GPU states...")
+def fleet_states(
+    url: str,
+    at: float,
+    stale_s: float,
+    window_s: float,
+    scores_key: str,
+    _scorer: data.Scorer | None,
+    _scores: pd.DataFrame | None,
+) -> pd.DataFrame:
+    """``scores_key`` names ``_scorer`` / ``_scores`` (which are not hashed): "" for none."""
+    return data.fleet_states(
+        store(url), at, stale_s=stale_s, window_s=window_s, scorer=_scorer, scores=_scores
+    )
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def fleet_now(url: str, at: float, stale_s: float) -> dict[str, float]:
+    return data.fleet_now(store(url), at, stale_s=stale_s)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner="Reading fleet history...")
+def fleet_series(url: str, start: float, end: float, gpus: int, step_s: float) -> pd.DataFrame:
+    return data.fleet_series(store(url), start, end, gpus=gpus, step_s=step_s)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def recent_events(url: str, start: float, end: float, uuid: str | None = None) -> pd.DataFrame:
+    return data.recent_events(store(url), start, end, uuid=uuid)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner="Reading the GPU's history...")
+def gpu_series(url: str, uuid: str, start: float, end: float, step_s: float) -> pd.DataFrame:
+    return data.gpu_series(store(url), uuid, start, end, step_s=step_s)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def gpu_risk_series(
+    url: str, uuid: str, start: float, end: float, scorer_key: str, _scorer: data.Scorer | None
+) -> pd.DataFrame:
+    return data.gpu_risk_series(_scorer, store(url), uuid, start, end)

@@ -1,0 +1,130 @@
+"""``gpuwarden dashboard``: serve the Streamlit health dashboard over a store.
+
+    gpuwarden dashboard --store sqlite:///gpuwarden.db --listen 127.0.0.1:8501
+
+The command runs ``python -m streamlit run gpuwarden/dashboard/app.py`` in a child process with
+the store URL passed through, and stops it on Ctrl-C. ``start_dashboard`` / ``wait_ready`` do
+the same for the demo, the screenshot script and the browser test.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuwarden.config import load_settings, parse_listen
+from gpuwarden.errors import ConfigError, GpuwardenError
+
+APP = Path(__file__).with_name("app.py")
+DEFAULT_LISTEN = "127.0.0.1:8501"
+
+
+def require_streamlit() -> None:
+    """Raise a one-line ``ConfigError`` naming the extra when Streamlit is not installed."""
+    if importlib.util.find_spec("streamlit") is None or importlib.util.find_spec("altair") is None:
+        raise ConfigError(
+            "the dashboard needs Streamlit and Altair: pip install 'gpuwarden[dashboard]'"
+        )
+
+
+def streamlit_argv(store_url: str, host: str, port: int, *, app: Path = APP) -> list[str]:
+    """The command line that serves the app on ``host:port`` (headless, no usage stats, no
+    file watcher: the app's files do not change under a running server)."""
+    return [
+        sys.executable, "-m", "streamlit", "run", str(app),
+        f"--server.address={host}",
+        f"--server.port={port}",
+        "--server.headless=true",
+        "--browser.gatherUsageStats=false",
+        "--server.fileWatcherType=none",
+        "--theme.base=light",
+        "--client.toolbarMode=minimal",
+        "--", "--store", store_url,
+    ]  # fmt: skip
+
+
+def start_dashboard(
+    store_url: str, host: str, port: int, *, log: Path | None = None, app: Path = APP
+) -> subprocess.Popen[bytes]:
+    """Start the server in a child process; its output goes to ``log`` (default: ours).
+    ``app`` is another Streamlit script to serve instead (tests)."""
+    require_streamlit()
+    env = {**os.environ, "GPUWARDEN_STORE": store_url}
+    out: Any = log.open("wb") if log is not None else None
+    try:
+        return subprocess.Popen(
+            streamlit_argv(store_url, host, port, app=app),
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT if log is not None else None,
+        )
+    finally:
+        if log is not None:
+            out.close()
+
+
+def wait_ready(proc: subprocess.Popen[bytes], url: str, *, timeout_s: float = 60.0) -> None:
+    """Wait until ``url/_stcore/health`` answers ok; ``GpuwardenError`` if the server exits
+    or does not answer in time."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise GpuwardenError(f"the dashboard server exited with status {proc.returncode}")
+        try:
+            if httpx.get(f"{url}/_stcore/health", timeout=2).text.strip() == "ok":
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise GpuwardenError(f"the dashboard at {url} did not answer within {timeout_s:g} s")
+        time.sleep(0.2)
+
+
+def stop_dashboard(proc: subprocess.Popen[bytes]) -> None:
+    """Stop the server (SIGTERM, then SIGKILL after 10 s)."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@click.command()
+@click.option("--store", "store_url", help="Store URL (default: setting `store`).")
+@click.option(
+    "--listen",
+    default=DEFAULT_LISTEN,
+    show_default=True,
+    help="HOST:PORT to serve the dashboard on.",
+)
+@click.pass_context
+def dashboard(ctx: click.Context, store_url: str | None, listen: str) -> None:
+    """Serve the health dashboard (fleet overview, GPUs needing attention, GPU detail)."""
+    try:
+        cfg = ctx.find_root().obj or load_settings()
+        url = store_url or str(cfg["store"])
+        host, port = parse_listen(listen)
+        require_streamlit()
+    except GpuwardenError as exc:
+        raise click.ClickException(str(exc)) from exc
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    click.echo(f"Dashboard on http://{shown}:{port}/ over {url} (Ctrl-C stops it)")
+    proc = start_dashboard(url, host, port)
+    try:
+        status = proc.wait()
+    except KeyboardInterrupt:
+        stop_dashboard(proc)
+        return
+    if status != 0:
+        raise click.ClickException(f"streamlit exited with status {status}")

@@ -1,0 +1,192 @@
+"""Screenshots of the dashboard in headless Chromium: ``make screenshots`` writes docs/img/.
+
+    python -m gpuwarden.dashboard.screenshots --out docs/img             # simulated 1,024 GPUs
+    python -m gpuwarden.dashboard.screenshots --store sqlite:///my.db --out /tmp/shots
+
+Serves the app with ``streamlit run`` on 127.0.0.1, loads each page in Chromium (DevTools
+protocol, see ``_browser``), waits until it is drawn, and fails when a page shows a Streamlit
+exception box or comes out blank. Without ``--store`` it simulates a fleet first (a temporary
+SQLite file, rolled up as ``gpuwarden collect`` would).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuwarden.dashboard import data
+from gpuwarden.dashboard._browser import Browser, _free_port, blank_reason, find_chromium
+from gpuwarden.dashboard.cli import APP, start_dashboard, stop_dashboard, wait_ready
+from gpuwarden.errors import GpuwardenError
+from gpuwarden.store import open_store
+
+
+@dataclass(frozen=True)
+class Shot:
+    name: str  # file stem under the output folder
+    query: str  # the page's query string
+
+
+@dataclass(frozen=True)
+class Captured:
+    path: Path  # the PNG
+    text: str  # the page's visible text, for checks
+
+
+def demo_store(
+    path: Path,
+    *,
+    nodes: int = 128,
+    gpus_per_node: int = 8,
+    days: float = 3.0,
+    seed: int = 3,
+    accel: float = 20.0,
+    step_s: int = 300,
+) -> str:
+    """Simulate a fleet ending now into a new SQLite file and roll it up; returns its URL."""
+    from gpuwarden.demo import fleet_spec, simulate_into
+
+    for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        leftover.unlink(missing_ok=True)
+    url = f"sqlite:///{path}"
+    store = open_store(url)
+    try:
+        spec = fleet_spec(
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            models="H100-80GB,A100-80GB,H200",
+            days=days,
+            step_s=step_s,
+            seed=seed,
+            accel=accel,
+        )
+        simulate_into(store, spec, progress=False)
+        store.compact(time.time())
+    finally:
+        store.close()
+    return url
+
+
+def pick_gpu(store_url: str) -> str | None:
+    """The GPU worth showing: the worst flagged GPU that still reports (so its charts run to
+    the end), else the worst GPU."""
+    store = open_store(store_url)
+    try:
+        snap = data.snapshot(store, time.time())
+        if snap is None:
+            return None
+        states = data.fleet_states(store, snap.as_of, stale_s=snap.stale_s)
+    finally:
+        store.close()
+    reporting = data.flagged(states)
+    reporting = reporting[reporting["last_ts"] >= snap.as_of - snap.stale_s]
+    best = reporting if len(reporting) else states
+    return str(best["uuid"].iloc[0]) if len(best) else None
+
+
+def capture(
+    store_url: str,
+    out: Path,
+    shots: list[Shot],
+    *,
+    chromium: str,
+    width: int = 1400,
+    height: int = 2400,
+    timeout_s: float = 90.0,
+    app: Path = APP,
+    wait_for_model: bool = False,
+) -> list[Captured]:
+    """Serve the dashboard over ``store_url`` and write one PNG per shot into ``out``.
+
+    Raises ``GpuwardenError`` naming the page when it does not finish drawing, shows a
+    Streamlit exception, or is blank. ``wait_for_model``: first wait (up to ``timeout_s``)
+    until the risk model's background scores are on the page."""
+    out.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryDirectory(prefix="gpuwarden-dash-") as tmp:
+        log = Path(tmp) / "streamlit.log"
+        proc = start_dashboard(store_url, "127.0.0.1", port, log=log, app=app)
+        try:
+            try:
+                wait_ready(proc, base, timeout_s=timeout_s)
+            except GpuwardenError as exc:
+                raise GpuwardenError(f"{exc}\n{log.read_text(errors='replace')[-2000:]}") from exc
+            with Browser(chromium, width=width, height=height) as browser:
+                if wait_for_model:
+                    _wait_for_scores(browser, base, timeout_s)
+                return [_one(browser, base, shot, out, timeout_s) for shot in shots]
+        finally:
+            stop_dashboard(proc)
+
+
+def _wait_for_scores(browser: Browser, base: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        browser.open(f"{base}/?view=attention", timeout_s=timeout_s)
+        if "risk model is scoring" not in browser.text():
+            return
+        time.sleep(3)
+
+
+def _one(browser: Browser, base: str, shot: Shot, out: Path, timeout_s: float) -> Captured:
+    url = f"{base}/?{shot.query}" if shot.query else f"{base}/"
+    # the first load after the server starts sometimes never draws: load again once
+    drawn = browser.open(url, timeout_s=timeout_s / 2) or browser.open(url, timeout_s=timeout_s)
+    path = browser.screenshot(out / f"{shot.name}.png")
+    if browser.exceptions():
+        raise GpuwardenError(f"{url} shows a Streamlit exception:\n{browser.text()[:2000]}")
+    if not drawn:
+        raise GpuwardenError(f"{url} did not finish drawing within {timeout_s:g} s ({path})")
+    if reason := blank_reason(path):
+        raise GpuwardenError(f"{url} looks blank: {reason}")
+    return Captured(path, browser.text())
+
+
+def default_shots(gpu: str | None) -> list[Shot]:
+    shots = [
+        Shot("dashboard-overview", "view=overview"),
+        Shot("dashboard-attention", "view=attention"),
+    ]
+    if gpu:
+        shots.append(Shot("dashboard-gpu", f"view=gpu&gpu={gpu}"))
+    return shots
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--store", help="store URL (default: simulate a fleet into a temporary file)"
+    )
+    parser.add_argument("--out", type=Path, default=Path("docs/img"), help="folder for the PNGs")
+    parser.add_argument("--nodes", type=int, default=128, help="simulated nodes (8 GPUs each)")
+    parser.add_argument("--days", type=float, default=3.0, help="simulated days of history")
+    args = parser.parse_args(argv)
+    chromium = find_chromium()
+    if chromium is None:
+        print("chromium is not installed (apt-get install -y chromium)", file=sys.stderr)
+        return 1
+    try:
+        with tempfile.TemporaryDirectory(prefix="gpuwarden-shots-") as tmp:
+            url = args.store
+            if url is None:
+                print(f"simulating {args.nodes * 8} GPUs over {args.days:g} days...", flush=True)
+                url = demo_store(Path(tmp) / "gpuwarden.db", nodes=args.nodes, days=args.days)
+            shots = default_shots(pick_gpu(url))
+            paths = capture(
+                url, args.out, shots, chromium=chromium, height=3000, wait_for_model=True
+            )
+    except GpuwardenError as exc:
+        print(f"screenshots failed: {exc}", file=sys.stderr)
+        return 1
+    for page in paths:
+        print(f"wrote {page.path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

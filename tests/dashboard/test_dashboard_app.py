@@ -1,0 +1,242 @@
+"""The Streamlit app, run in-process by ``streamlit.testing.v1.AppTest`` over the known store
+(tests/dashboard/conftest.py): the numbers each page shows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from known_fleet import DBE, LOST, MISSING, REMAP, SBE, UNHEALTHY, require_extra, uuid_of
+
+require_extra("streamlit", "altair")
+import streamlit as st  # noqa: E402
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from gpuwarden.dashboard import app as app_module  # noqa: E402
+from gpuwarden.store.sqlite import SqliteStore  # noqa: E402
+
+APP = Path(app_module.__file__)
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches() -> Iterator[None]:
+    st.cache_data.clear()
+    st.cache_resource.clear()
+    yield
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+def run(url: str, monkeypatch: pytest.MonkeyPatch, **query: str) -> AppTest:
+    """Run the app over ``url`` without a risk model (hard signals only)."""
+    monkeypatch.setenv("GPUWARDEN_STORE", url)
+    at = AppTest.from_file(str(APP), default_timeout=30)
+    at.session_state[app_module.SCORER_KEY] = None
+    at.query_params.update(query)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def frame_with(at: AppTest, column: str) -> pd.DataFrame:
+    frames = [d.value for d in at.dataframe if column in d.value.columns]
+    assert frames, f"no table with a {column!r} column"
+    return frames[0]
+
+
+def test_overview_counts_states_and_fleet_numbers(known_url, monkeypatch):
+    at = run(known_url, monkeypatch)
+    assert at.title[0].value == "GPU fleet health"
+    m = metrics(at)
+    assert (m["OK"], m["At risk"], m["Unhealthy"], m["Missing"]) == ("11", "0", "4", "1")
+    assert m["Utilisation now"] == f"{(13 * 50 + 90) / 14:.0f} %"
+    assert m["Power now"] == "4.2 kW"
+    # the store's newest sample is from 2026-01-01: the page says so instead of showing "missing"
+    assert any("No sample for" in w.value and "2026-01-01 05:55 UTC" in w.value for w in at.warning)
+    flagged = frame_with(at, "reasons")
+    assert set(zip(flagged["hostname"], flagged["gpu"], strict=True)) == UNHEALTHY
+    assert set(flagged["state"]) == {"unhealthy"}
+    events = frame_with(at, "what")
+    counts = dict(zip(events["what"], events["events"], strict=True))
+    assert counts == {"Xid 79": 1, "GPU lost": 1, "Xid 48": 1, "Xid 13": 1}
+
+
+def test_clicking_a_heatmap_cell_opens_the_gpu(known_url, monkeypatch):
+    at = run(known_url, monkeypatch)
+    # what the browser sends when a cell is clicked (the chart's point selection on uuid)
+    at.session_state["heatmap"] = {"selection": {"gpu_cell": [{"uuid": uuid_of(REMAP)}]}}
+    at.run()
+    assert not at.exception
+    assert at.query_params["view"] == "gpu" and at.query_params["gpu"] == uuid_of(REMAP)
+    assert at.title[0].value.startswith("node002 · GPU 0")
+
+
+def test_selecting_a_flagged_row_opens_the_gpu(known_url, monkeypatch):
+    at = run(known_url, monkeypatch, view="attention")
+    flagged = frame_with(at, "reasons")
+    at.session_state["attention_flagged"] = {"selection": {"rows": [1], "columns": []}}
+    at.run()
+    assert not at.exception
+    assert at.query_params["gpu"] == flagged["uuid"].iloc[1]
+    assert at.selectbox(key="gpu_pick").value == flagged["uuid"].iloc[1]
+
+
+def test_attention_page_lists_flagged_and_missing_gpus(known_url, monkeypatch):
+    at = run(known_url, monkeypatch, view="attention")
+    assert at.title[0].value == "GPUs needing attention"
+    flagged = frame_with(at, "reasons")
+    rows = {
+        (h, g): r
+        for h, g, r in zip(flagged["hostname"], flagged["gpu"], flagged["reasons"], strict=True)
+    }
+    assert set(rows) == UNHEALTHY
+    assert "double-bit ECC error" in rows[DBE] and "Xid 79" in rows[LOST]
+    assert "row remapping failed" in rows[REMAP]
+    assert flagged["action"].str.len().gt(0).all()
+    assert flagged["flagged_ts"].notna().all()
+    missing = frame_with(at, "last_ts")
+    assert list(zip(missing["hostname"], missing["gpu"], strict=True)) == [MISSING]
+
+
+def test_gpu_page_shows_the_gpus_series(known_url, monkeypatch):
+    at = run(known_url, monkeypatch, view="gpu", gpu=uuid_of(SBE))
+    assert at.title[0].value.startswith("node000 · GPU 0")
+    assert at.selectbox(key="gpu_pick").value == uuid_of(SBE)
+    m = metrics(at)
+    assert m["SBEs in range"] == "700"
+    assert m["Peak spread"] == "20.0 °C"
+    assert m["Peak memory temp"] == "70.0 °C"
+    assert m["Xid / lost events"] == "1"
+    numbers = frame_with(at, "sbe_per_h")
+    assert len(numbers) == 72
+    assert numbers["sbe_per_h"].max() == 120.0 and numbers["sbe_per_h"].min() == 0.0
+    assert numbers["spread_c"].iloc[-1] == 20.0
+    assert (numbers["pcie_limit_per_min"] == 0.96 * 16).all()
+
+
+def test_gpu_page_of_an_unhealthy_gpu_says_what_to_do(known_url, monkeypatch):
+    at = run(known_url, monkeypatch, view="gpu", gpu=uuid_of(LOST))
+    assert "unhealthy" in at.title[0].value
+    assert any("Xid 79" in e.value and "Recommended action" in e.value for e in at.error)
+
+
+def test_gpu_page_with_an_unknown_uuid_warns(known_url, monkeypatch):
+    at = run(known_url, monkeypatch, view="gpu", gpu="GPU-does-not-exist")
+    assert any("GPU-does-not-exist" in w.value for w in at.warning)
+    assert at.title[0].value.startswith("node")  # the worst GPU instead
+
+
+def test_a_scorer_in_session_state_adds_at_risk_gpus(known_url, monkeypatch):
+    def scorer(store, at):
+        return pd.DataFrame(
+            {
+                "uuid": [uuid_of(SBE)],
+                "risk": [0.83],
+                "reasons": ["SBE rate rising fast"],
+                "action": ["Drain"],
+            }
+        )
+
+    monkeypatch.setenv("GPUWARDEN_STORE", known_url)
+    at = AppTest.from_file(str(APP), default_timeout=30)
+    at.session_state[app_module.SCORER_KEY] = scorer
+    at.run()
+    assert not at.exception
+    m = metrics(at)
+    assert (m["OK"], m["At risk"], m["Unhealthy"]) == ("10", "1", "4")
+    flagged = frame_with(at, "reasons")
+    row = flagged[flagged["state"] == "at-risk"].iloc[0]
+    assert (row["hostname"], row["gpu"], row["risk"], row["reasons"]) == (
+        "node000",
+        0,
+        0.83,
+        "SBE rate rising fast",
+    )
+
+
+def test_a_failing_scorer_falls_back_to_hard_signals(known_url, monkeypatch):
+    def scorer(store, at):
+        raise RuntimeError("model file missing")
+
+    monkeypatch.setenv("GPUWARDEN_STORE", known_url)
+    at = AppTest.from_file(str(APP), default_timeout=30)
+    at.session_state[app_module.SCORER_KEY] = scorer
+    at.run()
+    assert not at.exception
+    assert any("model file missing" in w.value for w in at.warning)
+    assert metrics(at)["Unhealthy"] == "4"
+
+
+def test_empty_store_says_how_to_start_collecting(tmp_path, monkeypatch):
+    path = tmp_path / "empty.db"
+    SqliteStore(path).close()
+    at = run(f"sqlite:///{path}", monkeypatch)
+    assert any("no GPU telemetry yet" in i.value for i in at.info)
+    assert any("gpuwarden collect" in c.value for c in at.code)
+
+
+def test_missing_store_file_is_not_created(tmp_path, monkeypatch):
+    path = tmp_path / "nowhere.db"
+    at = run(f"sqlite:///{path}", monkeypatch)
+    assert any("no store at" in i.value for i in at.info)
+    assert not path.exists()
+
+
+def test_unreadable_store_is_one_clear_error(tmp_path, monkeypatch):
+    path = tmp_path / "garbage.db"
+    path.write_text("this is not a database")
+    at = run(f"sqlite:///{path}", monkeypatch)
+    assert any("Cannot read the store" in e.value for e in at.error)
+
+
+def test_store_url_from_arguments():
+    assert app_module.store_url(["--store", "sqlite:///a.db"]) == "sqlite:///a.db"
+    assert app_module.store_url(["--store=sqlite:///b.db"]) == "sqlite:///b.db"
+
+
+def test_a_broken_settings_file_is_one_clear_error(tmp_path, monkeypatch):
+    bad = tmp_path / "gpuwarden.toml"
+    bad.write_text("store = [unclosed")
+    monkeypatch.delenv("GPUWARDEN_STORE", raising=False)
+    monkeypatch.setenv("GPUWARDEN_CONFIG", str(bad))
+    at = AppTest.from_file(str(APP), default_timeout=30)
+    at.run()
+    assert not at.exception
+    assert any("not valid TOML" in e.value for e in at.error)
+
+
+def test_the_installed_risk_model_scores_in_the_background(known_url, monkeypatch):
+    from gpuwarden.dashboard import _cache, data
+
+    if data.default_scorer() is None:
+        pytest.skip("gpuwarden.models is not installed")
+    monkeypatch.setenv("GPUWARDEN_STORE", known_url)
+    at = AppTest.from_file(str(APP), default_timeout=30)
+    at.query_params["view"] = "attention"
+    at.run()  # first paint: hard signals, the model still scoring
+    assert not at.exception
+    assert metrics_or_text(at)
+    scores = _cache.background_scores(known_url).wait(120)
+    assert scores is not None and scores.frame is not None, scores
+    at.run()
+    assert not at.exception
+    flagged = frame_with(at, "reasons")
+    # the model scored the GPUs that report; hard signals still decide who is unhealthy
+    assert flagged["risk"].notna().any()
+    assert set(
+        zip(
+            flagged.loc[flagged["state"] == "unhealthy", "hostname"],
+            flagged.loc[flagged["state"] == "unhealthy", "gpu"],
+            strict=True,
+        )
+    ) >= UNHEALTHY - {LOST}
+
+
+def metrics_or_text(at: AppTest) -> bool:
+    return bool(at.title) and at.title[0].value == "GPUs needing attention"

@@ -1,0 +1,74 @@
+"""`gpuwarden dashboard` (gpuwarden/dashboard/cli.py): the command line it runs, its errors, and a
+real server started and stopped through it."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+from known_fleet import require_extra
+
+from gpuwarden.dashboard._browser import _free_port
+from gpuwarden.dashboard.cli import APP, dashboard, streamlit_argv, wait_ready
+from gpuwarden.errors import GpuwardenError
+
+require_extra("streamlit", "altair")
+
+
+def test_streamlit_argv_serves_the_app_headless_on_the_address():
+    argv = streamlit_argv("sqlite:///x.db", "127.0.0.1", 8599)
+    assert argv[:5] == [sys.executable, "-m", "streamlit", "run", str(APP)]
+    assert "--server.address=127.0.0.1" in argv and "--server.port=8599" in argv
+    assert "--server.headless=true" in argv and "--browser.gatherUsageStats=false" in argv
+    assert argv[-3:] == ["--", "--store", "sqlite:///x.db"]
+
+
+def test_a_bad_listen_address_is_one_line():
+    result = CliRunner().invoke(dashboard, ["--store", "x.db", "--listen", "nowhere"])
+    assert result.exit_code == 1
+    assert "HOST:PORT" in result.output and "Traceback" not in result.output
+
+
+def test_wait_ready_names_a_server_that_exited():
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    proc.wait()
+    with pytest.raises(GpuwardenError, match="exited with status 3"):
+        wait_ready(proc, "http://127.0.0.1:9", timeout_s=5)
+
+
+def test_the_command_serves_until_interrupted(tmp_path: Path):
+    port = _free_port()
+    code = "from gpuwarden.dashboard.cli import dashboard; dashboard()"
+    argv = [
+        sys.executable,
+        "-c",
+        code,
+        "--store",
+        f"sqlite:///{tmp_path}/none.db",
+        "--listen",
+        f"127.0.0.1:{port}",
+    ]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        wait_ready(proc, f"http://127.0.0.1:{port}", timeout_s=60)
+        assert httpx.get(f"http://127.0.0.1:{port}/_stcore/health", timeout=5).text == "ok"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out.decode()
+    assert f"Dashboard on http://127.0.0.1:{port}/" in out.decode()
+    deadline = time.monotonic() + 10  # the streamlit child is gone with it
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/_stcore/health", timeout=1)
+        except httpx.TransportError:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("the streamlit server still answers after Ctrl-C")

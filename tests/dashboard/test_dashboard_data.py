@@ -1,0 +1,277 @@
+"""The dashboard's numbers, from a store with known contents (tests/dashboard/conftest.py)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from known_fleet import (
+    DBE,
+    EARLY,
+    END,
+    LOST,
+    MISSING,
+    RELOAD,
+    REMAP,
+    SBE,
+    STEP,
+    SWAPPED,
+    UNHEALTHY,
+    uuid_of,
+    write_known,
+)
+
+from gpuwarden.dashboard import data
+from gpuwarden.dashboard._reads import read_window, resolution_for
+from gpuwarden.store.sqlite import SqliteStore
+from gpuwarden.xid import describe
+
+AS_OF = END - STEP  # the newest sample
+
+
+def states_of(store: SqliteStore, **kw) -> pd.DataFrame:
+    return data.fleet_states(store, AS_OF, stale_s=900.0, **kw)
+
+
+def by_slot(states: pd.DataFrame) -> dict[tuple[str, int], pd.Series]:
+    return {(r.hostname, int(r.gpu)): r for r in states.itertuples()}
+
+
+def test_snapshot_of_an_old_store_looks_at_its_newest_sample(known_store):
+    snap = data.snapshot(known_store, now=END + 86400)
+    assert snap is not None
+    assert (snap.as_of, snap.newest_ts, snap.step_s, snap.stale_s) == (AS_OF, AS_OF, 300.0, 900.0)
+    assert snap.gpus == 16 and not snap.live
+    live = data.snapshot(known_store, now=AS_OF + 60)
+    assert live is not None and live.live and live.as_of == AS_OF + 60
+
+
+def test_snapshot_of_an_empty_store_is_none(tmp_path: Path):
+    with SqliteStore(tmp_path / "empty.db") as store:
+        assert data.snapshot(store, now=END) is None
+        assert data.fleet_states(store, END, stale_s=60).empty
+
+
+@pytest.mark.parametrize("compact", [False, True], ids=["raw", "rollups"])
+def test_states_from_hard_signals(tmp_path: Path, compact: bool):
+    with SqliteStore.from_url(write_known(tmp_path / "k.db", compact=compact)) as store:
+        states = states_of(store)
+    assert data.state_counts(states) == {"ok": 11, "at-risk": 0, "unhealthy": 4, "missing": 1}
+    assert list(states.columns) == data.STATE_COLUMNS
+    rows = by_slot(states)
+    assert {s for s, r in rows.items() if r.state == "unhealthy"} == UNHEALTHY
+    assert rows[MISSING].state == "missing"
+    # worst first: the four unhealthy GPUs, then the missing one
+    assert list(states["state"][:5]) == ["unhealthy"] * 4 + ["missing"]
+    assert states["risk"].isna().all()  # no model: risk unknown, never 0
+
+    dbe = rows[DBE]
+    assert "double-bit ECC error" in dbe.reasons and dbe.action == describe(48).action
+    assert dbe.flagged_ts == END - 12 * STEP  # raw samples after the rollups: exact time
+    lost = rows[LOST]
+    assert "Xid 79" in lost.reasons and "GPU lost" in lost.reasons
+    assert lost.action == describe(79).action
+    assert lost.flagged_ts == END - 2 * 3600
+    remap = rows[REMAP]
+    assert "row remapping failed" in remap.reasons and remap.action == describe(64).action
+    assert rows[MISSING].reasons.startswith("no sample since 2026-01-01 04:55 UTC")
+
+
+def test_hard_signals_respect_resets_boards_and_the_window(known_store):
+    rows = by_slot(states_of(known_store))
+    # a driver reload drops the volatile DBE count from 2 to 0: not a new error
+    assert rows[RELOAD].state == "ok"
+    # the old board in this slot had Xid 48; the new board is another GPU
+    assert rows[SWAPPED].state == "ok" and rows[SWAPPED].uuid == uuid_of(SWAPPED, "b")
+    # an application Xid does not count against the GPU; neither do 120 SBEs an hour
+    assert rows[SBE].state == "ok"
+    short = by_slot(states_of(known_store, window_s=3 * 3600))
+    assert short[EARLY].state == "ok" and short[DBE].state == "unhealthy"
+
+
+def test_a_scorer_adds_risk_and_at_risk_states(known_store):
+    def scorer(store, at):
+        assert at == AS_OF
+        return pd.DataFrame(
+            {
+                "uuid": [uuid_of(SBE), uuid_of(DBE), uuid_of(MISSING), uuid_of(RELOAD)],
+                "risk": [0.91, 0.99, 0.95, 0.2],
+                "reasons": ["SBE rate rising", "x", "y", "z"],
+                "action": ["Drain within a day", "x", "y", "z"],
+            }
+        )
+
+    states = states_of(known_store, scorer=scorer)
+    rows = by_slot(states)
+    assert data.state_counts(states) == {"ok": 10, "at-risk": 1, "unhealthy": 4, "missing": 1}
+    assert rows[SBE].state == "at-risk" and rows[SBE].risk == 0.91
+    assert rows[SBE].reasons == "SBE rate rising" and rows[SBE].action == "Drain within a day"
+    # hard signals win over the model's words; a missing GPU is not "at risk"
+    assert rows[DBE].state == "unhealthy" and "double-bit" in rows[DBE].reasons
+    assert rows[MISSING].state == "missing"
+    assert rows[RELOAD].state == "ok" and rows[RELOAD].risk == 0.2
+    assert np.isnan(rows[REMAP].risk)  # not scored: unknown
+    flagged = data.flagged(states)
+    assert list(flagged["state"]) == ["unhealthy"] * 4 + ["at-risk"]
+
+
+def test_fleet_now_averages_each_reporting_gpus_last_sample(known_store):
+    now = data.fleet_now(known_store, AS_OF, stale_s=900.0)
+    assert now["reporting"] == 14
+    assert now["util_pct"] == pytest.approx((13 * 50 + 90) / 14)
+    assert now["power_w"] == pytest.approx(14 * 300)
+
+
+def test_fleet_series(known_store):
+    series = data.fleet_series(known_store, AS_OF - 3600, AS_OF + 1, gpus=16, step_s=300)
+    assert len(series) == 13
+    last = series.iloc[-1]
+    assert last["reporting"] == 14 and last["power_kw"] == pytest.approx(4.2)
+    first = series.iloc[0]  # LOST still reported an hour ago; MISSING too
+    assert first["reporting"] == 15
+
+
+def test_gpu_series_is_reset_aware_and_has_the_limits(known_store):
+    series = data.gpu_series(known_store, uuid_of(SBE), AS_OF - 6 * 3600, AS_OF + 1, step_s=300)
+    assert list(series.columns) == ["ts", *data.GPU_SERIES_COLUMNS]
+    sbe = series["sbe_per_h"].dropna()
+    # 10 errors every 5 minutes: 120/h; at the driver reload the count restarts from 0, so
+    # that step counts 0 (what the counter saw since), never a negative rate
+    assert len(sbe) == len(series) - 1 and (sbe == 120.0).sum() == 70 and sbe.min() == 0
+    assert series["sbe_errors"].sum() == 10 * 70
+    assert series["spread_c"].iloc[-1] == 20.0 and series["spread_c"].iloc[0] == 5.0
+    assert (series["pcie_limit_per_min"] == 0.96 * 16).all()
+    assert (series["pcie_replay_per_min"].dropna() == 0).all()
+
+
+def test_gpu_series_of_an_unknown_gpu_is_empty(known_store):
+    assert data.gpu_series(known_store, "GPU-nope", AS_OF - 3600, AS_OF).empty
+
+
+def test_recent_events(known_store):
+    events = data.recent_events(known_store, AS_OF - 86400, AS_OF + 1)
+    assert list(events["ts"]) == sorted(events["ts"], reverse=True)
+    by_kind = {
+        (k, None if pd.isna(c) else int(c)): f
+        for k, c, f in zip(events["kind"], events["code"], events["fatal"], strict=True)
+    }
+    assert by_kind == {
+        ("xid", 79): True,
+        ("gpu_lost", None): True,
+        ("xid", 48): True,
+        ("xid", 13): False,
+    }
+    assert set(events.loc[events["code"] == 13, "cls"]) == {"application"}
+    one = data.recent_events(known_store, AS_OF - 86400, AS_OF + 1, uuid=uuid_of(LOST))
+    assert len(one) == 2
+
+
+def test_heatmap_cells_are_grouped_by_rack(known_store):
+    cells = data.heatmap_frame(states_of(known_store))
+    assert len(cells) == 16
+    assert list(cells.drop_duplicates("hostname")["rack"]) == [
+        "rack00",
+        "rack00",
+        "rack01",
+        "rack01",
+    ]
+    assert list(cells.drop_duplicates("hostname")["node_order"]) == [0, 1, 0, 1]
+
+
+def test_read_window_mixes_rollups_and_newer_raw_samples(tmp_path: Path):
+    with SqliteStore.from_url(write_known(tmp_path / "k.db", compact=True)) as store:
+        frame = read_window(
+            store, END - 6 * 3600, END, ["gpu_temp_c"], uuids=[uuid_of(SBE)], resolution_s=300
+        )
+    # one row per 5 minutes from rollups and from bucketed raw samples alike, no duplicates
+    assert frame["ts"].is_unique and len(frame) == 72
+    assert np.allclose(np.diff(frame["ts"]), 300)
+
+
+def test_resolution_keeps_reads_small():
+    assert resolution_for(86400, gpus=1, step_s=60) is None
+    assert resolution_for(86400, gpus=1024, step_s=15) == 3600
+    assert resolution_for(6 * 3600, gpus=512, step_s=60) == 300
+
+
+def test_the_models_own_verdict_counts(known_store):
+    def scorer(store, at):
+        return pd.DataFrame(
+            {
+                "uuid": [uuid_of(SBE), uuid_of(RELOAD)],
+                "risk": [0.4, 0.1],
+                "state": ["unhealthy", "at-risk"],
+                "reasons": ["NVLink down", "PCIe link degraded"],
+            }
+        )
+
+    rows = by_slot(states_of(known_store, scorer=scorer))
+    assert (rows[SBE].state, rows[SBE].reasons) == ("unhealthy", "NVLink down")
+    assert (rows[RELOAD].state, rows[RELOAD].risk) == ("at-risk", 0.1)
+
+
+def test_heatmap_groups_nodes_without_a_rack():
+    states = pd.DataFrame(
+        {
+            "rack": [""] * 20,
+            "hostname": [f"n{i:02d}" for i in range(10) for _ in range(2)],
+            "gpu": [0, 1] * 10,
+            "uuid": [f"u{i}" for i in range(20)],
+            "model": "H100-80GB",
+            "state": "ok",
+            "risk": np.nan,
+            "reasons": "",
+        }
+    )
+    cells = data.heatmap_frame(states)
+    assert cells.groupby("rack")["hostname"].nunique().to_dict() == {"no rack 1": 8, "no rack 2": 2}
+
+
+def test_background_scores_keep_the_last_good_pass(known_url):
+    from gpuwarden.dashboard._background import BackgroundScores
+
+    calls: list[float] = []
+
+    def scorer(store, at):
+        calls.append(at)
+        if len(calls) > 1:
+            raise RuntimeError("model broke")
+        return pd.DataFrame({"uuid": [uuid_of(SBE)], "risk": [0.9]})
+
+    bg = BackgroundScores(known_url, scorer, every_s=0.05, clock=lambda: END + 86400)
+    try:
+        first = bg.wait(30)
+        assert first is not None and first.at == AS_OF
+        deadline = time.monotonic() + 30
+        while len(calls) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        latest = bg.latest()
+        # the scorer now fails: its error is shown with the last good scores
+        assert latest is not None and "model broke" in latest.error
+        assert latest.frame is not None and list(latest.frame["risk"]) == [0.9]
+    finally:
+        bg.stop()
+
+
+def test_background_scores_of_an_empty_store(tmp_path: Path):
+    from gpuwarden.dashboard._background import BackgroundScores
+
+    SqliteStore(tmp_path / "empty.db").close()
+    bg = BackgroundScores(
+        f"sqlite:///{tmp_path}/empty.db", lambda s, at: pd.DataFrame(), every_s=3600
+    )
+    try:
+        assert bg.wait(30) is None
+    finally:
+        bg.stop()
+
+
+def test_risk_bands_never_hide_a_state():
+    assert data.risk_band("unhealthy", 0.01) == "unhealthy"
+    assert data.risk_band("missing", 0.99) == "missing"
+    assert data.risk_band("ok", float("nan")) == "not scored"
+    assert data.risk_band("ok", 0.1) == "< 0.3" and data.risk_band("ok", 0.6) == "0.5-0.7"
+    assert data.risk_band("at-risk", 0.7) == "at risk (>= 0.7)"
