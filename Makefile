@@ -5,12 +5,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint format bench clean screenshots
+.PHONY: install demo test lint format bench clean screenshots model
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,dashboard]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,dashboard,k8s]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -35,6 +35,10 @@ bench: install
 	$(BIN)/python bench/bench_store.py
 	$(BIN)/python bench/bench_exporter.py
 	$(BIN)/python bench/bench_openb.py --seeds 42-43
+	$(BIN)/python bench/bench_score.py
+
+model: install
+	$(BIN)/python -m gpuwarden.models.make_default
 
 screenshots: install
 	$(BIN)/python -m gpuwarden.dashboard.screenshots --out docs/img

@@ -406,10 +406,13 @@ def demo(
 def _register_subcommands() -> None:
     """Commands that live beside the code they drive (each module imports its weight lazily)."""
     from gpuwarden.dashboard.cli import dashboard
+    from gpuwarden.models.cli import COMMANDS
     from gpuwarden.serve.cli import serve
 
     main.add_command(serve)
     main.add_command(dashboard)
+    for command in COMMANDS:
+        main.add_command(command)
 
 
 _register_subcommands()

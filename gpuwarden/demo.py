@@ -147,6 +147,13 @@ def run_demo(
     echo("[4/6] Fleet summary")
     echo("")
     echo(fleet_summary(store).render())
+    echo("")
+
+    from gpuwarden.models import load_model, score_store
+    from gpuwarden.models.score import render_table
+
+    echo("      Risk now (gpuwarden score, the shipped model), GPUs needing attention first:")
+    echo(render_table(score_store(store, load_model()), top=8))
     store.close()
     echo("")
 

@@ -1,0 +1,98 @@
+"""The evaluation's PNG plots: PR curve, reliability curve, lead-time histogram (matplotlib,
+Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def pr_curve(
+    path: Path, y: np.ndarray, risk: np.ndarray, rule_flag: np.ndarray, threshold: float
+) -> Path:
+    """Precision-recall of the model's risk over (GPU, time) rows; the rule baseline and the
+    model at its threshold as points."""
+    from sklearn.metrics import average_precision_score, precision_recall_curve
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 4.5))
+    if np.unique(y).size == 2:
+        p, r, _ = precision_recall_curve(y, risk)
+        ax.plot(r, p, label=f"model (PR-AUC {average_precision_score(y, risk):.2f})")
+        for name, flag, marker in (
+            ("rule baseline", rule_flag, "s"),
+            (f"model at {threshold:g}", risk >= threshold, "o"),
+        ):
+            if flag.any():
+                ax.plot([y[flag].sum() / y.sum()], [y[flag].mean()], marker, label=name)
+    ax.set(
+        xlabel="recall (rows failing within the horizon)",
+        ylabel="precision",
+        xlim=(0, 1),
+        ylim=(0, 1.02),
+        title="Precision-recall, (GPU, time) rows",
+    )
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def reliability(path: Path, y: np.ndarray, risk: np.ndarray, raw: np.ndarray | None) -> Path:
+    """Observed failure share against predicted risk (ten equal-width bins; empty bins are
+    left out): on the diagonal, a risk of 0.7 comes true 70% of the time."""
+    from sklearn.calibration import calibration_curve
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 4.5))
+    ax.plot([0, 1], [0, 1], ":", color="grey", label="perfect")
+    if np.unique(y).size == 2:
+        for name, score in (("calibrated risk", risk), ("trees before calibration", raw)):
+            if score is None:
+                continue
+            true, pred = calibration_curve(y, score, n_bins=10, strategy="uniform")
+            ax.plot(pred, true, "o-", label=name, markersize=4)
+    ax.set(
+        xlabel="predicted risk",
+        ylabel="observed share failing within the horizon",
+        xlim=(0, 1),
+        ylim=(0, 1),
+        title="Reliability",
+    )
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def lead_times(path: Path, leads: dict[str, np.ndarray], horizon_h: float) -> Path:
+    """Histogram of lead times (hours from the first flag to the failure), one series each."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 4.5))
+    bins = np.linspace(0, horizon_h, 29)
+    for name, values in leads.items():
+        v = values[np.isfinite(values)]
+        ax.hist(v, bins=bins, alpha=0.55, label=f"{name} ({v.size} flagged)")
+    ax.axvline(24, color="black", linestyle="--", linewidth=1, label="24 h")
+    ax.set(
+        xlabel="lead time (h)",
+        ylabel="failures with precursors",
+        title="How early failures were flagged",
+    )
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,331 @@
+"""``gpuwarden train``, ``gpuwarden score`` and ``gpuwarden evaluate``.
+
+Click commands the main CLI registers with ``main.add_command(...)``; each also runs alone
+(tests invoke them through ``CliRunner``). The store defaults to the ``store`` setting when
+the main group has loaded settings. A ``GpuwardenError`` becomes one line and exit status 1.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+import pandas as pd
+
+from gpuwarden.errors import GpuwardenError, InputError
+
+
+def _domain_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except GpuwardenError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+    return wrapper
+
+
+def _store_url(ctx: click.Context, url: str | None) -> str:
+    if url:
+        return url
+    settings = ctx.find_root().obj
+    if isinstance(settings, dict) and settings.get("store"):
+        return str(settings["store"])
+    raise click.UsageError("give --store URL (e.g. sqlite:///gpuwarden.db)")
+
+
+def parse_time(text: str | None, name: str) -> float | None:
+    """Unix seconds or an RFC 3339 time (UTC when no offset is given) -> Unix seconds."""
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        ts = pd.Timestamp(text)
+    except (ValueError, TypeError) as exc:
+        raise click.BadParameter(
+            f"{text!r} is not a time (2026-01-31T12:00:00Z or Unix s)", param_hint=name
+        ) from exc
+    if ts.tzinfo is None:
+        ts = ts.tz_localize("UTC")
+    return float(ts.timestamp())
+
+
+def parse_span(text: str, name: str) -> float:
+    """ "6h", "30m", "7d", "600s" or plain seconds -> seconds."""
+    from gpuwarden.store._url import parse_duration
+
+    value = parse_duration(text, name)
+    if value <= 0:
+        raise InputError(f"{name}={text!r} must be positive")
+    return value
+
+
+def read_failures_file(path: str) -> pd.DataFrame:
+    """A failures file (``timestamp,hostname,gpu,UUID,kind``) in the store's failure layout,
+    read through an in-memory store so the user's store is left as it is."""
+    from gpuwarden.ingest import ingest_failures
+    from gpuwarden.store.sqlite import SqliteStore
+
+    with SqliteStore(":memory:") as scratch:
+        report = ingest_failures(scratch, path)
+        for line, reason in report.bad_rows[:20]:
+            click.echo(f"{path}:{line}: {reason} (row skipped)", err=True)
+        failures = scratch.read_failures()
+    if failures.empty:
+        raise InputError(f"{path} holds no usable failure record")
+    return failures
+
+
+def _model(path: str | None):
+    from gpuwarden.models.artifact import load_model
+
+    return load_model(path)
+
+
+@click.command("train")
+@click.option("--store", "store_url", help="Store URL (default: setting `store`).")
+@click.option(
+    "--failures",
+    "failures_file",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Failures CSV (timestamp,hostname,gpu,UUID,kind) instead of the store's.",
+)
+@click.option("--until", help="Train on history before this time (RFC 3339 or Unix s).")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Folder to write model.skops and model_card.json into.",
+)
+@click.option(
+    "--horizon",
+    default="7d",
+    show_default=True,
+    help="Label: fails within this long after the scoring time.",
+)
+@click.option("--step", default="2h", show_default=True, help="Hours between scoring times.")
+@click.option(
+    "--calibration",
+    type=click.Choice(["isotonic", "sigmoid"]),
+    default="isotonic",
+    show_default=True,
+    help="Probability calibration on the later time block.",
+)
+@click.option("--progress/--no-progress", default=True, help="Show progress bars.")
+@click.pass_context
+@_domain_errors
+def train(
+    ctx: click.Context,
+    store_url: str | None,
+    failures_file: str | None,
+    until: str | None,
+    out_dir: str,
+    horizon: str,
+    step: str,
+    calibration: str,
+    progress: bool,
+) -> None:
+    """Train a risk model on your own fleet's history and write it to --out."""
+    from gpuwarden.models.artifact import save_model
+    from gpuwarden.models.train import TrainOptions, train_from_store
+    from gpuwarden.store import open_store
+
+    step_s = parse_span(step, "--step")
+    if step_s % 3600:
+        raise click.BadParameter("must be whole hours", param_hint="--step")
+    options = TrainOptions(
+        horizon_s=parse_span(horizon, "--horizon"), step_h=int(step_s // 3600), method=calibration
+    )
+    failures = read_failures_file(failures_file) if failures_file else None
+    store = open_store(_store_url(ctx, store_url))
+    try:
+        model = train_from_store(
+            store,
+            until=parse_time(until, "--until"),
+            failures=failures,
+            options=options,
+            progress=progress,
+        )
+    finally:
+        store.close()
+    folder = save_model(model, out_dir)
+    data = model.card["training_data"]
+    cal = model.card["metrics"]["calibration_block"]
+    click.echo(
+        f"trained on {data['rows']:,} (GPU, time) rows, {data['failures']} failures; "
+        f"calibration block PR-AUC {cal['pr_auc']:.3f}, Brier {cal['brier']:.4f}"
+    )
+    click.echo(f"wrote {folder}")
+
+
+def _render(frame: pd.DataFrame, fmt: str, top: int) -> str:
+    from gpuwarden.models.score import render_table
+
+    if fmt == "csv":
+        return frame.to_csv(index=False)
+    if fmt == "json":
+        rows = frame.replace({np.nan: None}).to_dict(orient="records")
+        return json.dumps(rows, indent=1) + "\n"
+    return render_table(frame, top=top)
+
+
+@click.command("score")
+@click.option("--store", "store_url", help="Store URL (default: setting `store`).")
+@click.option(
+    "--model",
+    "model_path",
+    type=click.Path(exists=True),
+    help="Model folder from `gpuwarden train` (default: the shipped model).",
+)
+@click.option("--at", help="Score at this time (RFC 3339 or Unix s; default: newest sample).")
+@click.option("--start", help="Backtest: first scoring time.")
+@click.option("--end", help="Backtest: last scoring time.")
+@click.option("--step", default="6h", show_default=True, help="Backtest: time between scores.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json"]),
+    default=None,
+    help="Output format (default: table, or by --output's extension).",
+)
+@click.option("--output", type=click.Path(dir_okay=False), help="Write to this file.")
+@click.option(
+    "--top",
+    type=int,
+    default=20,
+    show_default=True,
+    help="Table: GPUs to list at least (every GPU not ok is listed).",
+)
+@click.pass_context
+@_domain_errors
+def score(
+    ctx: click.Context,
+    store_url: str | None,
+    model_path: str | None,
+    at: str | None,
+    start: str | None,
+    end: str | None,
+    step: str,
+    fmt: str | None,
+    output: str | None,
+    top: int,
+) -> None:
+    """One row per GPU: hostname, gpu, UUID, risk, state (ok / at-risk / unhealthy), reasons.
+
+    With --start and --end, a backtest: the same rows at every --step.
+    """
+    from gpuwarden.models.score import backtest, score_store
+    from gpuwarden.store import open_store
+
+    if (start is None) != (end is None):
+        raise click.UsageError("a backtest needs both --start and --end")
+    if at is not None and start is not None:
+        raise click.UsageError("give either --at or --start/--end")
+    model = _model(model_path)
+    store = open_store(_store_url(ctx, store_url))
+    try:
+        if start is not None:
+            frame = backtest(
+                store,
+                model,
+                start=parse_time(start, "--start") or 0.0,
+                end=parse_time(end, "--end") or 0.0,
+                step_s=parse_span(step, "--step"),
+                progress=output is not None,
+            )
+        else:
+            frame = score_store(store, model, at=parse_time(at, "--at"))
+    finally:
+        store.close()
+    if fmt is None:
+        fmt = Path(output).suffix.lstrip(".").lower() if output else "table"
+        fmt = fmt if fmt in ("csv", "json") else "table"
+    text = _render(frame, fmt, top)
+    if output:
+        Path(output).write_text(text)
+        click.echo(f"wrote {len(frame)} rows to {output}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+@click.command("evaluate")
+@click.option("--store", "store_url", help="Store URL (default: setting `store`).")
+@click.option(
+    "--model",
+    "model_path",
+    type=click.Path(exists=True),
+    help="Model folder (default: the shipped model).",
+)
+@click.option(
+    "--failures",
+    "failures_file",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Failures CSV (default: the store's failure records).",
+)
+@click.option("--start", help="First scoring time (default: the first sample).")
+@click.option("--end", help="Last scoring time (default: the newest sample).")
+@click.option("--step", default="1h", show_default=True, help="Time between scoring times.")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default="evaluation",
+    show_default=True,
+    help="Folder for the PNG plots and the per-failure CSV.",
+)
+@click.option("--progress/--no-progress", default=False, help="Show progress bars.")
+@click.pass_context
+@_domain_errors
+def evaluate(
+    ctx: click.Context,
+    store_url: str | None,
+    model_path: str | None,
+    failures_file: str | None,
+    start: str | None,
+    end: str | None,
+    step: str,
+    out_dir: str,
+    progress: bool,
+) -> None:
+    """Recall at >= 24 h lead, false flags per 1,000 GPU-days and PR-AUC for the model and the
+    rule baseline side by side, per failure mode, with PR, reliability and lead-time plots."""
+    from gpuwarden.models.evaluate import evaluate_store
+    from gpuwarden.store import open_store
+
+    step_s = parse_span(step, "--step")
+    if step_s % 3600:
+        raise click.BadParameter("must be whole hours", param_hint="--step")
+    failures = read_failures_file(failures_file) if failures_file else None
+    model = _model(model_path)
+    store = open_store(_store_url(ctx, store_url))
+    try:
+        ev = evaluate_store(
+            store,
+            model,
+            failures=failures,
+            start=parse_time(start, "--start"),
+            end=parse_time(end, "--end"),
+            step_h=int(step_s // 3600),
+            out_dir=out_dir,
+            progress=progress,
+        )
+    finally:
+        store.close()
+    out = Path(out_dir)
+    ev.failures.to_csv(out / "failures.csv", index=False)
+    click.echo(ev.render())
+    click.echo(f"per-failure lead times: {out / 'failures.csv'}")
+
+
+#: What the main CLI registers: ``for c in COMMANDS: main.add_command(c)``.
+COMMANDS = (train, score, evaluate)

@@ -1,0 +1,155 @@
+"""The risk model: gradient-boosted trees, calibrated on a later block of time.
+
+``TimeSplitCalibratedClassifier`` follows scikit-learn's conventions (parameters only in
+``__init__``, ``fit`` returns self, learned attributes end in ``_``, ``predict_proba`` columns
+follow ``classes_``). ``fit(X, y, sample_time=...)`` trains a clone of ``estimator`` on the
+earliest ``1 - calibration_share`` of the scoring times and fits the probability calibration
+(isotonic or sigmoid, on the frozen trees) on the later block, so the calibrated risk is checked
+against a period the trees never saw and 0.7 means a 70% chance of failing within the horizon.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, clone
+from sklearn.calibration import CalibratedClassifierCV
+from sklearn.ensemble import HistGradientBoostingClassifier
+from sklearn.frozen import FrozenEstimator
+from sklearn.utils.validation import check_is_fitted
+
+
+def default_trees(random_state: int = 0) -> HistGradientBoostingClassifier:
+    """The default tree model: NaN-aware, class-weighted (failures are ~1% of rows)."""
+    return HistGradientBoostingClassifier(
+        learning_rate=0.05,
+        max_iter=300,
+        max_leaf_nodes=15,
+        min_samples_leaf=100,
+        l2_regularization=1.0,
+        class_weight="balanced",
+        early_stopping=True,
+        validation_fraction=0.15,
+        n_iter_no_change=25,
+        random_state=random_state,
+    )
+
+
+class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
+    """Trees fit on an early time block, probabilities calibrated on the later block.
+
+    Parameters: ``estimator`` (default ``default_trees()``), ``method`` ("isotonic" or
+    "sigmoid"), ``calibration_share`` (fraction of distinct scoring times, latest first, kept
+    for calibration), ``negative_subsample`` (share of the healthy rows of the training
+    block the trees see), ``random_state``. Learned: ``estimator_``, ``calibrator_``, ``classes_``, ``split_time_``,
+    ``reference_`` (per-feature median of the negative rows, used to explain a score),
+    ``used_features_`` (columns with at least one value in the training block),
+    ``n_features_in_`` and ``feature_names_in_`` when fit on a DataFrame.
+    """
+
+    def __init__(
+        self,
+        estimator=None,
+        *,
+        method: str = "isotonic",
+        calibration_share: float = 0.3,
+        negative_subsample: float = 1.0,
+        random_state: int = 0,
+    ):
+        self.estimator = estimator
+        self.method = method
+        self.calibration_share = calibration_share
+        self.negative_subsample = negative_subsample
+        self.random_state = random_state
+
+    def fit(self, X, y, *, sample_time=None, sample_weight=None):
+        """Fit on rows ordered in time by ``sample_time`` (Unix s; default: row order).
+
+        ``sample_weight`` weighs the rows the trees learn from (e.g. rare failure modes up);
+        the calibration block is always unweighted, so the probabilities stay true rates.
+        """
+        if self.method not in ("isotonic", "sigmoid"):
+            raise ValueError(f"method must be 'isotonic' or 'sigmoid', got {self.method!r}")
+        if not 0 < self.calibration_share < 1:
+            raise ValueError(f"calibration_share must be in (0, 1), got {self.calibration_share!r}")
+        y = np.asarray(y)
+        n = len(y)
+        times = (
+            np.arange(n, dtype=np.float64)
+            if sample_time is None
+            else np.asarray(sample_time, dtype=np.float64)
+        )
+        if times.shape != (n,):
+            raise ValueError(f"sample_time has {times.size} values for {n} rows")
+        distinct = np.unique(times)
+        if distinct.size < 2:
+            raise ValueError("need at least two distinct scoring times to split by time")
+        cut = min(
+            distinct.size - 1, max(1, int(round(distinct.size * (1 - self.calibration_share))))
+        )
+        split = distinct[cut]
+        early, late = times < split, times >= split
+        if self.negative_subsample < 1.0:
+            # fewer healthy rows for the trees (they are class-weighted anyway); the
+            # calibration block keeps every row, so the probabilities keep the true base rate
+            rng = np.random.default_rng(self.random_state)
+            drop = (y == np.unique(y)[0]) & (rng.random(n) >= self.negative_subsample)
+            early = early & ~drop
+        for name, mask in (("training", early), ("calibration", late)):
+            if np.unique(y[mask]).size < 2:
+                raise ValueError(
+                    f"the {name} block (scoring times {'before' if name == 'training' else 'from'} "
+                    f"{split:.0f}) holds only one class; more history or more failures are needed"
+                )
+        if hasattr(X, "columns"):
+            self.feature_names_in_ = np.asarray(X.columns, dtype=object)
+        Xa = np.asarray(X, dtype=np.float64)
+        self.n_features_in_ = Xa.shape[1]
+        weights = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        # A feature never read in the training block (retired pages on a fleet of Ampere and
+        # later boards) carries nothing to learn, and scikit-learn 1.9's histogram binning
+        # fails on an all-NaN column: leave such columns out of the trees.
+        self.used_features_ = ~np.isnan(Xa[early]).all(axis=0)
+        base = clone(self.estimator if self.estimator is not None else default_trees())
+        fit_kw = {} if weights is None else {"sample_weight": weights[early]}
+        self.estimator_ = base.fit(Xa[early][:, self.used_features_], y[early], **fit_kw)
+        cal = CalibratedClassifierCV(FrozenEstimator(self.estimator_), method=self.method)
+        # unweighted: the calibration block says how often a score comes true, row for row
+        self.calibrator_ = cal.fit(Xa[late][:, self.used_features_], y[late])
+        self.classes_ = self.calibrator_.classes_
+        self.split_time_ = float(split)
+        negatives = Xa[y == self.classes_[0]]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: median is NaN
+            self.reference_ = (
+                np.nanmedian(negatives, axis=0) if len(negatives) else np.full(Xa.shape[1], np.nan)
+            )
+        return self
+
+    def _check(self, X) -> np.ndarray:
+        check_is_fitted(self, "calibrator_")
+        if hasattr(self, "feature_names_in_") and hasattr(X, "columns"):
+            if list(X.columns) != list(self.feature_names_in_):
+                missing = set(self.feature_names_in_) - set(X.columns)
+                raise ValueError(
+                    f"features differ from those the model was fit on: "
+                    f"missing {sorted(missing)[:5]}"
+                )
+        Xa = np.asarray(X, dtype=np.float64)
+        if Xa.ndim != 2 or Xa.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {Xa.shape[-1]} features, the model expects {self.n_features_in_}"
+            )
+        return Xa[:, self.used_features_]
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Calibrated probabilities, columns in ``classes_`` order."""
+        return self.calibrator_.predict_proba(self._check(X))
+
+    def predict(self, X) -> np.ndarray:
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+    def uncalibrated_proba(self, X) -> np.ndarray:
+        """The trees' own (class-weighted, so inflated) probabilities, for the reliability plot."""
+        return self.estimator_.predict_proba(self._check(X))

@@ -1,0 +1,266 @@
+"""Evaluate a model and the rule baseline on the same history, side by side.
+
+    ev = evaluate_store(store, load_model(), out_dir="eval")   # hourly scoring times
+    print(ev.render())
+
+Per failure mode (sudden failures in their own rows, never dropped): failures, the share caught
+at least 24 h ahead, the median lead time; then false flags per 1,000 GPU-days on GPUs that do
+not fail within the horizon, and PR-AUC on (GPU, time) rows. Definitions are in ``_metrics``.
+With simulator ground truth (``precursor_start_ts``) it also reports the ceiling: the share of
+failures whose precursor began at least 24 h before the failure, the most any detector can catch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpuwarden.errors import InputError
+from gpuwarden.models import _metrics as M
+from gpuwarden.models import _plots
+from gpuwarden.models.artifact import RiskModel
+from gpuwarden.models.history import load_panel, newest_sample_ts
+from gpuwarden.models.labels import Dataset, build_dataset, scoring_indices
+from gpuwarden.models.panel import HOUR_S, HourlyPanel
+from gpuwarden.models.rules import baseline_flag, hard_signal
+from gpuwarden.store.base import Store
+
+LEAD_S = 86400.0
+
+
+def sudden_kinds() -> tuple[str, ...]:
+    """Failure kinds with no precursor (the simulator's; a user's other kinds count as
+    failures that may have one)."""
+    from gpuwarden.collectors.sim import SUDDEN_KINDS
+
+    return tuple(SUDDEN_KINDS)
+
+
+@dataclass
+class Evaluation:
+    """Per-mode table (model and rules side by side) and the fleet-wide figures."""
+
+    table: pd.DataFrame
+    summary: dict[str, Any]
+    plots: dict[str, Path] = field(default_factory=dict)
+    failures: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    def render(self) -> str:
+        """A Markdown table and summary lines (what ``gpuwarden evaluate`` prints)."""
+        t = self.table
+        head = (
+            "| mode | failures | model: caught >= 24 h | model: median lead h "
+            "| rules: caught >= 24 h | rules: median lead h |"
+        )
+        lines = [head, "|---|---:|---:|---:|---:|---:|"]
+        for r in t.itertuples(index=False):
+            lines.append(
+                f"| {r.mode} | {r.failures} | {r.model_caught} ({_pct(r.model_recall)}) | "
+                f"{_h(r.model_lead_h)} | {r.rules_caught} ({_pct(r.rules_recall)}) | "
+                f"{_h(r.rules_lead_h)} |"
+            )
+        s = self.summary
+        lines += [
+            "",
+            "| fleet-wide | model | rules |",
+            "|---|---:|---:|",
+            f"| false flags per 1,000 GPU-days | {_f(s['model_false_flags_per_1000'])} "
+            f"({s['model_false_flags']}) | {_f(s['rules_false_flags_per_1000'])} "
+            f"({s['rules_false_flags']}) |",
+        ]
+        if s.get("model_false_flags_healthy_per_1000") is not None:
+            lines.append(
+                "| ... of them on GPUs with no precursor under way | "
+                f"{_f(s['model_false_flags_healthy_per_1000'])} | "
+                f"{_f(s['rules_false_flags_healthy_per_1000'])} |"
+            )
+        lines.append(
+            f"| PR-AUC, (GPU, time) rows, fails within horizon | {_f(s['model_pr_auc'], 3)} | "
+            f"{_f(s['rules_pr_auc'], 3)} |"
+        )
+        if s.get("model_pr_auc_precursor") is not None:
+            lines.append(
+                f"| PR-AUC, rows inside a precursor vs healthy rows | "
+                f"{_f(s['model_pr_auc_precursor'], 3)} | {_f(s['rules_pr_auc_precursor'], 3)} |"
+            )
+        lines += [
+            "",
+            f"{s['gpu_days']:.0f} GPU-days without a failure in the horizon; "
+            f"{s['scoring_times']} scoring times, {s['rows']} (GPU, time) rows.",
+        ]
+        if s.get("ceiling_24h") is not None:
+            lines.append(
+                f"Ceiling: {_pct(s['ceiling_24h'])} of failures with precursors had "
+                "one that began >= 24 h before the failure (simulator ground truth)."
+            )
+        for name, path in self.plots.items():
+            lines.append(f"{name}: {path}")
+        return "\n".join(lines)
+
+
+def _pct(v: float) -> str:
+    return "-" if v is None or not np.isfinite(v) else f"{v:.0%}"
+
+
+def _h(v: float) -> str:
+    return "-" if v is None or not np.isfinite(v) else f"{v:.0f}"
+
+
+def _f(v: float | None, digits: int = 2) -> str:
+    return "-" if v is None or not np.isfinite(v) else f"{v:.{digits}f}"
+
+
+def failures_of(panel: HourlyPanel) -> pd.DataFrame:
+    """The panel's failures, one row per failed GPU life: key, fail_ts, fail_kind, ..."""
+    keys = panel.keys
+    return keys[keys["fail_ts"].notna()].reset_index(drop=True)
+
+
+def evaluate_dataset(
+    ds: Dataset,
+    failures: pd.DataFrame,
+    model: RiskModel,
+    *,
+    horizon_s: float,
+    out_dir: str | Path | None = None,
+    sudden: tuple[str, ...] | None = None,
+) -> Evaluation:
+    """Score ``ds`` (hourly rows, ``meta.known`` set) with the model and the rules."""
+    sudden = sudden_kinds() if sudden is None else sudden
+    known = ds.meta["known"].to_numpy(bool)
+    risk = model.risk(ds.X)
+    hard = hard_signal(ds.X)
+    model_flag = (risk >= model.threshold) | hard
+    rules_flag = baseline_flag(ds.X)
+    model_score = np.where(hard, 1.0, risk)
+    tables: dict[str, pd.DataFrame] = {}
+    summary: dict[str, Any] = {}
+    for name, flag, score in (
+        ("model", model_flag, model_score),
+        ("rules", rules_flag, rules_flag.astype(float)),
+    ):
+        ft = M.failure_table(ds.meta, flag, failures, horizon_s=horizon_s, lead_s=LEAD_S)
+        onsets, gpu_days = M.false_flags(ds.meta, flag, ds.y, known)
+        tables[name] = M.summarise(ft, onsets, gpu_days, sudden)
+        summary[f"{name}_false_flags"] = onsets
+        summary[f"{name}_false_flags_per_1000"] = onsets / gpu_days * 1000 if gpu_days else None
+        summary[f"{name}_pr_auc"] = M.pr_auc(ds.y, score, known)
+        summary[f"{name}_leads"] = ft
+        summary["gpu_days"] = gpu_days
+    ceiling = None
+    if "precursor_start_ts" in failures and failures["precursor_start_ts"].notna().any():
+        slow = failures[~failures["fail_kind"].isin(sudden)]
+        lead = slow["fail_ts"] - slow["precursor_start_ts"]
+        ceiling = float((lead >= LEAD_S).mean()) if len(slow) else None
+        pre = failures.set_index("key")["precursor_start_ts"].reindex(ds.meta["key"]).to_numpy()
+        inside = (
+            (ds.y == 1)
+            & (ds.meta["at"].to_numpy() >= pre)
+            & ~ds.meta["fail_kind"].isin(sudden).to_numpy()
+        )
+        rows = known & (inside | (ds.y == 0))
+        summary["model_pr_auc_precursor"] = M.pr_auc(inside, model_score, rows)
+        summary["rules_pr_auc_precursor"] = M.pr_auc(inside, rules_flag.astype(float), rows)
+        # flags on GPUs whose precursor has begun but that fail after the horizon (a slow
+        # HBM decline over two weeks) are false by the definition; this splits them out
+        degrading = ds.meta["at"].to_numpy() >= pre
+        for name, flag in (("model", model_flag), ("rules", rules_flag)):
+            on, days = M.false_flags(ds.meta, flag, ds.y | degrading, known)
+            summary[f"{name}_false_flags_healthy_per_1000"] = on / days * 1000 if days else None
+    m, r = tables["model"], tables["rules"]
+    table = pd.DataFrame(
+        {
+            "mode": m["mode"],
+            "failures": m["failures"],
+            "model_caught": m["caught_24h"],
+            "model_recall": m["recall_24h"],
+            "model_lead_h": m["median_lead_h"],
+            "rules_caught": r["caught_24h"],
+            "rules_recall": r["recall_24h"],
+            "rules_lead_h": r["median_lead_h"],
+        }
+    )
+    leads = summary.pop("model_leads"), summary.pop("rules_leads")
+    summary.update(
+        ceiling_24h=ceiling,
+        rows=len(ds),
+        scoring_times=int(ds.meta["at"].nunique()),
+        threshold=model.threshold,
+        horizon_s=horizon_s,
+    )
+    per_failure = leads[0][["key", "fail_kind", "fail_ts", "lead_h", "caught"]].merge(
+        leads[1][["key", "lead_h", "caught"]], on="key", suffixes=("_model", "_rules")
+    )
+    ev = Evaluation(table, summary, failures=per_failure)
+    if out_dir is not None:
+        ev.plots = _write_plots(Path(out_dir), ds, known, risk, rules_flag, model, leads, sudden)
+    return ev
+
+
+def _write_plots(
+    out: Path,
+    ds: Dataset,
+    known: np.ndarray,
+    risk: np.ndarray,
+    rules_flag: np.ndarray,
+    model: RiskModel,
+    leads: tuple,
+    sudden,
+) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    y, k = ds.y[known], known
+    raw = None
+    if hasattr(model.estimator, "uncalibrated_proba"):
+        raw = model.estimator.uncalibrated_proba(ds.X[k])[:, 1]
+    slow = [lt[~lt["fail_kind"].isin(sudden)]["lead_h"].to_numpy(float) for lt in leads]
+    return {
+        "PR curve": _plots.pr_curve(
+            out / "pr_curve.png", y, risk[k], rules_flag[k], model.threshold
+        ),
+        "reliability curve": _plots.reliability(out / "reliability.png", y, risk[k], raw),
+        "lead-time histogram": _plots.lead_times(
+            out / "lead_time.png", {"model": slow[0], "rules": slow[1]}, model.horizon_s / HOUR_S
+        ),
+    }
+
+
+def evaluate_store(
+    store: Store,
+    model: RiskModel,
+    *,
+    failures: pd.DataFrame | None = None,
+    start: float | None = None,
+    end: float | None = None,
+    step_h: int = 1,
+    out_dir: str | Path | None = None,
+    progress: bool = False,
+) -> Evaluation:
+    """Hourly (``step_h``) scoring times over ``[start, end]`` (default: the whole history),
+    labels from the store's failures or ``failures``."""
+    newest = newest_sample_ts(store)
+    if newest is None:
+        raise InputError(f"{store.url} holds no telemetry to evaluate on")
+    first = float(store.gpus()["first_ts"].min())
+    lo = first if start is None else float(start)
+    hi = float(np.floor((newest + 1.0) / HOUR_S) * HOUR_S) if end is None else float(end)
+    if hi <= lo:
+        raise InputError("the evaluation period is empty: --end is not after --start")
+    panel = load_panel(
+        store, start=lo - 7 * 86400.0 - 2 * HOUR_S, end=hi, failures=failures, progress=progress
+    )
+    times = scoring_indices(panel, step_h=step_h, start=lo + HOUR_S, end=hi)
+    ds = build_dataset(
+        panel,
+        times,
+        horizon_s=model.horizon_s,
+        labels_until=newest + 1.0,
+        drop_unknown=False,
+        progress=progress,
+    )
+    return evaluate_dataset(
+        ds, failures_of(panel), model, horizon_s=model.horizon_s, out_dir=out_dir
+    )

@@ -1,0 +1,308 @@
+"""Per-GPU risk features at a scoring time, over 1 h, 6 h, 24 h and 7 d windows.
+
+    meta, X = compute_features(panel, rows_at(panel, [t]))
+
+Every feature is vectorised over all (time, GPU) rows at once. Rates come from reset-aware
+hourly increases, so a driver reload never produces a negative or a spurious rate; a signal
+the GPU does not report (memory temperature on some boards, retired pages on Ampere and later)
+stays NaN, which the model treats as "unknown", never as zero. ``FEATURES`` lists each feature
+with its unit and where it comes from (DCGM field names in ``docs/models.md``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from gpuwarden.models._windows import Windows, log_rise
+from gpuwarden.models.panel import HOUR_S, HourlyPanel
+
+H1, H6, H24, D7 = 1, 6, 24, 168
+#: DCGM's PCIe replay limit per lane per minute by link generation (Gen3 0.48 ... Gen5 1.92);
+#: Gen1/Gen2 halve again. The allowed rate is this times the link's lanes.
+PCIE_REPLAY_LIMIT_PER_LANE_MIN: dict[int, float] = {1: 0.12, 2: 0.24, 3: 0.48, 4: 0.96, 5: 1.92}
+SPREAD_LIMIT_C = 15.0
+
+
+@dataclass(frozen=True)
+class Feature:
+    name: str
+    group: str  # memory, thermal, pcie, nvlink, xid: which reasons sentence it feeds
+    unit: str
+    help: str
+
+
+def _f(name: str, group: str, unit: str, help: str) -> Feature:
+    return Feature(name, group, unit, help)
+
+
+_BASE: tuple[Feature, ...] = (
+    _f("sbe_per_day_1h", "memory", "errors/day", "Single-bit ECC errors, last hour, per day."),
+    _f("sbe_per_day_6h", "memory", "errors/day", "Single-bit ECC errors, last 6 h, per day."),
+    _f("sbe_per_day_24h", "memory", "errors/day", "Single-bit ECC errors, last 24 h."),
+    _f("sbe_per_day_7d", "memory", "errors/day", "Single-bit ECC errors, last 7 days, per day."),
+    _f("sbe_rise_24h", "memory", "log ratio", "SBE rate of the last day vs the 6 days before."),
+    _f("sbe_accel_6h", "memory", "log ratio", "SBE rate of the last 6 h vs the last day."),
+    _f("sbe_rise_day", "memory", "log ratio", "SBE rate of the last day vs the day before."),
+    _f("sbe_trend_24h", "memory", "log/h", "Slope of log(1 + hourly SBEs) over the last day."),
+    _f("sbe_active_hours_24h", "memory", "h", "Hours of the last day with any SBE."),
+    _f("sbe_active_hours_7d", "memory", "h", "Hours of the last week with any SBE."),
+    _f("sbe_peak_share_24h", "memory", "fraction", "Busiest hour's share of the day's SBEs."),
+    _f("dbe_24h", "memory", "errors", "Double-bit ECC errors, last 24 h."),
+    _f("dbe_7d", "memory", "errors", "Double-bit ECC errors, last 7 days."),
+    _f("remap_correctable_24h", "memory", "rows", "Rows remapped for correctable errors, 24 h."),
+    _f("remap_correctable_7d", "memory", "rows", "Rows remapped for correctable errors, 7 d."),
+    _f("remap_uncorrectable_7d", "memory", "rows", "Rows remapped for uncorrectable errors, 7 d."),
+    _f("remap_pending_1h", "memory", "bool", "A row remap waits for a GPU reset (last hour)."),
+    _f("remap_failure_24h", "memory", "bool", "A row remap failed in the last 24 h."),
+    _f("retired_pages_7d", "memory", "pages", "Pages retired in the last 7 days (pre-Ampere)."),
+    _f("retired_pages_total", "memory", "pages", "Pages retired over the board's life."),
+    _f("retired_pending_1h", "memory", "bool", "A page retirement waits for a reset."),
+    _f("xid63_7d", "memory", "events", "Xid 63 (row remap / page retirement) in 7 days."),
+    _f("xid92_7d", "memory", "events", "Xid 92 (high SBE rate) in 7 days."),
+    _f("mem_temp_c_1h", "thermal", "C", "HBM temperature, mean of the last hour."),
+    _f("mem_temp_c_24h", "thermal", "C", "HBM temperature, mean of the last day."),
+    _f("mem_temp_max_c_24h", "thermal", "C", "HBM temperature, hottest hour's peak, last day."),
+    _f("mem_temp_std_c_24h", "thermal", "C", "Spread of hourly HBM temperatures, last day."),
+    _f("mem_temp_rise_c", "thermal", "C", "HBM temperature, last day minus the 6 days before."),
+    _f("gpu_temp_c_24h", "thermal", "C", "Core temperature, mean of the last day."),
+    _f("spread_c_1h", "thermal", "C", "HBM minus core temperature, last hour."),
+    _f("spread_c_24h", "thermal", "C", "HBM minus core temperature, last day."),
+    _f("spread_rise_c", "thermal", "C", "HBM-core spread, last day minus the 6 days before."),
+    _f("spread_trend_24h", "thermal", "C/h", "Slope of the HBM-core spread over the last day."),
+    _f("spread_hours_over15_24h", "thermal", "h", "Hours of the last day with spread > 15 C."),
+    _f("spread_hours_over15_7d", "thermal", "h", "Hours of the last week with spread > 15 C."),
+    _f("thermal_violation_pct_24h", "thermal", "%", "Time clocks were held by thermal limits."),
+    _f("hw_slowdown_hours_24h", "thermal", "h", "Hours with a hardware slowdown, last day."),
+    _f("power_w_24h", "thermal", "W", "Board power, mean of the last day (load context)."),
+    _f("gpu_util_pct_24h", "thermal", "%", "GPU utilisation, mean of the last day."),
+    _f("pcie_replay_per_min_1h", "pcie", "replays/min", "PCIe replays per minute, last hour."),
+    _f("pcie_replay_per_min_24h", "pcie", "replays/min", "PCIe replays per minute, last day."),
+    _f("pcie_replay_per_min_7d", "pcie", "replays/min", "PCIe replays per minute, last week."),
+    _f("pcie_replay_vs_limit_1h", "pcie", "ratio", "Last hour's replay rate / DCGM's limit."),
+    _f("pcie_replay_rise_24h", "pcie", "log ratio", "Replay rate, last day vs 6 days before."),
+    _f("pcie_replay_trend_24h", "pcie", "log/h", "Slope of log(1 + hourly replays), last day."),
+    _f("pcie_replay_active_hours_24h", "pcie", "h", "Hours of the last day with replays."),
+    _f("pcie_width_deficit_1h", "pcie", "fraction", "Lanes missing from the link, last hour."),
+    _f("pcie_width_low_hours_24h", "pcie", "h", "Hours of the last day below full width."),
+    _f("nvlink_crc_per_min_1h", "nvlink", "errors/min", "NVLink CRC errors/min, last hour."),
+    _f("nvlink_crc_per_min_24h", "nvlink", "errors/min", "NVLink CRC errors/min, last day."),
+    _f("nvlink_crc_per_min_7d", "nvlink", "errors/min", "NVLink CRC errors/min, last week."),
+    _f("nvlink_crc_rise_24h", "nvlink", "log ratio", "NVLink CRC rate, day vs 6 days before."),
+    _f("nvlink_crc_trend_24h", "nvlink", "log/h", "Slope of log(1 + hourly CRC errors), day."),
+    _f("nvlink_replay_per_min_24h", "nvlink", "errors/min", "NVLink replays/min, last day."),
+    _f("nvlink_recovery_24h", "nvlink", "events", "NVLink link recoveries, last day."),
+    _f("nvlink_active_hours_24h", "nvlink", "h", "Hours of the last day with CRC errors."),
+    _f("xid74_7d", "nvlink", "events", "Xid 74 (NVLink error) in 7 days."),
+    _f("xid_hw_24h", "xid", "events", "Hardware-class Xids, last day."),
+    _f("xid_hw_7d", "xid", "events", "Hardware-class Xids, last week."),
+    _f("xid_app_24h", "xid", "events", "Application-class Xids, last day (job faults)."),
+    _f("xid_app_7d", "xid", "events", "Application-class Xids, last week."),
+    _f("xid_fatal_24h", "xid", "events", "Fatal Xids (48, 62, 64, 74, 79, 94, 95, 119, 120)."),
+    _f("gpu_lost_24h", "xid", "events", "GPU fell off the bus or needed a reset, last day."),
+)
+#: Signals also compared with the GPU's node and rack: value minus the peers' median, so a
+#: rack-wide heat wave or a node-wide job crash is not one sick GPU.
+PEER_SIGNALS: tuple[str, ...] = (
+    "mem_temp_c_1h",
+    "mem_temp_c_24h",
+    "gpu_temp_c_24h",
+    "spread_c_24h",
+    "thermal_violation_pct_24h",
+    "sbe_per_day_24h",
+    "pcie_replay_per_min_24h",
+    "nvlink_crc_per_min_24h",
+    "xid_app_24h",
+)
+_GROUP = {f.name: f for f in _BASE}
+FEATURES: tuple[Feature, ...] = _BASE + tuple(
+    _f(
+        f"{s}_vs_{scope}",
+        _GROUP[s].group,
+        _GROUP[s].unit,
+        f"{_GROUP[s].help.rstrip('.')}, minus the median of the GPU's {scope}.",
+    )
+    for s in PEER_SIGNALS
+    for scope in ("node", "rack")
+)
+FEATURE_NAMES: tuple[str, ...] = tuple(f.name for f in FEATURES)
+FEATURES_BY_NAME = {f.name: f for f in FEATURES}
+META_COLUMNS = ("at", "key", "uuid", "hostname", "gpu", "model", "rack", "t", "fatal_xid")
+
+
+def rows_at(panel: HourlyPanel, t: np.ndarray | list[int], *, recent_h: int = 1) -> np.ndarray:
+    """(t, g) rows of the GPU lives that sent a sample in the ``recent_h`` buckets up to ``t``."""
+    t = np.asarray(t, dtype=np.int64)
+    if t.size == 0 or panel.shape[1] == 0:
+        return np.empty((0, 2), dtype=np.int64)
+    cum = np.zeros((panel.shape[0] + 1, panel.shape[1]), dtype=np.int32)
+    np.cumsum(panel.seen, axis=0, out=cum[1:])
+    recent = cum[t + 1] - cum[np.maximum(t + 1 - recent_h, 0)]
+    ti, gi = np.nonzero(recent > 0)
+    return np.column_stack([t[ti], gi]).astype(np.int64)
+
+
+def _memory(p: HourlyPanel, w: Windows, out: dict[str, np.ndarray]) -> None:
+    sbe = w.rates(p.inc["sbe"], (H1, H6, H24, D7), 24.0)
+    for h, name in ((H1, "1h"), (H6, "6h"), (H24, "24h"), (D7, "7d")):
+        out[f"sbe_per_day_{name}"] = sbe[h]
+    before = _rate_before(w, p.inc["sbe"], 24.0)
+    out["sbe_rise_24h"] = log_rise(sbe[H24], before)
+    out["sbe_accel_6h"] = log_rise(sbe[H6], sbe[H24])
+    out["sbe_rise_day"] = log_rise(sbe[H24], _rate_between(w, p.inc["sbe"], H24, 2 * H24, 24.0))
+    out["sbe_trend_24h"] = w.slope(np.log1p(p.inc["sbe"]), H24)
+    out["sbe_active_hours_24h"] = w.count_where(p.inc["sbe"], p.inc["sbe"] > 0, H24)
+    out["sbe_active_hours_7d"] = w.count_where(p.inc["sbe"], p.inc["sbe"] > 0, D7)
+    day_total = w.sums(p.inc["sbe"], (H24,))[H24][0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = w.peak(p.inc["sbe"], H24) / day_total
+    out["sbe_peak_share_24h"] = np.where(day_total > 0, share, np.nan)
+    for name, key, wins in (
+        ("dbe", "dbe", (H24, D7)),
+        ("remap_correctable", "remap_c", (H24, D7)),
+        ("remap_uncorrectable", "remap_u", (D7,)),
+        ("retired_pages", "retired", (D7,)),
+    ):
+        for h, (s, k) in w.sums(p.inc[key], wins).items():
+            out[f"{name}_{'24h' if h == H24 else '7d'}"] = np.where(k > 0, s, np.nan)
+    out["remap_pending_1h"] = w.last(p.gauge["remapped_rows_pending_max"])
+    out["remap_failure_24h"] = w.peak(p.gauge["remapped_rows_failure_max"], H24)
+    out["retired_pages_total"] = w.last(p.retired_total)
+    out["retired_pending_1h"] = w.last(p.gauge["retired_pages_pending_max"])
+    out["xid63_7d"] = w.sums(p.events["xid63"], (D7,))[D7][0]
+    out["xid92_7d"] = w.sums(p.events["xid92"], (D7,))[D7][0]
+
+
+def _rate_between(w: Windows, a: np.ndarray, near: int, far: int, per_h: float) -> np.ndarray:
+    """Rate over the buckets ``near..far`` hours back (NaN without that history)."""
+    sums = w.sums(a, (near, far))
+    s = sums[far][0] - sums[near][0]
+    k = sums[far][1] - sums[near][1]
+    h = w.hours(far) - w.hours(near)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where((k > 0) & (h > 0), s / h * per_h, np.nan)
+
+
+def _rate_before(w: Windows, a: np.ndarray, per_h: float) -> np.ndarray:
+    """Rate over the 6 days before the last day (NaN without that history)."""
+    return _rate_between(w, a, H24, D7, per_h)
+
+
+def _mean_before(w: Windows, a: np.ndarray) -> np.ndarray:
+    sums = w.sums(a, (H24, D7))
+    s = sums[D7][0] - sums[H24][0]
+    k = sums[D7][1] - sums[H24][1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(k > 0, s / k, np.nan)
+
+
+def _thermal(p: HourlyPanel, w: Windows, out: dict[str, np.ndarray]) -> None:
+    mem, spread = p.gauge["mem_temp_c"], p.gauge["spread_c"]
+    m = w.means(mem, (H1, H24))
+    out["mem_temp_c_1h"], out["mem_temp_c_24h"] = m[H1], m[H24]
+    out["mem_temp_max_c_24h"] = w.peak(p.gauge["mem_temp_c_max"], H24)
+    out["mem_temp_std_c_24h"] = w.std(mem, H24)
+    out["mem_temp_rise_c"] = m[H24] - _mean_before(w, mem)
+    out["gpu_temp_c_24h"] = w.means(p.gauge["gpu_temp_c"], (H24,))[H24]
+    s = w.means(spread, (H1, H24))
+    out["spread_c_1h"], out["spread_c_24h"] = s[H1], s[H24]
+    out["spread_rise_c"] = s[H24] - _mean_before(w, spread)
+    out["spread_trend_24h"] = w.slope(spread, H24)
+    over = spread > SPREAD_LIMIT_C
+    out["spread_hours_over15_24h"] = w.count_where(spread, over, H24)
+    out["spread_hours_over15_7d"] = w.count_where(spread, over, D7)
+    # thermal_violation_us per hour of wall time, as a percentage
+    out["thermal_violation_pct_24h"] = w.rates(p.inc["thermal_us"], (H24,), 1.0)[H24] / 36e6 * 100
+    out["hw_slowdown_hours_24h"] = w.count_where(
+        p.gauge["hw_slowdown"], p.gauge["hw_slowdown"] > 0, H24
+    )
+    out["power_w_24h"] = w.means(p.gauge["power_w"], (H24,))[H24]
+    out["gpu_util_pct_24h"] = w.means(p.gauge["gpu_util_pct"], (H24,))[H24]
+
+
+def _pcie(p: HourlyPanel, w: Windows, out: dict[str, np.ndarray]) -> None:
+    r = w.rates(p.inc["replay"], (H1, H24, D7), 1 / 60)
+    out["pcie_replay_per_min_1h"], out["pcie_replay_per_min_24h"] = r[H1], r[H24]
+    out["pcie_replay_per_min_7d"] = r[D7]
+    gen = np.rint(w.last(p.gauge["pcie_link_gen_max"]))
+    per_lane = np.full(gen.shape, np.nan)
+    for g, lim in PCIE_REPLAY_LIMIT_PER_LANE_MIN.items():
+        per_lane[gen == g] = lim
+    per_lane[gen > 5] = PCIE_REPLAY_LIMIT_PER_LANE_MIN[5]
+    lanes = w.last(p.gauge["pcie_link_width_max"])
+    out["pcie_replay_vs_limit_1h"] = r[H1] / (per_lane * lanes)
+    out["pcie_replay_rise_24h"] = log_rise(r[H24], _rate_before(w, p.inc["replay"], 1 / 60))
+    out["pcie_replay_trend_24h"] = w.slope(np.log1p(p.inc["replay"]), H24)
+    out["pcie_replay_active_hours_24h"] = w.count_where(p.inc["replay"], p.inc["replay"] > 0, H24)
+    width, wmax = p.gauge["pcie_link_width"], p.gauge["pcie_link_width_max"]
+    out["pcie_width_deficit_1h"] = 1.0 - w.last(width) / w.last(wmax)
+    out["pcie_width_low_hours_24h"] = w.count_where(width, width < wmax - 0.5, H24)
+
+
+def _nvlink(p: HourlyPanel, w: Windows, out: dict[str, np.ndarray]) -> None:
+    r = w.rates(p.inc["nvl_crc"], (H1, H24, D7), 1 / 60)
+    out["nvlink_crc_per_min_1h"], out["nvlink_crc_per_min_24h"] = r[H1], r[H24]
+    out["nvlink_crc_per_min_7d"] = r[D7]
+    out["nvlink_crc_rise_24h"] = log_rise(r[H24], _rate_before(w, p.inc["nvl_crc"], 1 / 60))
+    out["nvlink_crc_trend_24h"] = w.slope(np.log1p(p.inc["nvl_crc"]), H24)
+    out["nvlink_replay_per_min_24h"] = w.rates(p.inc["nvl_replay"], (H24,), 1 / 60)[H24]
+    s, k = w.sums(p.inc["nvl_recovery"], (H24,))[H24]
+    out["nvlink_recovery_24h"] = np.where(k > 0, s, np.nan)
+    out["nvlink_active_hours_24h"] = w.count_where(p.inc["nvl_crc"], p.inc["nvl_crc"] > 0, H24)
+    out["xid74_7d"] = w.sums(p.events["xid74"], (D7,))[D7][0]
+
+
+def _xid(p: HourlyPanel, w: Windows, out: dict[str, np.ndarray]) -> None:
+    for ch, wins in (
+        ("xid_hw", (H24, D7)),
+        ("xid_app", (H24, D7)),
+        ("xid_fatal", (H24,)),
+        ("gpu_lost", (H24,)),
+    ):
+        for h, (s, _) in w.sums(p.events[ch], wins).items():
+            out[f"{ch}_{'24h' if h == H24 else '7d'}"] = s
+
+
+def _peers(meta: pd.DataFrame, out: dict[str, np.ndarray]) -> None:
+    frame = pd.DataFrame({s: out[s] for s in PEER_SIGNALS})
+    for scope, col in (("node", "hostname"), ("rack", "rack")):
+        groups = [meta["t"].to_numpy(), meta[col].to_numpy()]
+        med = frame.groupby(groups, sort=False).transform("median")
+        # a GPU without a known rack has no rack peers: unknown, not "like its peers"
+        unknown = (meta[col].to_numpy() == "") if col == "rack" else np.zeros(len(meta), bool)
+        for s in PEER_SIGNALS:
+            diff = frame[s].to_numpy() - med[s].to_numpy()
+            out[f"{s}_vs_{scope}"] = np.where(unknown, np.nan, diff)
+
+
+def compute_features(panel: HourlyPanel, rows: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Features for ``rows`` ((t, g) pairs, e.g. from ``rows_at``): (meta, X).
+
+    ``meta`` has ``at`` (the end of bucket t: the scoring time), the GPU's identity, ``t`` and
+    ``fatal_xid`` (the last fatal Xid code in 24 h, NaN if none);
+    ``X`` has one float column per ``FEATURE_NAMES`` entry, NaN where unknown.
+    """
+    t, g = rows[:, 0], rows[:, 1]
+    keys = panel.keys
+    meta = pd.DataFrame(
+        {
+            "at": (panel.hours[t] + HOUR_S).astype(np.float64),
+            "key": keys["key"].to_numpy()[g],
+            "uuid": keys["uuid"].to_numpy()[g],
+            "hostname": keys["hostname"].to_numpy()[g],
+            "gpu": keys["gpu"].to_numpy()[g],
+            "model": keys["model"].to_numpy()[g],
+            "rack": keys["rack"].to_numpy()[g],
+            "t": t,
+        }
+    )
+    w = Windows(t, g, panel.first, n_buckets=panel.shape[0], last_fraction=panel.last_fraction)
+    out: dict[str, np.ndarray] = {}
+    for part in (_memory, _thermal, _pcie, _nvlink, _xid):
+        part(panel, w, out)
+    _peers(meta, out)
+    meta["fatal_xid"] = w.latest(panel.fatal_xid, H24)  # for the Xid catalogue's action
+    X = pd.DataFrame({n: np.asarray(out[n], dtype=np.float32) for n in FEATURE_NAMES})
+    return meta, X

@@ -1,0 +1,187 @@
+"""Why a GPU is flagged, in words a person acts on.
+
+The model's reasons come from the feature groups (memory, thermal, PCIe, NVLink, Xid) that push
+its score up: each group in turn is set back to a typical healthy GPU's values (the model's
+``reference_``, the median of the healthy training rows) and the drop in risk is that group's
+share. The groups with the largest drops are then said with the GPU's own numbers:
+
+    single-bit errors 40/day, up 6x on the days before; 12 correctable row remaps this week
+
+A hard signal comes first, with the action NVIDIA's Xid catalogue recommends for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from gpuwarden.models.features import FEATURES
+from gpuwarden.models.rules import HARD, hard_table
+from gpuwarden.xid import describe
+
+GROUPS: tuple[str, ...] = ("memory", "thermal", "pcie", "nvlink", "xid")
+_GROUP_COLUMNS = {g: [f.name for f in FEATURES if f.group == g] for g in GROUPS}
+MIN_SHARE = 0.05  # a group that moves the risk by less than this is not a reason
+
+
+def _n(v: float) -> str:
+    return f"{v:.0f}" if abs(v) >= 10 or float(v).is_integer() else f"{v:.1f}"
+
+
+def _up(rise: float) -> str:
+    """', up 6x on the days before' for a log-ratio rise of at least 2x."""
+    if not np.isfinite(rise) or rise < np.log(2.0):
+        return ""
+    return f", up {np.exp(rise):.0f}x on the days before"
+
+
+def _memory(r: pd.Series) -> list[str]:
+    out = []
+    if r["sbe_per_day_24h"] >= 1:
+        out.append(f"single-bit errors {_n(r['sbe_per_day_24h'])}/day{_up(r['sbe_rise_24h'])}")
+    for col, what in (
+        ("remap_correctable_7d", "correctable row remaps"),
+        ("remap_uncorrectable_7d", "uncorrectable row remaps"),
+        ("dbe_7d", "double-bit errors"),
+        ("retired_pages_7d", "pages retired"),
+    ):
+        if r[col] >= 1:
+            out.append(f"{_n(r[col])} {what} this week")
+    if r["remap_pending_1h"] > 0 or r["retired_pending_1h"] > 0:
+        out.append("a memory repair waits for a GPU reset")
+    if r["xid92_7d"] >= 1:
+        out.append(f"Xid 92 (high single-bit rate) {_n(r['xid92_7d'])}x this week")
+    return out
+
+
+def _thermal(r: pd.Series) -> list[str]:
+    out = []
+    if np.isfinite(r["spread_c_1h"]) and (r["spread_c_1h"] >= 8 or r["spread_rise_c"] >= 3):
+        hot = f"HBM {_n(r['mem_temp_c_1h'])} C, {_n(r['spread_c_1h'])} C above the core"
+        if r["spread_hours_over15_24h"] >= 1:
+            hot += f" ({_n(r['spread_hours_over15_24h'])} h over 15 C today)"
+        out.append(hot)
+    if r["mem_temp_rise_c"] >= 3:
+        out.append(f"HBM up {_n(r['mem_temp_rise_c'])} C on the week before")
+    if abs(r["mem_temp_c_24h_vs_node"]) >= 3:
+        out.append(f"HBM {r['mem_temp_c_24h_vs_node']:+.0f} C against the rest of its node")
+    if r["thermal_violation_pct_24h"] >= 1:
+        out.append(f"held back by thermal limits {_n(r['thermal_violation_pct_24h'])}% of the day")
+    if r["hw_slowdown_hours_24h"] >= 1:
+        out.append(f"hardware slowdown in {_n(r['hw_slowdown_hours_24h'])} h today")
+    return out
+
+
+def _pcie(r: pd.Series) -> list[str]:
+    out = []
+    rate = r["pcie_replay_per_min_24h"]
+    if rate > 0:
+        limit = r["pcie_replay_vs_limit_1h"]
+        share = f" ({limit:.0%} of DCGM's limit in the last hour)" if np.isfinite(limit) else ""
+        out.append(f"PCIe replays {_n(rate)}/min{share}{_up(r['pcie_replay_rise_24h'])}")
+    if r["pcie_width_deficit_1h"] > 0:
+        out.append(f"PCIe link lost {r['pcie_width_deficit_1h']:.0%} of its lanes")
+    return out
+
+
+def _nvlink(r: pd.Series) -> list[str]:
+    out = []
+    if r["nvlink_crc_per_min_24h"] > 0:
+        out.append(
+            f"NVLink CRC errors {_n(r['nvlink_crc_per_min_24h'])}/min"
+            f"{_up(r['nvlink_crc_rise_24h'])}"
+        )
+    if r["nvlink_recovery_24h"] >= 1:
+        out.append(f"{_n(r['nvlink_recovery_24h'])} NVLink recoveries today")
+    if r["xid74_7d"] >= 1:
+        out.append(f"Xid 74 (NVLink error) {_n(r['xid74_7d'])}x this week")
+    return out
+
+
+def _xid(r: pd.Series) -> list[str]:
+    out = []
+    if r["xid_hw_24h"] >= 1:
+        out.append(f"{_n(r['xid_hw_24h'])} hardware Xids today")
+    if r["xid_app_24h"] >= 1:
+        out.append(f"{_n(r['xid_app_24h'])} application Xids today")
+    return out
+
+
+_SAY: dict[str, Callable[[pd.Series], list[str]]] = {
+    "memory": _memory,
+    "thermal": _thermal,
+    "pcie": _pcie,
+    "nvlink": _nvlink,
+    "xid": _xid,
+}
+
+
+def group_shares(model, X: pd.DataFrame) -> pd.DataFrame:
+    """Drop in risk when each group is set to its healthy reference, one column per group."""
+    base = model.predict_proba(X)[:, 1]
+    ref = pd.Series(model.reference_, index=list(model.feature_names_in_))
+    out = {}
+    for g in GROUPS:
+        cols = _GROUP_COLUMNS[g]
+        typical = X.copy()
+        typical[cols] = np.broadcast_to(ref[cols].to_numpy(np.float32), (len(X), len(cols)))
+        out[g] = base - model.predict_proba(typical)[:, 1]
+    return pd.DataFrame(out, index=X.index)
+
+
+def hard_reasons(row: pd.Series, present: pd.Series, fatal_xid: float) -> list[str]:
+    """The hard signals ``present`` (a ``rules.hard_table`` row) in words, each with the
+    action NVIDIA's Xid catalogue gives (the fatal Xid seen, or the one the signal implies);
+    an action is said once even when two signals point at the same Xid."""
+    out, said = [], set()
+    for rule in HARD:
+        if not present[rule.name]:
+            continue
+        code = (
+            rule.xid
+            if rule.xid is not None
+            else (int(fatal_xid) if np.isfinite(fatal_xid) else None)
+        )
+        text = rule.says(row)
+        if code is not None and code in said:
+            continue  # "fatal Xid 64" after "row remapping failed (Xid 64 ...)" adds nothing
+        if code is not None:
+            x = describe(code)
+            text += f" (Xid {code}, {x.name}): {x.action.rstrip('.')}"
+            said.add(code)
+        out.append(text)
+    return out
+
+
+def explain(
+    model, X: pd.DataFrame, meta: pd.DataFrame, which: np.ndarray, *, top: int = 2
+) -> list[str]:
+    """Reasons for the rows where ``which`` is True ("" elsewhere): hard signals first, then
+    the ``top`` feature groups that raise the risk most, each in words."""
+    reasons = [""] * len(X)
+    idx = np.flatnonzero(which)
+    if idx.size == 0:
+        return reasons
+    sub = X.iloc[idx]
+    shares = group_shares(model, sub)
+    hard = hard_table(sub)
+    fatal = (
+        meta["fatal_xid"].to_numpy(np.float64)[idx]
+        if "fatal_xid" in meta
+        else np.full(idx.size, np.nan)
+    )
+    for j, i in enumerate(idx):
+        row = sub.iloc[j]
+        parts = hard_reasons(row, hard.iloc[j], fatal[j])
+        ranked = shares.iloc[j].sort_values(ascending=False)
+        for g, share in ranked.iloc[:top].items():
+            if share < MIN_SHARE:
+                break
+            parts += _SAY[str(g)](row)[:2]
+        if not parts:  # nothing stands out on its own: say the strongest group anyway
+            g = str(ranked.index[0])
+            parts = _SAY[g](row)[:2] or [f"{g} signals unusual for this fleet"]
+        reasons[i] = "; ".join(parts)
+    return reasons

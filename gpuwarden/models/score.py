@@ -1,0 +1,175 @@
+"""Score a fleet: one row per GPU with its risk, its state and the reasons.
+
+    rows = score_store(store, load_model(), at=None)              # now (the newest sample)
+    rows = backtest(store, model, start=t0, end=t1, step_s=6 * 3600)
+
+A GPU is scored when it sent a sample in the 24 h before ``at`` (a GPU that fell off the bus an
+hour ago is still listed, as unhealthy). ``risk`` is the calibrated probability of failing within
+the model's horizon; ``state`` is unhealthy on a hard signal, at-risk at ``risk >= threshold``,
+else ok. Reasons are given for every GPU that is not ok, and for any with risk >= 0.3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from gpuwarden.errors import InputError
+from gpuwarden.models.artifact import RiskModel
+from gpuwarden.models.features import compute_features, rows_at
+from gpuwarden.models.history import load_panel, newest_sample_ts
+from gpuwarden.models.panel import HOUR_S, HourlyPanel
+from gpuwarden.models.reasons import explain
+from gpuwarden.models.rules import OK, hard_signal, states
+from gpuwarden.store.base import Store
+
+HISTORY_S = 7 * 86400.0 + 2 * HOUR_S  # the 7-day window plus the hour before it (increases)
+REPORTING_H = 24
+EXPLAIN_FROM = 0.3
+COLUMNS = ("at", "hostname", "gpu", "uuid", "model", "risk", "state", "reasons")
+
+
+@dataclass(frozen=True)
+class RiskScore:
+    """One GPU's verdict at ``at`` (Unix s)."""
+
+    at: float
+    hostname: str
+    gpu: int
+    uuid: str
+    model: str
+    risk: float  # probability of failing within the horizon (0..1)
+    state: str  # ok, at-risk, unhealthy
+    reasons: str
+
+
+def _score_rows(
+    panel: HourlyPanel, t: list[int], model: RiskModel, *, explain_all: bool = False
+) -> pd.DataFrame:
+    rows = rows_at(panel, t, recent_h=REPORTING_H)
+    if len(rows) == 0:
+        return pd.DataFrame(columns=list(COLUMNS))
+    meta, X = compute_features(panel, rows)
+    risk = model.risk(X)
+    hard = hard_signal(X)
+    state = states(risk, hard, model.threshold)
+    which = (state != OK) | (risk >= EXPLAIN_FROM) | explain_all
+    out = pd.DataFrame(
+        {
+            "at": meta["at"].to_numpy(),
+            "hostname": meta["hostname"].to_numpy(),
+            "gpu": meta["gpu"].to_numpy(np.int64),
+            "uuid": meta["uuid"].to_numpy(),
+            "model": meta["model"].to_numpy(),
+            "risk": np.round(risk, 4),
+            "state": state,
+            "reasons": explain(model.estimator, X, meta, np.asarray(which)),
+        }
+    )
+    return out
+
+
+def _order(frame: pd.DataFrame) -> pd.DataFrame:
+    rank = frame["state"].map({"unhealthy": 0, "at-risk": 1, "ok": 2})
+    frame = frame.assign(_rank=rank).sort_values(
+        ["at", "_rank", "risk", "hostname", "gpu"], ascending=[True, True, False, True, True]
+    )
+    return frame.drop(columns="_rank").reset_index(drop=True)
+
+
+def score_store(
+    store: Store, model: RiskModel, *, at: float | None = None, explain_all: bool = False
+) -> pd.DataFrame:
+    """Every GPU that reported in the 24 h before ``at`` (default: just after the store's
+    newest sample), worst first: the ``COLUMNS`` of ``RiskScore``."""
+    if at is None:
+        newest = newest_sample_ts(store)
+        if newest is None:
+            raise InputError(f"{store.url} holds no telemetry to score")
+        at = newest + 1.0
+    panel = load_panel(store, start=at - HISTORY_S, end=at)
+    out = _score_rows(panel, [panel.shape[0] - 1], model, explain_all=explain_all)
+    out["at"] = float(at)
+    return _order(out)
+
+
+def backtest(
+    store: Store,
+    model: RiskModel,
+    *,
+    start: float,
+    end: float,
+    step_s: float,
+    progress: bool = False,
+) -> pd.DataFrame:
+    """The same rows as ``score_store`` at every ``step_s`` in ``[start, end]``.
+
+    When every scoring time falls on the hour one history read serves them all; otherwise
+    each time reads its own window, exactly as a live score would.
+    """
+    from tqdm import tqdm
+
+    if step_s <= 0:
+        raise InputError(f"--step must be positive, got {step_s:g} s")
+    if end < start:
+        raise InputError("--end is before --start")
+    times = np.arange(start, end + 1e-6, step_s)
+    if times.size > 100_000:
+        raise InputError(f"{times.size} scoring times: use a larger --step")
+    if np.all(np.mod(times, HOUR_S) == 0):
+        panel = load_panel(store, start=times[0] - HISTORY_S, end=times[-1], progress=progress)
+        t = [panel.index_of(a) - 1 for a in times]  # bucket t ends at hours[t] + 1 h == a
+        parts = [
+            _score_rows(panel, t[i : i + 168], model)
+            for i in tqdm(range(0, len(t), 168), disable=not progress, desc="scoring")
+        ]
+    else:
+        parts = [
+            score_store(store, model, at=float(a))
+            for a in tqdm(times, disable=not progress, desc="scoring")
+        ]
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return pd.DataFrame(columns=list(COLUMNS))
+    return _order(pd.concat(parts, ignore_index=True))
+
+
+def render_table(frame: pd.DataFrame, *, top: int = 20) -> str:
+    """Score rows as a text table: every GPU that is not ok, at least ``top`` rows, then a
+    count per state (what ``gpuwarden score`` and the demo print)."""
+    if frame.empty:
+        return "no GPU reported in the 24 h before the scoring time\n"
+    shown = frame[frame["state"] != OK]
+    if len(shown) < top:
+        shown = frame.head(top)
+    lines = [f"{'host':<12} {'gpu':>3}  {'uuid':<40} {'risk':>5}  {'state':<9}  reasons"]
+    for r in shown.itertuples(index=False):
+        lines.append(
+            f"{r.hostname:<12} {r.gpu:>3}  {r.uuid:<40} {r.risk:>5.2f}  {r.state:<9}  {r.reasons}"
+        )
+    rest = len(frame) - len(shown)
+    counts = frame["state"].value_counts()
+    when = pd.Timestamp(float(frame["at"].iloc[-1]), unit="s", tz="UTC")
+    summary = ", ".join(f"{counts.get(s, 0)} {s}" for s in ("unhealthy", "at-risk", "ok"))
+    more = f"... {rest} more; " if rest else ""
+    lines.append(f"{more}{len(frame)} GPUs at {when:%Y-%m-%d %H:%M} UTC: {summary}")
+    return "\n".join(lines) + "\n"
+
+
+def records(frame: pd.DataFrame) -> list[RiskScore]:
+    """Score rows as ``RiskScore`` records."""
+    return [
+        RiskScore(
+            float(r.at),
+            str(r.hostname),
+            int(r.gpu),
+            str(r.uuid),
+            str(r.model),
+            float(r.risk),
+            str(r.state),
+            str(r.reasons),
+        )
+        for r in frame.itertuples(index=False)
+    ]

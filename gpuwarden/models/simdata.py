@@ -1,0 +1,138 @@
+"""Simulated fleets as panels, for the default model, the benchmarks and the tests.
+
+    sim = simulate_panel(fleet_spec(nodes=64, days=30, seed=1))
+    sim.panel, sim.fleet
+
+The simulator's chunks are aggregated to hours as they come, so a 1,024-GPU quarter never sits
+in memory as raw samples. ``transforms`` rewrite each chunk (and the events and failures)
+before aggregation: the robustness cases of the acceptance tests are such transforms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpuwarden.models import _hourly as H
+from gpuwarden.models.panel import HourlyPanel, build_panel, events_frame, failures_frame
+
+Transform = Callable[[pd.DataFrame], pd.DataFrame]
+
+
+@dataclass
+class SimPanel:
+    panel: HourlyPanel
+    fleet: Any  # collectors.sim.Fleet, after its run
+    events: pd.DataFrame
+    failures: pd.DataFrame
+
+
+@dataclass
+class DropSamples:
+    """Lose ``share`` of the samples at random (a flaky scrape)."""
+
+    share: float = 0.1
+    seed: int = 0
+    _rng: np.random.Generator | None = field(default=None, repr=False)
+
+    def __call__(self, frame: pd.DataFrame) -> pd.DataFrame:
+        if self._rng is None:
+            self._rng = np.random.default_rng(self.seed)
+        return frame[self._rng.random(len(frame)) >= self.share]
+
+
+@dataclass
+class HideField:
+    """``fields`` unsupported (NaN) on every board of ``model``."""
+
+    model: str
+    fields: tuple[str, ...] = ("mem_temp_c",)
+
+    def __call__(self, frame: pd.DataFrame) -> pd.DataFrame:
+        frame = frame.copy()
+        frame.loc[(frame["model"] == self.model).to_numpy(), list(self.fields)] = np.nan
+        return frame
+
+
+@dataclass
+class SameUuidAfterRepair:
+    """Every board in a slot reports the slot's first UUID: a repaired GPU that comes back
+    under its old identity, instead of a replacement with a new one."""
+
+    first: dict[tuple[str, int], str] = field(default_factory=dict)
+    alias: dict[str, str] = field(default_factory=dict)
+
+    def _learn(self, hostnames: Sequence[str], gpus: Sequence[int], uuids: Sequence[str]) -> None:
+        for h, g, u in zip(hostnames, gpus, uuids, strict=True):
+            self.alias.setdefault(u, self.first.setdefault((h, int(g)), u))
+
+    def __call__(self, frame: pd.DataFrame) -> pd.DataFrame:
+        ident = frame[["hostname", "gpu", "uuid"]].astype({"hostname": str, "uuid": str})
+        ident = ident.drop_duplicates("uuid")
+        self._learn(ident["hostname"].tolist(), ident["gpu"].tolist(), ident["uuid"].tolist())
+        frame = frame.copy()
+        frame["uuid"] = frame["uuid"].astype(str).map(self.alias)
+        return frame
+
+    def rename(self, table: pd.DataFrame) -> pd.DataFrame:
+        """Events or failures: the same renaming (boards never sampled keep their UUID)."""
+        self._learn(
+            table["hostname"].astype(str).tolist(),
+            table["gpu"].tolist(),
+            table["uuid"].astype(str).tolist(),
+        )
+        return table.assign(uuid=table["uuid"].astype(str).map(self.alias))
+
+
+def simulate_panel(
+    spec: Any, *, transforms: Sequence[Transform] = (), progress: bool = False
+) -> SimPanel:
+    """Run ``spec`` (a ``collectors.sim.FleetSpec``) and build its hourly panel."""
+    from gpuwarden.collectors.sim import Fleet
+
+    fleet = Fleet(spec)
+    parts, idents, events = [], [], []
+    for chunk in fleet.chunks(progress=progress):
+        frame = chunk.samples
+        assert frame is not None
+        for t in transforms:
+            frame = t(frame)
+        parts.append(H.from_raw(frame))
+        idents.append(
+            frame[["uuid", "hostname", "gpu", "model", "rack"]]
+            .drop_duplicates("uuid")
+            .astype({"uuid": str, "hostname": str, "model": str, "rack": str})
+        )
+        events.extend(chunk.events)
+    ev = events_frame(events).assign(
+        hostname=[e.gpu.hostname for e in events], gpu=[e.gpu.index for e in events]
+    )
+    fails = failures_frame(fleet.failures)
+    for t in transforms:
+        if isinstance(t, SameUuidAfterRepair):
+            ev, fails = t.rename(ev), t.rename(fails)
+    ident = pd.concat(idents, ignore_index=True) if idents else pd.DataFrame(columns=["uuid"])
+    panel = build_panel(H.combine(parts), ident, ev, fails)
+    return SimPanel(panel, fleet, ev, fails)
+
+
+def fleet_spec(**overrides: Any) -> Any:
+    """The simulated fleets of the default model and the benchmarks: three GPU models,
+    10-minute samples, the failure rate x20 so a quarter holds a few hundred failures."""
+    from gpuwarden.collectors.sim import DEFAULT_START_TS, FleetSpec
+
+    base = FleetSpec(
+        nodes=128,
+        gpus_per_node=8,
+        models=("H100-80GB", "A100-80GB", "H200"),
+        start_ts=DEFAULT_START_TS,
+        days=67.0,
+        step_s=600,
+        seed=1,
+        accel=20.0,
+    )
+    return replace(base, **overrides)

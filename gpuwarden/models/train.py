@@ -1,0 +1,170 @@
+"""Train a risk model on a fleet's history: from a store (``gpuwarden train``) or a panel.
+
+    model = train_from_store(store, until=..., failures=None)   # the store's failure records
+    save_model(model, "my-model")
+
+Scoring times every ``step_h`` hours over the history; the trees learn on the earlier 70% of
+them and the probabilities are calibrated on the later 30% (``TimeSplitCalibratedClassifier``).
+``robust_share`` of the nodes have their memory temperature hidden while training, so the model
+has learnt what to do for boards that do not report it (NaN routes through the trees).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpuwarden import __version__
+from gpuwarden.errors import InputError
+from gpuwarden.models.artifact import RiskModel
+from gpuwarden.models.estimator import TimeSplitCalibratedClassifier, default_trees
+from gpuwarden.models.features import FEATURE_NAMES
+from gpuwarden.models.history import load_panel, newest_sample_ts
+from gpuwarden.models.labels import DEFAULT_HORIZON_S, Dataset, build_dataset, scoring_indices
+from gpuwarden.models.panel import HOUR_S, HourlyPanel
+from gpuwarden.models.rules import DEFAULT_THRESHOLD
+from gpuwarden.store.base import Store
+
+MIN_FAILURES = 4  # fewer failing GPUs than this cannot teach or calibrate anything
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    horizon_s: float = DEFAULT_HORIZON_S  # "fails within" this after the scoring time
+    step_h: int = 2  # hours between training scoring times
+    method: str = "isotonic"  # probability calibration: isotonic or sigmoid
+    calibration_share: float = 0.3  # latest share of scoring times kept for calibration
+    negative_subsample: float = 0.3  # healthy rows the trees see (all failing ones are kept)
+    robust_share: float = 0.15  # nodes whose memory temperature is hidden while training
+    random_state: int = 0
+
+
+def hide_memory_temperature(panel: HourlyPanel, share: float, seed: int) -> HourlyPanel:
+    """A copy of ``panel`` where the GPUs of ``share`` of the nodes never reported memory
+    temperature: a field is unsupported per GPU model, and nodes are of one model, so whole
+    nodes lack it (their node peers too)."""
+    if share <= 0:
+        return panel
+    rng = np.random.default_rng(seed)
+    hosts = panel.keys["hostname"].to_numpy()
+    names = np.unique(hosts)
+    hide = np.isin(hosts, names[rng.random(names.size) < share])
+    gauge = dict(panel.gauge)
+    for name in ("mem_temp_c", "mem_temp_c_max", "spread_c"):
+        gauge[name] = np.where(hide[None, :], np.float32(np.nan), panel.gauge[name])
+    return replace(panel, gauge=gauge)
+
+
+def _summary(panel: HourlyPanel, ds: Dataset, split: float) -> dict[str, Any]:
+    keys = panel.keys
+    failed = ds.meta.loc[ds.y == 1, "key"].unique()
+    kinds = keys[keys["key"].isin(failed)]["fail_kind"].value_counts()
+    at = ds.meta["at"]
+    return {
+        "start": float(panel.hours[0]),
+        "end": float(panel.hours[-1] + HOUR_S),
+        "gpu_lives": int(panel.shape[1]),
+        "gpu_days": float(panel.seen.sum() / 24.0),
+        "scoring_times": int(at.nunique()),
+        "rows": len(ds),
+        "positive_rows": int(ds.y.sum()),
+        "failures": int(len(failed)),
+        "failures_by_kind": {str(k): int(v) for k, v in kinds.items()},
+        "calibration_from": split,
+        "calibration_rows": int((at >= split).sum()),
+    }
+
+
+def _block_metrics(est: TimeSplitCalibratedClassifier, ds: Dataset, threshold: float) -> dict:
+    from sklearn.metrics import average_precision_score, brier_score_loss
+
+    late = ds.meta["at"].to_numpy() >= est.split_time_
+    y, X = ds.y[late], ds.X[late]
+    risk = est.predict_proba(X)[:, 1]
+    flagged = risk >= threshold
+    return {
+        "block": "calibration (later scoring times, unseen by the trees)",
+        "pr_auc": float(average_precision_score(y, risk)),
+        "brier": float(brier_score_loss(y, risk)),
+        "rows_flagged": int(flagged.sum()),
+        "precision_at_threshold": float(y[flagged].mean()) if flagged.any() else None,
+        "mean_risk": float(risk.mean()),
+        "positive_share": float(y.mean()),
+    }
+
+
+def train_on_panel(
+    panel: HourlyPanel,
+    *,
+    labels_until: float | None = None,
+    options: TrainOptions = TrainOptions(),
+    source: dict[str, Any] | None = None,
+    progress: bool = False,
+) -> RiskModel:
+    """Fit and calibrate a model on every scoring time of ``panel``; returns it with its card."""
+    o = options
+    started = time.time()
+    work = hide_memory_temperature(panel, o.robust_share, o.random_state)
+    times = scoring_indices(work, step_h=o.step_h)
+    ds = build_dataset(
+        work, times, horizon_s=o.horizon_s, labels_until=labels_until, progress=progress
+    )
+    n_failed = ds.meta.loc[ds.y == 1, "key"].nunique()
+    if n_failed < MIN_FAILURES:
+        raise InputError(
+            f"only {n_failed} GPU failure(s) fall inside the training history "
+            f"(need at least {MIN_FAILURES}); give a longer history or a failures file"
+        )
+    est = TimeSplitCalibratedClassifier(
+        default_trees(o.random_state),
+        method=o.method,
+        calibration_share=o.calibration_share,
+        negative_subsample=o.negative_subsample,
+        random_state=o.random_state,
+    )
+    try:
+        est.fit(ds.X, ds.y, sample_time=ds.meta["at"].to_numpy())
+    except ValueError as exc:
+        raise InputError(f"cannot train: {exc}") from exc
+    card: dict[str, Any] = {
+        "gpuwarden_version": __version__,
+        "created": pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds"),
+        "threshold": DEFAULT_THRESHOLD,
+        "horizon_s": o.horizon_s,
+        "label": f"fails within {o.horizon_s / 86400:g} days after the scoring time",
+        "features": list(FEATURE_NAMES),
+        "estimator": "HistGradientBoostingClassifier (class_weight=balanced) + "
+        f"{o.method} calibration on a later time block",
+        "options": {k: getattr(o, k) for k in o.__dataclass_fields__},
+        "training_data": {**(source or {}), **_summary(panel, ds, est.split_time_)},
+        "metrics": {"calibration_block": _block_metrics(est, ds, DEFAULT_THRESHOLD)},
+        "train_seconds": round(time.time() - started, 1),
+    }
+    return RiskModel(est, card)
+
+
+def train_from_store(
+    store: Store,
+    *,
+    until: float | None = None,
+    failures: pd.DataFrame | None = None,
+    options: TrainOptions = TrainOptions(),
+    progress: bool = False,
+) -> RiskModel:
+    """Train on everything the store holds before ``until`` (default: its newest sample);
+    ``failures`` (the ``read_failures`` layout) replaces the store's failure records."""
+    newest = newest_sample_ts(store)
+    if newest is None:
+        raise InputError(f"{store.url} holds no telemetry to train on")
+    end = float(until) if until is not None else newest + 1.0
+    start = float(store.gpus()["first_ts"].min())
+    if end <= start:
+        raise InputError(f"--until {end:.0f} is before the store's first sample ({start:.0f})")
+    panel = load_panel(store, start=start, end=end, failures=failures, progress=progress)
+    return train_on_panel(
+        panel, labels_until=end, options=options, source={"store": store.url}, progress=progress
+    )

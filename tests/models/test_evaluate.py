@@ -1,0 +1,109 @@
+"""Evaluation metrics on hand-made rows (lead time, recall at 24 h, false-flag episodes,
+PR-AUC), and the side-by-side evaluation of a model and the rules on a held-out fleet."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpuwarden.models import _metrics as M
+from gpuwarden.models.artifact import DEFAULT_DIR, MODEL_FILE, load_model
+from gpuwarden.models.evaluate import evaluate_dataset, failures_of
+from gpuwarden.models.labels import build_dataset, scoring_indices
+
+H = 3600.0
+
+
+def _rows(keys_hours: dict[str, int]) -> pd.DataFrame:
+    parts = [pd.DataFrame({"key": k, "at": np.arange(n) * H}) for k, n in keys_hours.items()]
+    return pd.concat(parts, ignore_index=True)
+
+
+def test_lead_time_is_from_the_first_flag_within_the_horizon():
+    meta = _rows({"a": 100, "b": 100, "c": 100})
+    fail = pd.DataFrame(
+        {
+            "key": ["a", "b", "c"],
+            "fail_ts": [99.5 * H, 99.5 * H, 30 * H],
+            "fail_kind": ["hbm", "hbm", "gsp"],
+        }
+    )
+    flag = np.zeros(len(meta), bool)
+    flag[(meta["key"] == "a") & (meta["at"] >= 60 * H)] = True  # from 39.5 h before
+    flag[(meta["key"] == "b") & (meta["at"] == 90 * H)] = True  # 9.5 h before only
+    table = M.failure_table(meta, flag, fail, horizon_s=7 * 86400)
+    got = table.set_index("key")
+    assert got.loc["a", "lead_h"] == pytest.approx(39.5) and got.loc["a", "caught"]
+    assert got.loc["b", "lead_h"] == pytest.approx(9.5) and not got.loc["b", "caught"]
+    assert np.isnan(got.loc["c", "lead_h"]) and not got.loc["c", "caught"]
+    summary = M.summarise(table, 0, 10.0, sudden_kinds=("gsp",)).set_index("mode")
+    assert summary.loc["ALL with precursors", "recall_24h"] == 0.5
+    assert summary.loc["ALL sudden", "failures"] == 1  # counted, not dropped
+    assert summary.loc["ALL with precursors", "median_lead_h"] == pytest.approx(24.5)
+
+
+def test_a_failure_too_early_in_the_record_is_not_judged():
+    meta = _rows({"a": 100})
+    fail = pd.DataFrame({"key": ["a"], "fail_ts": [10 * H], "fail_kind": ["hbm"]})
+    assert M.failure_table(meta, np.ones(100, bool), fail, horizon_s=7 * 86400).empty
+
+
+def test_false_flags_count_episodes_merged_within_a_day():
+    meta = _rows({"a": 200, "b": 200})
+    y = np.zeros(len(meta), int)
+    known = np.ones(len(meta), bool)
+    flag = np.zeros(len(meta), bool)
+    a = (meta["key"] == "a").to_numpy()
+    at = meta["at"].to_numpy() / H
+    flag[a & (at >= 10) & (at < 12)] = True  # episode 1
+    flag[a & (at >= 20) & (at < 22)] = True  # 8 h later: the same incident
+    flag[a & (at >= 100) & (at < 101)] = True  # 78 h later: a new one
+    b = ~a
+    flag[b & (at >= 50) & (at < 60)] = True
+    y[b] = 1  # b fails within the horizon: its flag is not false
+    onsets, days = M.false_flags(meta, flag, y, known)
+    assert onsets == 2 and days == pytest.approx(200 / 24)
+    hourly, _ = M.false_flags(meta, flag, y, known, merge_gap_s=H)
+    assert hourly == 3
+
+
+def test_pr_auc_uses_known_rows_only():
+    y = np.array([1, 0, 1, 0])
+    s = np.array([0.9, 0.1, 0.2, 0.8])
+    assert M.pr_auc(y, s, np.array([True, True, False, False])) == 1.0
+    assert np.isnan(M.pr_auc(y, s, np.array([False, True, False, True])))
+
+
+def test_model_and_rules_side_by_side_on_a_held_out_fleet(eval_sim, tiny_model, tmp_path):
+    panel = eval_sim.panel
+    ds = build_dataset(panel, scoring_indices(panel, step_h=1), drop_unknown=False)
+    ev = evaluate_dataset(ds, failures_of(panel), tiny_model, horizon_s=7 * 86400, out_dir=tmp_path)
+    t = ev.table.set_index("mode")
+    assert t.loc["ALL sudden", "failures"] + t.loc["ALL with precursors", "failures"] == (
+        t.drop(index=["ALL sudden", "ALL with precursors"])["failures"].sum()
+    )
+    s = ev.summary
+    assert 0 < s["gpu_days"] and s["model_false_flags_per_1000"] is not None
+    assert 0 < s["model_pr_auc"] <= 1 and 0 < s["ceiling_24h"] <= 1
+    # even a tiny model ranks (GPU, time) rows better than the rules' yes/no
+    assert s["model_pr_auc"] > s["rules_pr_auc"]
+    assert {p.name for p in ev.plots.values()} == {
+        "pr_curve.png",
+        "reliability.png",
+        "lead_time.png",
+    }
+    text = ev.render()
+    assert "| ALL sudden |" in text and "Ceiling:" in text
+
+
+@pytest.mark.skipif(not (DEFAULT_DIR / MODEL_FILE).is_file(), reason="run `make model` first")
+def test_shipped_model_beats_the_rules_on_a_small_held_out_fleet(eval_sim):
+    panel = eval_sim.panel
+    ds = build_dataset(panel, scoring_indices(panel, step_h=2), drop_unknown=False)
+    ev = evaluate_dataset(ds, failures_of(panel), load_model(), horizon_s=7 * 86400)
+    s = ev.summary
+    assert s["model_false_flags_per_1000"] < s["rules_false_flags_per_1000"] / 2
+    assert s["model_pr_auc"] > 2 * s["rules_pr_auc"]
+    t = ev.table.set_index("mode").loc["ALL with precursors"]
+    assert t["model_caught"] >= t["rules_caught"] - 2  # as many caught, give or take noise

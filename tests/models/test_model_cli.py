@@ -1,0 +1,186 @@
+"""`gpuwarden train / score / evaluate`, invoked directly through click's CliRunner: outputs in
+table, CSV and JSON, a failures file, plots, and one clear line for each user mistake."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from modelkit import T0
+
+from gpuwarden.models.artifact import save_model
+from gpuwarden.models.cli import evaluate, score, train
+from gpuwarden.store.sqlite import SqliteStore
+
+
+@pytest.fixture(scope="module")
+def store_url(tmp_path_factory):
+    from gpuwarden.collectors.sim import Fleet
+    from gpuwarden.models.simdata import fleet_spec
+
+    path = tmp_path_factory.mktemp("cli") / "fleet.db"
+    fleet = Fleet(fleet_spec(nodes=4, days=21.0, accel=120.0, seed=31, start_ts=T0))
+    with SqliteStore(path) as store:
+        for chunk in fleet.chunks(progress=False):
+            store.write_frame(chunk.samples)
+            store.write_events(chunk.events)
+        store.write_failures(fleet.failures)
+    return f"sqlite:///{path}", fleet
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_model, tmp_path_factory):
+    return str(save_model(tiny_model, tmp_path_factory.mktemp("m") / "tiny"))
+
+
+def run(cmd, args):
+    result = CliRunner().invoke(cmd, args, catch_exceptions=False)
+    return result
+
+
+def test_train_writes_a_model_folder(store_url, tmp_path):
+    url, _ = store_url
+    out = tmp_path / "mine"
+    result = run(train, ["--store", url, "--out", str(out), "--no-progress", "--step", "3h"])
+    assert result.exit_code == 0, result.output
+    assert "trained on" in result.output and (out / "model.skops").is_file()
+    card = json.loads((out / "model_card.json").read_text())
+    assert card["training_data"]["store"] == url and card["options"]["step_h"] == 3
+
+
+def test_train_with_a_failures_file_and_until(store_url, tmp_path):
+    url, fleet = store_url
+    rows = [
+        {
+            "timestamp": f.ts,
+            "hostname": f.gpu.hostname,
+            "gpu": f.gpu.index,
+            "UUID": f.gpu.uuid,
+            "kind": f.kind,
+        }
+        for f in fleet.failures
+    ]
+    path = tmp_path / "failures.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    with open(path, "a") as fh:
+        fh.write("not-a-time,node000,0,GPU-x,hbm\n")  # a bad row is reported and skipped
+    until = pd.Timestamp(T0 + 20 * 86400, unit="s", tz="UTC").isoformat()
+    result = CliRunner().invoke(
+        train,
+        [
+            "--store",
+            url,
+            "--failures",
+            str(path),
+            "--until",
+            until,
+            "--out",
+            str(tmp_path / "m"),
+            "--no-progress",
+        ],
+    )
+    assert result.exit_code == 0, result.output + result.stderr
+    assert ":" in result.stderr and "skipped" in result.stderr
+    card = json.loads((tmp_path / "m" / "model_card.json").read_text())
+    assert card["training_data"]["end"] <= T0 + 20 * 86400 + 3600
+
+
+def test_score_table_csv_json(store_url, model_dir, tmp_path):
+    url, _ = store_url
+    table = run(score, ["--store", url, "--model", model_dir])
+    assert table.exit_code == 0, table.output
+    assert table.output.splitlines()[0].split()[:5] == ["host", "gpu", "uuid", "risk", "state"]
+    assert "GPUs at" in table.output
+    csv = run(score, ["--store", url, "--model", model_dir, "--format", "csv"])
+    frame = pd.read_csv(io.StringIO(csv.output))
+    assert list(frame.columns) == [
+        "at",
+        "hostname",
+        "gpu",
+        "uuid",
+        "model",
+        "risk",
+        "state",
+        "reasons",
+    ]
+    assert frame["uuid"].is_unique
+    out = tmp_path / "risk.json"
+    js = run(
+        score,
+        ["--store", url, "--model", model_dir, "--output", str(out), "--at", str(T0 + 15 * 86400)],
+    )
+    assert js.exit_code == 0
+    rows = json.loads(out.read_text())
+    assert {r["at"] for r in rows} == {T0 + 15 * 86400}
+
+
+def test_score_backtest_writes_every_step(store_url, model_dir, tmp_path):
+    url, _ = store_url
+    out = tmp_path / "risk.csv"
+    start = pd.Timestamp(T0 + 10 * 86400, unit="s", tz="UTC").isoformat()
+    result = run(
+        score,
+        [
+            "--store",
+            url,
+            "--model",
+            model_dir,
+            "--start",
+            start,
+            "--end",
+            str(T0 + 11 * 86400),
+            "--step",
+            "6h",
+            "--output",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(out)
+    assert sorted(frame["at"].unique()) == [T0 + 10 * 86400 + k * 21600 for k in range(5)]
+
+
+def test_evaluate_prints_both_and_writes_plots(store_url, model_dir, tmp_path):
+    url, _ = store_url
+    out = tmp_path / "ev"
+    result = run(
+        evaluate,
+        ["--store", url, "--model", model_dir, "--out", str(out), "--start", str(T0 + 8 * 86400)],
+    )
+    assert result.exit_code == 0, result.output
+    assert "ALL with precursors" in result.output and "ALL sudden" in result.output
+    assert "false flags per 1,000 GPU-days" in result.output
+    for name in ("pr_curve.png", "reliability.png", "lead_time.png", "failures.csv"):
+        assert (out / name).stat().st_size > 1000 or name == "failures.csv"
+    assert (out / "pr_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("cmd", "args", "message"),
+    [
+        (score, ["--store", "sqlite:///:memory:"], "no telemetry"),
+        (score, ["--at", "yesterday-ish", "--store", "x.db"], "is not a time"),
+        (score, ["--start", "0"], "both --start and --end"),
+        (score, ["--step", "-1h", "--start", "0", "--end", "1", "--store", "x.db"], "duration"),
+        (train, ["--out", "x"], "--store"),
+        (evaluate, ["--store", "sqlite:///:memory:", "--step", "90m"], "whole hours"),
+    ],
+)
+def test_user_mistakes_are_one_line(cmd, args, message, model_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    if cmd is not train:
+        args = [*args, "--model", model_dir]
+    result = CliRunner().invoke(cmd, args)
+    assert result.exit_code != 0
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_missing_model_is_a_clear_error(store_url, tmp_path):
+    url, _ = store_url
+    (tmp_path / "empty").mkdir()
+    result = CliRunner().invoke(score, ["--store", url, "--model", str(tmp_path / "empty")])
+    assert result.exit_code == 1 and "no model at" in result.output

@@ -1,0 +1,128 @@
+"""The rule baseline and hard signals; the estimator's scikit-learn conventions and its split
+by time."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.base import clone
+from sklearn.ensemble import HistGradientBoostingClassifier
+
+from gpuwarden.models.estimator import TimeSplitCalibratedClassifier
+from gpuwarden.models.features import FEATURE_NAMES
+from gpuwarden.models.rules import (
+    AT_RISK,
+    OK,
+    UNHEALTHY,
+    baseline_flag,
+    hard_signal,
+    rule_table,
+    states,
+)
+
+
+def _rows(**values: float) -> pd.DataFrame:
+    row = {n: 0.0 for n in FEATURE_NAMES}
+    row.update(values)
+    return pd.DataFrame([row])
+
+
+@pytest.mark.parametrize(
+    ("feature", "above", "below", "rule"),
+    [
+        ("sbe_per_day_24h", 11, 10, "sbe_over_10_per_day"),
+        ("spread_c_1h", 15.5, 15, "mem_spread_over_15c"),
+        ("pcie_replay_vs_limit_1h", 1.01, 1.0, "pcie_replays_over_limit"),
+        ("retired_pages_total", 63, 62, "dcgm_retired_pages"),
+        ("nvlink_crc_per_min_1h", 6000, 5999, "dcgm_nvlink_crc"),
+    ],
+)
+def test_each_rule_trips_above_its_threshold(feature, above, below, rule):
+    table = rule_table(_rows(**{feature: above}))
+    assert table[rule].item() and table.to_numpy().sum() == 1
+    assert not rule_table(_rows(**{feature: below})).to_numpy().any()
+
+
+def test_nan_never_trips_a_rule():
+    X = _rows(**{n: np.nan for n in FEATURE_NAMES})
+    assert not baseline_flag(X).any() and not hard_signal(X).any()
+
+
+@pytest.mark.parametrize(
+    "signal", ["dbe_24h", "remap_failure_24h", "gpu_lost_24h", "xid_fatal_24h"]
+)
+def test_hard_signal_is_unhealthy_whatever_the_risk(signal):
+    X = _rows(**{signal: 1})
+    assert hard_signal(X).all() and baseline_flag(X).all()
+    assert states(np.array([0.01]), hard_signal(X)).tolist() == [UNHEALTHY]
+
+
+def test_states_follow_the_threshold():
+    got = states(np.array([0.1, 0.69, 0.7, 0.95]), np.zeros(4, bool), 0.7)
+    assert got.tolist() == [OK, OK, AT_RISK, AT_RISK]
+
+
+def _data(n=4000, seed=0):
+    rng = np.random.default_rng(seed)
+    X = pd.DataFrame(rng.normal(size=(n, 4)), columns=["a", "b", "c", "d"])
+    X["d"] = np.nan  # never read: must not break the trees
+    y = (X["a"] + 0.5 * rng.normal(size=n) > 1.2).astype(int).to_numpy()
+    t = np.repeat(np.arange(n // 40), 40).astype(float)
+    return X, y, t
+
+
+def _small():
+    return TimeSplitCalibratedClassifier(HistGradientBoostingClassifier(max_iter=20))
+
+
+def test_estimator_follows_sklearn_conventions():
+    X, y, t = _data()
+    est = _small()
+    assert clone(est).get_params()["method"] == "isotonic"
+    assert est.fit(X, y, sample_time=t) is est
+    assert list(est.classes_) == [0, 1]
+    proba = est.predict_proba(X)
+    assert proba.shape == (len(X), 2)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    assert (est.predict(X) == est.classes_[proba.argmax(axis=1)]).all()
+    assert list(est.feature_names_in_) == ["a", "b", "c", "d"]
+    assert est.n_features_in_ == 4 and not est.used_features_[3]
+    # high scores mean the positive class (columns follow classes_)
+    assert y[proba[:, 1] > 0.8].mean() > 0.8
+
+
+def test_calibration_uses_only_the_later_block():
+    X, y, t = _data()
+    est = _small().fit(X, y, sample_time=t)
+    distinct = np.unique(t)
+    assert est.split_time_ == distinct[int(round(distinct.size * 0.7))]
+    # the trees never saw a row from the calibration block: refitting on the early block alone
+    # gives the same trees
+    early = t < est.split_time_
+    trees = clone(HistGradientBoostingClassifier(max_iter=20)).fit(
+        X[early].to_numpy()[:, :3], y[early]
+    )
+    np.testing.assert_allclose(trees.predict_proba(X.to_numpy()[:, :3]), est.uncalibrated_proba(X))
+
+
+def test_a_block_without_failures_is_a_clear_error():
+    X, y, t = _data()
+    y = np.where(t >= np.quantile(t, 0.7), 0, y)
+    with pytest.raises(ValueError, match="calibration block .* only one class"):
+        _small().fit(X, y, sample_time=t)
+
+
+def test_wrong_feature_columns_are_refused():
+    X, y, t = _data()
+    est = _small().fit(X, y, sample_time=t)
+    with pytest.raises(ValueError, match="features differ"):
+        est.predict_proba(X.rename(columns={"a": "z"}))
+
+
+def test_bad_parameters_are_refused():
+    X, y, t = _data()
+    with pytest.raises(ValueError, match="method"):
+        TimeSplitCalibratedClassifier(method="magic").fit(X, y, sample_time=t)
+    with pytest.raises(ValueError, match="calibration_share"):
+        TimeSplitCalibratedClassifier(calibration_share=1.5).fit(X, y, sample_time=t)

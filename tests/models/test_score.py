@@ -1,0 +1,154 @@
+"""Scoring a store: one row per reporting GPU, states, reasons in words with the Xid action,
+backtests that agree with live scores, and the degrading GPUs named."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from modelkit import T0, make_frame
+
+from gpuwarden.errors import InputError
+from gpuwarden.models.features import FEATURE_NAMES
+from gpuwarden.models.reasons import explain, group_shares
+from gpuwarden.models.score import COLUMNS, backtest, records, score_store
+from gpuwarden.store.sqlite import SqliteStore
+from gpuwarden.telemetry import Event, GpuId
+
+
+@pytest.fixture(scope="module")
+def sim_store():
+    """12 days of a 4-node fleet at a high failure rate, in a SQLite store (compacted)."""
+    from gpuwarden.collectors.sim import Fleet
+    from gpuwarden.models.simdata import fleet_spec
+
+    fleet = Fleet(fleet_spec(nodes=4, days=12.0, accel=150.0, seed=21, start_ts=T0))
+    store = SqliteStore(":memory:")
+    for chunk in fleet.chunks(progress=False):
+        store.write_frame(chunk.samples)
+        store.write_events(chunk.events)
+    store.write_failures(fleet.failures)
+    store.compact(T0 + 12 * 86400)
+    yield store, fleet
+    store.close()
+
+
+def test_one_row_per_reporting_gpu_worst_first(sim_store, tiny_model):
+    store, fleet = sim_store
+    at = T0 + 10 * 86400
+    rows = score_store(store, tiny_model, at=at)
+    assert list(rows.columns) == list(COLUMNS)
+    assert rows["uuid"].is_unique and (rows["at"] == at).all()
+    alive = store.read_samples(start=at - 86400, end=at, fields=["gpu_temp_c"])
+    assert set(rows["uuid"]) == set(alive["uuid"])
+    assert rows["risk"].between(0, 1).all()
+    assert set(rows["state"]) <= {"ok", "at-risk", "unhealthy"}
+    rank = rows["state"].map({"unhealthy": 0, "at-risk": 1, "ok": 2}).to_numpy()
+    assert (np.diff(rank) >= 0).all()
+    flagged = rows[rows["state"] != "ok"]
+    assert (flagged["reasons"].str.len() > 0).all()
+    recs = records(rows)
+    assert recs[0].uuid == rows["uuid"].iloc[0] and isinstance(recs[0].risk, float)
+
+
+def test_degrading_gpus_are_named_with_reasons(sim_store, tiny_model):
+    store, fleet = sim_store
+    named = 0
+    due = [
+        f
+        for f in fleet.failures
+        if f.precursor_start_ts is not None
+        and f.ts - f.precursor_start_ts > 12 * 3600
+        and f.ts > T0 + 8 * 86400
+    ]
+    assert due, "the fixture fleet should hold slow failures"
+    for f in due:
+        at = f.ts - 3 * 3600  # three hours before it fails
+        rows = score_store(store, tiny_model, at=at).set_index("uuid")
+        if f.gpu.uuid in rows.index and rows.loc[f.gpu.uuid, "state"] != "ok":
+            named += 1
+            assert rows.loc[f.gpu.uuid, "reasons"]
+    assert named >= len(due) / 2
+
+
+def test_default_at_is_just_after_the_newest_sample(sim_store, tiny_model):
+    store, _ = sim_store
+    rows = score_store(store, tiny_model)
+    newest = store.gpus()["last_ts"].max()
+    assert rows["at"].iloc[0] == pytest.approx(newest + 1)
+
+
+def test_backtest_on_the_hour_matches_live_scores(sim_store, tiny_model):
+    store, _ = sim_store
+    start, end = T0 + 9 * 86400, T0 + 9 * 86400 + 12 * 3600
+    bt = backtest(store, tiny_model, start=start, end=end, step_s=6 * 3600)
+    assert sorted(bt["at"].unique()) == [start, start + 6 * 3600, end]
+    live = score_store(store, tiny_model, at=start + 6 * 3600)
+    got = bt[bt["at"] == start + 6 * 3600].set_index("uuid").sort_index()
+    want = live.set_index("uuid").sort_index()
+    np.testing.assert_allclose(got["risk"], want["risk"], atol=1e-6)
+    assert (got["state"] == want["state"]).all()
+    # off the hour, each time reads its own window
+    odd = backtest(store, tiny_model, start=start + 600, end=start + 600, step_s=3600)
+    assert (odd["at"] == start + 600).all() and len(odd) > 0
+
+
+def test_backtest_bad_ranges_are_input_errors(sim_store, tiny_model):
+    store, _ = sim_store
+    with pytest.raises(InputError, match="step"):
+        backtest(store, tiny_model, start=T0, end=T0 + 3600, step_s=0)
+    with pytest.raises(InputError, match="before"):
+        backtest(store, tiny_model, start=T0 + 3600, end=T0, step_s=3600)
+
+
+def test_empty_store_is_an_input_error(tiny_model):
+    with pytest.raises(InputError, match="no telemetry"):
+        score_store(SqliteStore(":memory:"), tiny_model)
+
+
+def test_hard_signal_reason_carries_the_xid_action(tiny_model):
+    gpus = [("node000", 0, "GPU-0"), ("node000", 1, "GPU-1")]
+    store = SqliteStore(":memory:")
+    store.write_frame(make_frame(30, gpus))
+    store.write_events([Event(T0 + 29 * 3600, GpuId("node000", 1, "GPU-1"), "xid", 95)])
+    rows = score_store(store, tiny_model, at=T0 + 30 * 3600).set_index("uuid")
+    assert rows.loc["GPU-1", "state"] == "unhealthy"
+    assert "Xid 95" in rows.loc["GPU-1", "reasons"]
+    assert "drain and reset the GPU" in rows.loc["GPU-1", "reasons"]
+    assert rows.loc["GPU-0", "state"] != "unhealthy"
+
+
+def test_reasons_say_the_numbers_of_the_group_that_raises_the_risk(tiny_model):
+    base = {n: 0.0 for n in FEATURE_NAMES}
+    base.update(
+        mem_temp_c_1h=60,
+        mem_temp_c_24h=60,
+        spread_c_1h=2,
+        spread_c_24h=2,
+        pcie_replay_vs_limit_1h=0.0,
+    )
+    sick = dict(
+        base,
+        sbe_per_day_1h=900,
+        sbe_per_day_6h=700,
+        sbe_per_day_24h=400,
+        sbe_per_day_7d=60,
+        sbe_rise_24h=np.log(401 / 6),
+        sbe_rise_day=3.0,
+        sbe_trend_24h=0.2,
+        sbe_accel_6h=0.5,
+        sbe_active_hours_24h=24,
+        sbe_active_hours_7d=30,
+        remap_correctable_7d=12,
+        xid63_7d=12,
+        sbe_per_day_24h_vs_node=400,
+        sbe_per_day_24h_vs_rack=400,
+    )
+    X = pd.DataFrame([base, sick])[list(FEATURE_NAMES)].astype(np.float32)
+    meta = pd.DataFrame({"fatal_xid": [np.nan, np.nan]})
+    shares = group_shares(tiny_model.estimator, X)
+    assert shares.loc[1].idxmax() == "memory"
+    reasons = explain(tiny_model.estimator, X, meta, np.array([False, True]))
+    assert reasons[0] == ""
+    assert "single-bit errors 400/day, up 67x on the days before" in reasons[1]
+    assert "12 correctable row remaps this week" in reasons[1]
