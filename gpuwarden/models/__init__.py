@@ -40,6 +40,7 @@ _EXPORTS = {
     "score_store": "gpuwarden.models.score",
     "backtest": "gpuwarden.models.score",
     "evaluate_store": "gpuwarden.models.evaluate",
+    "assess": "gpuwarden.models._assess",
 }
 
 
