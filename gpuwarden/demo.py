@@ -157,10 +157,15 @@ def run_demo(
     store.close()
     echo("")
 
+    from gpuwarden.serve._history_demo import run_history_loop_demo
     from gpuwarden.serve.demo import run_loop_demo
 
     echo("[5/6] The risk loop: a GPU degrades, is flagged, and its node is re-tagged")
-    run_loop_demo(echo=echo)
+    store = open_store(f"sqlite:///{db}")
+    flagged = run_history_loop_demo(store, echo=echo)
+    store.close()
+    if flagged is None:  # this seed's last two days hold no degrading GPU: the scripted loop
+        run_loop_demo(echo=echo)
     echo("")
     _demo_dashboard(f"sqlite:///{db}", echo=echo, keep_serving=keep_serving)
     echo(f"Explore it: gpuwarden summary --store sqlite:///{db}")
