@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import gzip
 import logging
-import signal
 import sys
 import threading
 import time
@@ -28,6 +27,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from gpuwarden._exporter_render import CONTENT_TYPE, ExporterState
+from gpuwarden._lifecycle import wait_for_stop
 from gpuwarden.collectors.base import Collector
 from gpuwarden.errors import ConfigError
 from gpuwarden.store.base import Store
@@ -237,22 +237,10 @@ def run_exporter(
         f"(collector {collector.url}, every {interval_s:g} s); Ctrl-C to stop",
         file=sys.stderr,
     )
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        # containers stop with SIGTERM: shut down as cleanly as on Ctrl-C
-        previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
-        (stop_event or threading.Event()).wait()
-    except KeyboardInterrupt:
-        pass
+        wait_for_stop(stop_event)
     finally:
         exporter.stop()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-
-
-def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 __all__ = ["Exporter", "run_exporter", "CONTENT_TYPE"]

@@ -8,12 +8,12 @@ same path; the command waits on Ctrl-C or SIGTERM in the main thread.
 from __future__ import annotations
 
 import logging
-import signal
 import socket
 import sys
 import threading
 import time
 
+from gpuwarden._lifecycle import wait_for_stop
 from gpuwarden.errors import ConfigError
 from gpuwarden.serve.api import DEFAULT_MAX_BODY_BYTES, create_app
 from gpuwarden.serve.service import RiskService
@@ -93,21 +93,10 @@ def run_serve(
         f"scoring every {handle.service.interval_s:g} s; Ctrl-C to stop",
         file=sys.stderr,
     )
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
-        (stop_event or threading.Event()).wait()
-    except KeyboardInterrupt:
-        pass
+        wait_for_stop(stop_event)
     finally:
         handle.stop()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-
-
-def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 __all__ = ["ServeHandle", "run_serve"]
