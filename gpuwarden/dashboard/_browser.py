@@ -13,6 +13,7 @@ import base64
 import contextlib
 import itertools
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -76,7 +77,11 @@ class Browser:
         from websockets.sync.client import connect
 
         self.width, self.height = width, height
-        self._profile = tempfile.TemporaryDirectory(prefix="gpuwarden-chromium-")
+        # Chromium's helper processes can still write into the profile for a moment after the
+        # browser exits: a cleanup race must not fail a capture that succeeded
+        self._profile = tempfile.TemporaryDirectory(
+            prefix="gpuwarden-chromium-", ignore_cleanup_errors=True
+        )
         port = _free_port()
         argv = [
             chromium,
@@ -170,6 +175,9 @@ class Browser:
                 self._proc.kill()
                 self._proc.wait(timeout=10)
         self._profile.cleanup()
+        if os.path.exists(self._profile.name):  # a late writer: try once more
+            time.sleep(0.5)
+            shutil.rmtree(self._profile.name, ignore_errors=True)
 
     def __enter__(self) -> Browser:
         return self
