@@ -81,32 +81,14 @@ def start_alertmanager(
 def start_prometheus_with_rules(
     daemons: list[Daemon], workdir: Path, targets: list[str], alertmanager: Daemon
 ) -> Daemon:
-    binary = require_binary("prometheus")
     workdir.mkdir(parents=True, exist_ok=True)
-    config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+    extra = {
         "rule_files": [str(RULES_FILE)],
         "alerting": {
             "alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{alertmanager.port}"]}]}]
         },
-        "scrape_configs": [
-            {
-                "job_name": "gpuwarden",
-                "scrape_interval": "1s",
-                "scrape_timeout": "1s",
-                "static_configs": [{"targets": targets}],
-            }
-        ],
     }
-    (workdir / "prometheus.yml").write_text(json.dumps(config, indent=2))
-    port = free_port()
-    argv = [
-        binary,
-        f"--config.file={workdir / 'prometheus.yml'}",
-        f"--storage.tsdb.path={workdir / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-    ]
-    daemon = start_daemon("prometheus", argv, port=port, workdir=workdir)
+    daemon = _conftest.launch_prometheus(workdir, targets, extra=extra)
     daemons.append(daemon)
     return daemon
 

@@ -109,35 +109,44 @@ def daemons() -> Iterator[list[Daemon]]:
         daemon.stop()
 
 
+def launch_prometheus(
+    workdir: Path, targets: list[str], *, extra: dict | None = None, args: tuple[str, ...] = ()
+) -> Daemon:
+    """Start Prometheus in ``workdir`` scraping ``targets`` every 1 s; ``extra`` is merged into
+    its config (rule files, Alertmanagers). The caller stops it."""
+    binary = require_binary("prometheus")
+    config = {  # JSON is YAML, so no YAML library is needed
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [
+            {
+                "job_name": "gpuwarden",
+                "scrape_interval": "1s",
+                "scrape_timeout": "1s",
+                "static_configs": [{"targets": targets}],
+            }
+        ],
+        **(extra or {}),
+    }
+    (workdir / "prometheus.yml").write_text(json.dumps(config, indent=2))
+    port = free_port()
+    argv = [
+        binary,
+        f"--config.file={workdir / 'prometheus.yml'}",
+        f"--storage.tsdb.path={workdir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        *args,
+    ]
+    return start_daemon("prometheus", argv, port=port, workdir=workdir)
+
+
 @pytest.fixture
 def start_prometheus(daemons: list[Daemon], tmp_path: Path) -> Callable[[list[str]], Daemon]:
     """``start_prometheus(["127.0.0.1:PORT"])``: Prometheus scraping those targets every 1 s."""
-    binary = require_binary("prometheus")
 
     def start(targets: list[str]) -> Daemon:
         workdir = tmp_path / f"prometheus-{len(daemons)}"
         workdir.mkdir()
-        config = {  # JSON is YAML, so no YAML library is needed
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": [
-                {
-                    "job_name": "gpuwarden",
-                    "scrape_interval": "1s",
-                    "scrape_timeout": "1s",
-                    "static_configs": [{"targets": targets}],
-                }
-            ],
-        }
-        (workdir / "prometheus.yml").write_text(json.dumps(config, indent=2))
-        port = free_port()
-        argv = [
-            binary,
-            f"--config.file={workdir / 'prometheus.yml'}",
-            f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--web.enable-lifecycle",
-        ]
-        daemon = start_daemon("prometheus", argv, port=port, workdir=workdir)
+        daemon = launch_prometheus(workdir, targets, args=("--web.enable-lifecycle",))
         daemons.append(daemon)
         return daemon
 
