@@ -125,6 +125,24 @@ FIELDS: tuple[Field, ...] = (
         "nvmlDeviceGetUtilizationRates().memory",
         "utilization.memory",
     ),
+    # DCGM's profiling fields. NVML has them as GPM metrics (Hopper and later, in percent);
+    # nvidia-smi --query-gpu has no column for them, so smi:// leaves them absent.
+    Field(
+        "gr_engine_active",
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "gauge",
+        "ratio",
+        "Fraction of time the graphics/compute engine was active (0-1).",
+        "nvmlGpmMetricsGet(NVML_GPM_METRIC_GRAPHICS_UTIL) / 100",
+    ),
+    Field(
+        "tensor_active",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "gauge",
+        "ratio",
+        "Fraction of cycles the tensor pipes were active (0-1).",
+        "nvmlGpmMetricsGet(NVML_GPM_METRIC_ANY_TENSOR_UTIL) / 100",
+    ),
     Field(
         "fb_used_mib",
         "DCGM_FI_DEV_FB_USED",

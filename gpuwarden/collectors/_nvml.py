@@ -16,6 +16,7 @@ use the function names and constants pynvml defines; the exception classes are a
 from __future__ import annotations
 
 import ctypes
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -235,3 +236,88 @@ def sum_present(values: Iterable[float | None]) -> float | None:
     """Sum of the values that were read; None when none was."""
     present = [v for v in values if v is not None]
     return float(sum(present)) if present else None
+
+
+#: Our field -> the GPM metric (percent) that matches DCGM's profiling field.
+GPM_METRICS: tuple[tuple[str, str], ...] = (
+    ("gr_engine_active", "NVML_GPM_METRIC_GRAPHICS_UTIL"),  # DCGM_FI_PROF_GR_ENGINE_ACTIVE
+    ("tensor_active", "NVML_GPM_METRIC_ANY_TENSOR_UTIL"),  # DCGM_FI_PROF_PIPE_TENSOR_ACTIVE
+)
+
+
+class GpmMetrics:
+    """DCGM's profiling ratios of one GPU through NVML's GPM (Hopper and later drivers >= r520).
+
+    GPM metrics are rates between two snapshots of the GPU's counters, so each ``read`` takes a
+    snapshot and compares it with the one before (the first is taken by ``start``): a value
+    covers the time since the previous poll. A GPU without GPM (Ampere and older, an older
+    driver, most vGPUs) leaves the fields absent, never 0.
+    """
+
+    def __init__(self, nvml: Any) -> None:
+        self._nvml = nvml
+        self.supported = False
+        self._prev: Any = None
+
+    def start(self, q: DeviceQuery) -> None:
+        support = q.call("nvmlGpmQueryDeviceSupport")
+        self.supported = bool(support is not None and support.isSupportedDevice)
+        if self.supported:
+            self._prev = self._snapshot(q)
+
+    def read(self, q: DeviceQuery, out: dict[str, float]) -> None:
+        """Put the ratios (0-1) since the previous snapshot in ``out``; GpuGone passes up."""
+        if not self.supported:
+            return
+        prev, self._prev = self._prev, None
+        try:
+            self._prev = self._snapshot(q)
+            if prev is not None and self._prev is not None:
+                self._compare(q, prev, self._prev, out)
+        finally:
+            if prev is not None:
+                self._free(prev)
+
+    def close(self) -> None:
+        if self._prev is not None:
+            self._free(self._prev)
+            self._prev = None
+
+    def _snapshot(self, q: DeviceQuery) -> Any:
+        host = DeviceQuery(self._nvml)
+        sample = host.call("nvmlGpmSampleAlloc")
+        q.problems.extend(host.problems)
+        if sample is None:
+            return None
+        try:
+            ok, _ = q.attempt("nvmlGpmSampleGet", sample)
+        except GpuGone:
+            self._free(sample)
+            raise
+        if ok:
+            return sample
+        self._free(sample)
+        return None
+
+    def _compare(self, q: DeviceQuery, first: Any, second: Any, out: dict[str, float]) -> None:
+        nv = self._nvml
+        request = pynvml.c_nvmlGpmMetricsGet_t()
+        request.version = nv.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(GPM_METRICS)
+        request.sample1, request.sample2 = first, second
+        for i, (_, metric) in enumerate(GPM_METRICS):
+            request.metrics[i].metricId = getattr(nv, metric)
+        host = DeviceQuery(nv)
+        answer = host.call("nvmlGpmMetricsGet", request)
+        q.problems.extend(host.problems)
+        if answer is None:
+            return
+        for i, (name, metric) in enumerate(GPM_METRICS):
+            entry = answer.metrics[i]
+            if entry.nvmlReturn != pynvml.NVML_SUCCESS:
+                q.classify(int(entry.nvmlReturn), f"nvmlGpmMetricsGet({metric})")
+            elif math.isfinite(entry.value):
+                out[name] = min(max(float(entry.value) / 100.0, 0.0), 1.0)  # percent -> ratio
+
+    def _free(self, sample: Any) -> None:
+        DeviceQuery(self._nvml).call("nvmlGpmSampleFree", sample)

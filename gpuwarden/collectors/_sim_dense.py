@@ -246,6 +246,13 @@ def dense_fields(
     np.rint(fb_used, out=fb_used)
     copy_util = util * mcr[:, :, None]
     np.rint(copy_util, out=copy_util)
+    # DCGM's profiling ratios follow utilisation: the engine is active a little less than
+    # "a kernel was running" says; training keeps the tensor pipes busier than inference.
+    gr_active = util * f32(0.0095)
+    tensor_share = np.where(kind == TRAIN, f32(0.55), f32(0.3))[:, :, None]
+    tensor_active = gr_active * tensor_share
+    for ratio in (gr_active, tensor_active):
+        np.round(ratio, 3, out=ratio)
     fb_free = v(st.fb_total - st.fb_reserved) - fb_used
     us = step_s * 1e6
     viol_p = np.where(capped, np.maximum(cap_frac, f32(0.05)), f32(0))
@@ -257,6 +264,8 @@ def dense_fields(
         "sm_clock_mhz": clock,
         "gpu_util_pct": util,
         "mem_copy_util_pct": copy_util,
+        "gr_engine_active": gr_active,
+        "tensor_active": tensor_active,
         "fb_used_mib": fb_used,
         "fb_free_mib": fb_free,
         "clock_event_reasons": reasons,

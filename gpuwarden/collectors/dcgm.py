@@ -2,8 +2,9 @@
 
 Each endpoint is scraped concurrently over HTTP, its Prometheus text is parsed, and every series
 whose name is in the catalogue (``telemetry.FIELD_BY_DCGM``, current and legacy names) becomes a
-field of that GPU's ``Sample``. Unknown series (``DCGM_FI_PROF_*``, ``DCGM_FI_DEV_NAME``...) are
-ignored. An endpoint that is down, slow or answers garbage is named in ``Batch.problems``; the
+field of that GPU's ``Sample`` (including the profiling ratios ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``
+and ``DCGM_FI_PROF_PIPE_TENSOR_ACTIVE``). Other series (``DCGM_FI_PROF_SM_ACTIVE``,
+``DCGM_FI_DEV_NAME``...) are ignored. An endpoint that is down, slow or answers garbage is named in ``Batch.problems``; the
 other endpoints' samples are kept.
 
 Xid limitation: dcgm-exporter exports only the *last* Xid per GPU, as the gauge

@@ -8,7 +8,8 @@ One ``Sample`` per GPU per ``collect()`` with every catalogue field NVML offers 
 0. A GPU that answers GpuIsLost or GpuRequiresReset gives one ``gpu_lost`` /
 ``gpu_requires_reset`` event when it goes down and one ``gpu_recovered`` event if it reads again,
 while the other GPUs keep being read. Xid errors arrive through NVML's event set as
-``Event(kind="xid", code=<Xid>)``.
+``Event(kind="xid", code=<Xid>)``. On GPUs with GPM (Hopper and later) ``gr_engine_active`` and
+``tensor_active`` (DCGM's profiling ratios) cover the time since the previous poll.
 """
 
 from __future__ import annotations
@@ -151,6 +152,7 @@ class _Slot:
     gpu: GpuId
     handle: Any = None
     nvlinks: tuple[int, ...] | None = None
+    gpm: _nvml.GpmMetrics | None = None
 
     @property
     def key(self) -> str:
@@ -235,6 +237,9 @@ class NvmlCollector:
         if self._closed:
             return
         self._closed = True
+        for slot in self._slots:
+            if slot.gpm is not None:
+                slot.gpm.close()
         self._xids.close()
         _nvml.shutdown(self._nvml)
 
@@ -262,6 +267,9 @@ class NvmlCollector:
         )
         slot.handle = handle
         self._by_handle[_nvml.handle_key(handle)] = slot
+        if slot.gpm is None:
+            slot.gpm = _nvml.GpmMetrics(self._nvml)
+            slot.gpm.start(device)
         problems.extend(f"{slot.label}: {p}" for p in device.problems)
         if not self._xids.register(handle):
             problems.append(f"{slot.label}: Xid events not available from this GPU")
@@ -285,6 +293,8 @@ class NvmlCollector:
                 if slot.nvlinks is None:
                     slot.nvlinks = discover_nvlinks(query)
                 read_values(query, slot.nvlinks, values)
+                if slot.gpm is not None:
+                    slot.gpm.read(query, values)
         except _nvml.GpuGone as gone:
             state, detail = gone.kind, gone.detail
             problems.append(f"{slot.label}: {gone.detail}")

@@ -16,7 +16,7 @@ from gpuwarden.errors import SchemaError, StoreError
 from gpuwarden.telemetry import FIELDS, Field
 
 #: The schema this code writes. A file with a larger ``user_version`` is refused.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Rollup bucket widths in seconds. Each divides ``ROLLUP_WINDOW_S``, the unit compact() works in.
 ROLLUP_RESOLUTIONS: tuple[int, ...] = (300, 3600)
@@ -110,8 +110,22 @@ CREATE TABLE rollup_pending (hour_ts INTEGER PRIMARY KEY);
             conn.execute(statement)
 
 
+#: Fields added by version 2: DCGM's profiling ratios (dashboard 12239's utilisation panels).
+_V2_FIELDS = ("gr_engine_active", "tensor_active")
+
+
+def _v2(conn: sqlite3.Connection) -> None:
+    # A file made by _v1 of this code has them already; an older file gets them, its rows
+    # reading NULL (NaN: not collected then). Nothing else changes, so nothing is lost.
+    for table in ("samples", "rollups"):
+        have = _table_columns(conn, table)
+        for name in _V2_FIELDS:
+            if name not in have:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} REAL")
+
+
 #: version -> the step that brings a file from version - 1 to it.
-_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1}
+_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1, 2: _v2}
 
 
 def _table_columns(conn: sqlite3.Connection, table: str) -> set[str]:

@@ -15,6 +15,9 @@ Fixture layout (one JSON file per node):
                     ``from_step`` the device reads fine for ``after_calls`` more calls, then every
                     call on it raises the error, until ``until_step`` (if any).
     xid_events      {"step", "device", "xid"}: queued for ``nvmlEventSetWait`` from that step on.
+    devices[i].gpm  {"graphics_util_pct", "any_tensor_util_pct"}: the GPM metrics between two
+                    GPM samples (the later sample's values; a value may be an error name);
+                    a device without ``gpm`` says GPM is not supported (pre-Hopper).
 
 Time moves only when the test calls ``advance()``: one step is one collector poll.
 """
@@ -72,6 +75,7 @@ class FakeNvml:
         self._event_sets: dict[int, set[int]] = {}
         self._event_set_structs: list[Any] = []
         self._delivered: set[int] = set()
+        self._gpm_samples: dict[int, Any] = {}  # address -> [struct, device index or None, values]
         self._tripped: set[int] = set()
 
     # --- test controls -------------------------------------------------------------------
@@ -353,3 +357,62 @@ class FakeNvml:
     def nvmlEventSetFree(self, eventSet: Any) -> None:
         self._event_set(eventSet)
         del self._event_sets[ctypes.addressof(eventSet.contents)]
+
+    # --- GPM (profiling metrics) -----------------------------------------------------------
+
+    @property
+    def gpm_samples_alive(self) -> int:
+        """GPM samples allocated and not freed yet (a leak shows here)."""
+        return len(self._gpm_samples)
+
+    def nvmlGpmQueryDeviceSupport(self, device: Any) -> Any:
+        dev = self._device(device, "nvmlGpmQueryDeviceSupport")
+        support = pynvml.c_nvmlGpmSupport_t()
+        support.version = pynvml.NVML_GPM_SUPPORT_VERSION
+        support.isSupportedDevice = 1 if "gpm" in dev else 0
+        return support
+
+    def nvmlGpmSampleAlloc(self) -> Any:
+        self._check_init()
+        struct = pynvml.struct_c_nvmlGpmSample_t()
+        self._gpm_samples[ctypes.addressof(struct)] = [struct, None, None]
+        return pynvml.c_nvmlGpmSample_t(struct)
+
+    def _gpm_sample(self, gpmSample: Any) -> list[Any]:
+        self._check_init()
+        entry = self._gpm_samples.get(ctypes.addressof(gpmSample.contents)) if gpmSample else None
+        if entry is None:
+            _raise("INVALID_ARGUMENT")
+        assert entry is not None
+        return entry
+
+    def nvmlGpmSampleGet(self, device: Any, gpmSample: Any) -> Any:
+        dev = self._device(device, "nvmlGpmSampleGet")
+        entry = self._gpm_sample(gpmSample)
+        if "gpm" not in dev:
+            _raise("NOT_SUPPORTED")
+        entry[1], entry[2] = self.devices.index(dev), dict(dev["gpm"])
+        return gpmSample
+
+    def nvmlGpmSampleFree(self, gpmSample: Any) -> None:
+        self._gpm_sample(gpmSample)
+        del self._gpm_samples[ctypes.addressof(gpmSample.contents)]
+
+    def nvmlGpmMetricsGet(self, metricsGet: Any) -> Any:
+        first, second = self._gpm_sample(metricsGet.sample1), self._gpm_sample(metricsGet.sample2)
+        if metricsGet.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
+            _raise("ARGUMENT_VERSION_MISMATCH")
+        if first[1] is None or first[1] != second[1]:
+            _raise("INVALID_ARGUMENT")  # unfilled samples, or samples of two GPUs
+        keys = {
+            pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: "graphics_util_pct",
+            pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: "any_tensor_util_pct",
+        }
+        for i in range(metricsGet.numMetrics):
+            metric = metricsGet.metrics[i]
+            value = second[2].get(keys.get(metric.metricId, ""), "NOT_SUPPORTED")
+            if isinstance(value, str):
+                metric.nvmlReturn = getattr(pynvml, "NVML_ERROR_" + value)
+            else:
+                metric.nvmlReturn, metric.value = pynvml.NVML_SUCCESS, float(value)
+        return metricsGet

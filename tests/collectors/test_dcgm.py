@@ -135,7 +135,10 @@ def test_dcgm_exporter_31_body_maps_fields_and_identity(
     assert g1.values["energy_mj"] == 8190042513
     # legacy DCGM_FI_DEV_CLOCK_THROTTLE_REASONS lands in the current field
     assert g1.values["clock_event_reasons"] == 4
-    # DCGM_FI_PROF_*, ENC/DEC util, NVLink bandwidth: not in the catalogue, ignored
+    # the two profiling fields of NVIDIA's dashboard 12239 are read, as ratios
+    assert g1.values["gr_engine_active"] == pytest.approx(0.948820)
+    assert g1.values["tensor_active"] == pytest.approx(0.498411)
+    # other DCGM_FI_PROF_*, ENC/DEC util, NVLink bandwidth: not in the catalogue, ignored
     assert set(g1.values) <= set(FIELD_NAMES)
     assert "fb_total_mib" not in g1.values  # not exported by this exporter: absent, not 0
     assert batch.events == ()

@@ -116,6 +116,21 @@ def test_h100_node_reads_every_catalogue_field_in_catalogue_units():
     assert gpu[0]["pcie_link_gen"] == 5 and gpu[0]["pcie_link_width_max"] == 16
 
 
+def test_gpm_profiling_ratios_compare_two_samples_and_free_them():
+    fake, collector = open_node("h100_hgx_8gpu.json")
+    first = by_index(collector.collect())
+    assert first[0]["gr_engine_active"] == pytest.approx(0.978)  # from 97.8 %
+    assert first[6]["tensor_active"] == pytest.approx(0.546)
+    fake.devices[0]["gpm"] = {"graphics_util_pct": 12.5, "any_tensor_util_pct": "NOT_SUPPORTED"}
+    fake.advance()
+    second = by_index(collector.collect())
+    assert second[0]["gr_engine_active"] == pytest.approx(0.125)
+    assert "tensor_active" not in second[0]  # the metric is not offered: absent, not 0
+    assert fake.gpm_samples_alive == 8  # one kept per GPU for the next comparison
+    collector.close()
+    assert fake.gpm_samples_alive == 0
+
+
 def test_counters_move_between_polls_and_each_batch_has_its_own_time():
     fake, collector = open_node("h100_hgx_8gpu.json", ts=[100.0, 110.0])
     first, second = polls(fake, collector, 2)
@@ -133,6 +148,7 @@ def test_unsupported_fields_are_absent_not_zero():
     )
     absent = {"mem_temp_c"} | RETIRED
     absent |= {f for f in FIELD_NAMES if f.startswith("nvlink_")}
+    absent |= {"gr_engine_active", "tensor_active"}  # no GPM before Hopper
     assert set(FIELD_NAMES) - set(sample.values) == absent
     assert sample.values["gpu_temp_c"] == 31 and sample.values["clock_event_reasons"] == 1
     frame = samples_to_frame(batch.samples)

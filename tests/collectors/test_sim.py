@@ -158,6 +158,11 @@ def test_frame_layout_and_missing_fields(mixed):
     busy = df[df["gpu_util_pct"] > 50]
     assert (busy["power_w"] > busy["power_limit_w"] * 0.3).mean() > 0.9
     assert (busy["mem_temp_c"] > df.loc[df["gpu_util_pct"] == 0, "mem_temp_c"].mean()).mean() > 0.8
+    # DCGM's profiling ratios: within 0..1, below utilisation, the tensor pipes below the engine
+    gr, tensor = df["gr_engine_active"], df["tensor_active"]
+    assert gr.between(0, 1).all() and tensor.between(0, 1).all()
+    assert (gr <= df["gpu_util_pct"] / 100 + 1e-6).all() and (tensor <= gr + 1e-6).all()
+    assert gr[df["gpu_util_pct"] == 0].max() == 0 and gr[df["gpu_util_pct"] > 50].min() > 0.45
 
 
 def test_counters_never_decrease_except_at_a_recorded_reset(mixed):

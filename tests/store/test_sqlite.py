@@ -337,6 +337,34 @@ def test_a_new_catalogue_field_is_added_to_an_old_file(tmp_path):
         assert got["gpu_temp_c"].notna().all()
 
 
+def test_a_version_1_file_is_upgraded_in_place_and_keeps_its_rows(tmp_path):
+    path = tmp_path / "v1.db"
+    with SqliteStore(path) as store:
+        store.write_frame(samples_to_frame(_gauge_and_counter_rows()))
+        store.compact(now=T0 + 2 * 86400)
+        before = store.read_samples()
+        hourly_before = store.read_samples(resolution_s=3600)
+    conn = sqlite3.connect(path)  # what gpuwarden wrote before the profiling fields existed
+    for table in ("samples", "rollups"):
+        for name in ("gr_engine_active", "tensor_active"):
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN {name}")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    with SqliteStore(path) as store:
+        assert store.schema_version() == 2
+        after = store.read_samples()
+        assert len(after) == len(before) > 0
+        assert after["gr_engine_active"].isna().all() and after["tensor_active"].isna().all()
+        kept = [c for c in before.columns if c not in ("gr_engine_active", "tensor_active")]
+        pd.testing.assert_frame_equal(after[kept], before[kept])
+        assert len(store.read_samples(resolution_s=3600)) == len(hourly_before)
+        new = Sample(T0 + 9000, A, {"gr_engine_active": 0.82, "tensor_active": 0.41})
+        store.write_batch(Batch(new.ts, (new,)))
+        row = store.read_samples(start=new.ts, fields=["gr_engine_active", "tensor_active"])
+        assert row[["gr_engine_active", "tensor_active"]].iloc[0].tolist() == [0.82, 0.41]
+
+
 def test_files_that_are_not_stores_are_refused(tmp_path):
     other = tmp_path / "other.db"
     conn = sqlite3.connect(other)
