@@ -287,6 +287,11 @@ class ClusterState:
         """Give back what ``apply`` took (a finished task, or a gang that did not fit)."""
         self._change(alloc, -1)
 
+    def redo(self, alloc: TaskAlloc) -> None:
+        """Take again exactly what ``undo`` gave back (a preemption trial that removed a job),
+        without ``apply``'s checks: they hold for the order the tasks came in, not for any."""
+        self._change(alloc, +1)
+
     def _change(self, a: TaskAlloc, sign: int) -> None:
         n = a.node
         self.cpu_free[n] -= sign * a.cpu_milli

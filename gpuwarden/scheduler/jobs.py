@@ -168,11 +168,13 @@ class Placement:
 
 @dataclass(frozen=True)
 class Decision:
-    """The outcome of one placement attempt; ``reason`` says why a job was not placed."""
+    """The outcome of one placement attempt; ``reason`` says why a job was not placed.
+    ``evictions``: the jobs preempted to make room (already released and queued again)."""
 
     job_id: str
     placement: Placement | None = None
     reason: str = ""
+    evictions: tuple[Eviction, ...] = ()
 
     @property
     def placed(self) -> bool:
@@ -189,3 +191,12 @@ class Eviction:
     node: str
     gpu: int
     reason: str
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """When a placed job started (this attempt) and last saved a checkpoint, unix seconds.
+    Work after ``last_checkpoint_at`` is what a preemption loses."""
+
+    started_at: float
+    last_checkpoint_at: float

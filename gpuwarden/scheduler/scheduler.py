@@ -9,27 +9,45 @@ Health: at-risk GPUs take only interruptible jobs, unhealthy GPUs take nothing. 
 health changes under running work that may no longer be there, ``set_health`` releases that
 work, queues it again and returns ``Eviction`` records for the node agent to act on (checkpoint
 hook, grace period), so the rule holds again as soon as it returns.
+
+Preemption: ``place(job, preempt=True)`` lets an inference job that does not fit push out
+interruptible training, batch and dev work, the cheapest set in lost work (``preempt.py``); the
+victims are released and queued again at the front of their class, like evicted work. After a
+restart, ``adopt`` puts running jobs back exactly where a database says they run.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
-
-import numpy as np
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from gpuwarden.errors import InputError
+from gpuwarden.scheduler import preempt as _preempt
+from gpuwarden.scheduler._why import why_not
 from gpuwarden.scheduler.cluster import ClusterState, TaskAlloc
-from gpuwarden.scheduler.jobs import Decision, Eviction, Job, Placement, TaskPlacement
+from gpuwarden.scheduler.jobs import (
+    Decision,
+    Eviction,
+    Job,
+    Placement,
+    PriorityClass,
+    Runtime,
+    TaskPlacement,
+)
+from gpuwarden.scheduler.mig import MigInstance
 from gpuwarden.scheduler.policies import PlacementPolicy, make_policy
 from gpuwarden.scheduler.policies.mix import TaskMix
-from gpuwarden.scheduler.quota import Quota, QuotaLedger
+from gpuwarden.scheduler.quota import Admission, Quota, QuotaLedger
 from gpuwarden.scheduler.resources import Health, NodeSpec, SharingMode
+
+_Allocated = tuple[list[TaskAlloc], float, Admission]  # task allocations, GPU memory charged
 
 
 class Scheduler:
-    """Places jobs on ``nodes`` with ``policy`` (a name from ``POLICIES`` or an object)."""
+    """Places jobs on ``nodes`` with ``policy`` (a name from ``POLICIES`` or an object).
+    ``clock`` (unix seconds) times placements when a call gives no ``now``."""
 
     def __init__(
         self,
@@ -39,6 +57,7 @@ class Scheduler:
         *,
         mix: TaskMix | None = None,
         seed: int = 0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.cluster = ClusterState(nodes)
         self.policy = make_policy(policy, mix=mix, seed=seed) if isinstance(policy, str) else policy
@@ -47,6 +66,8 @@ class Scheduler:
         self._on_gpu: dict[tuple[int, int], set[str]] = {}
         self._pending: dict[str, tuple[int, Job]] = {}
         self._seq = itertools.count()
+        self._runtime: dict[str, Runtime] = {}
+        self._clock = clock
 
     # ---- reading ---------------------------------------------------------------------------
 
@@ -63,42 +84,35 @@ class Scheduler:
         """GPUs allocated / all GPUs, shares in thousandths."""
         return self.cluster.allocation_ratio()
 
+    def runtime(self, job_id: str) -> Runtime:
+        """When placed job ``job_id`` started and last checkpointed."""
+        try:
+            return self._runtime[job_id]
+        except KeyError:
+            raise InputError(f"job {job_id} is not placed") from None
+
+    def running_on(self, node: str, gpu: int) -> list[str]:
+        """Ids of the placed jobs holding (a share of) GPU ``gpu`` of ``node``."""
+        return sorted(self._on_gpu.get((self._gpu(node, gpu), gpu), ()))
+
     # ---- placing ---------------------------------------------------------------------------
 
-    def place(self, job: Job) -> Decision:
-        """Try to place all of ``job`` now; nothing is held if any task does not fit."""
+    def place(self, job: Job, *, now: float | None = None, preempt: bool = False) -> Decision:
+        """Try to place all of ``job`` now; nothing is held if any task does not fit.
+
+        With ``preempt``, an inference job that does not fit may evict interruptible training,
+        batch and dev jobs, the set that loses the least work; if no set makes room, nothing
+        changes. ``now`` (unix seconds, default the clock) is the start time recorded.
+        """
         if job.job_id in self._placed:
             raise InputError(f"job {job.job_id} is already placed")
-        admission = self.quotas.admit(job)
-        if not admission.ok:
-            return Decision(job.job_id, reason=admission.reason)
-        room = self.quotas.memory_room(job.tenant)
-        cluster, charged = self.cluster, 0.0
-        allocs: list[TaskAlloc] = []
-        for _ in range(job.tasks):
-            feasible = cluster.feasible(job, room - charged)
-            if not feasible.any():
-                reason = self._why_not(job, room - charged, placed_tasks=len(allocs))
-                for alloc in reversed(allocs):
-                    cluster.undo(alloc)
-                return Decision(job.job_id, reason=reason)
-            choice = self.policy.choose(cluster, job, feasible)
-            alloc = cluster.apply(job, choice.node, choice.gpus, choice.mig_start)
-            allocs.append(alloc)
-            charged += math.fsum(m for m in alloc.gpu_memory_mib if not math.isnan(m))
-        placement = Placement(
-            job,
-            tuple(self._task_placement(a) for a in allocs),
-            borrowed=admission.borrowed,
-            gpu_memory_mib=charged,
-        )
-        self.quotas.charge(job.job_id, job.tenant, job.total_gpu_milli, charged)
-        self._placed[job.job_id] = (placement, allocs)
-        for a in allocs:
-            for g in a.gpus:
-                self._on_gpu.setdefault((a.node, g), set()).add(job.job_id)
-        self._pending.pop(job.job_id, None)
-        return Decision(job.job_id, placement)
+        now = self._clock() if now is None else now
+        got = self._allocate(job)
+        if isinstance(got, str):
+            if preempt and job.priority is PriorityClass.INFERENCE:
+                return self._place_preempting(job, now, got)
+            return Decision(job.job_id, reason=got)
+        return Decision(job.job_id, self._commit(job, *got, started_at=now))
 
     def submit(self, job: Job) -> None:
         """Queue ``job`` for the next ``schedule`` round."""
@@ -106,29 +120,217 @@ class Scheduler:
             raise InputError(f"job {job.job_id} is already known")
         self._pending[job.job_id] = (next(self._seq), job)
 
-    def schedule(self) -> list[Decision]:
+    def schedule(self, *, now: float | None = None, preempt: bool = False) -> list[Decision]:
         """One placement round over the queue: inference, training, batch, dev, each first come
-        first served. A job that does not fit waits; smaller ones behind it may still start."""
-        decisions = []
-        for job in self.pending:
-            decision = self.place(job)
-            decisions.append(decision)
-        return decisions
+        first served. A job that does not fit waits; smaller ones behind it may still start.
+        With ``preempt``, inference jobs may preempt (see ``place``); the jobs they push out
+        wait for the next round."""
+        now = self._clock() if now is None else now
+        return [self.place(job, now=now, preempt=preempt) for job in self.pending]
 
     def release(self, job_id: str) -> Placement | None:
         """A job finished or was cancelled: free what it holds (or drop it from the queue)."""
         if self._pending.pop(job_id, None) is not None:
             return None
-        entry = self._placed.pop(job_id, None)
-        if entry is None:
+        if job_id not in self._placed:
             raise InputError(f"no job {job_id} is placed or queued")
-        placement, allocs = entry
+        self._runtime.pop(job_id, None)
+        return self._detach(job_id)[0]
+
+    def note_started(self, job_id: str, at: float) -> None:
+        """The agent started placed job ``job_id`` at ``at``; its last checkpoint is then."""
+        self.runtime(job_id)
+        self._runtime[job_id] = Runtime(at, at)
+
+    def note_checkpoint(self, job_id: str, at: float) -> None:
+        """Placed job ``job_id`` saved a checkpoint at ``at``: work before it is safe."""
+        started = self.runtime(job_id).started_at
+        self._runtime[job_id] = Runtime(started, at)
+
+    def adopt(
+        self,
+        job: Job,
+        tasks: Sequence[TaskPlacement],
+        *,
+        started_at: float | None = None,
+        last_checkpoint_at: float | None = None,
+    ) -> Placement:
+        """Put back a placement known from a database after a restart: the same nodes, GPUs,
+        shares and MIG instances, charged to quotas as ``place`` charges (a quota lowered since
+        does not evict it). ``InputError`` naming the problem, and nothing held, when it does
+        not fit (unknown node, GPU busy or not usable, wrong shape)."""
+        if job.job_id in self._placed:
+            raise InputError(f"job {job.job_id} is already placed")
+        if len(tasks) != job.tasks:
+            raise InputError(
+                f"job {job.job_id}: has {job.tasks} tasks, placement names {len(tasks)}"
+            )
+        allocs: list[TaskAlloc] = []
+        try:
+            for t in tasks:
+                allocs.append(self._adopt_task(job, t))
+        except InputError:
+            for a in reversed(allocs):
+                self.cluster.undo(a)
+            raise
+        charged = _memory_charged(allocs)
+        q = self.quotas.quota(job.tenant)
+        after = self.quotas.usage(job.tenant).gpu_milli + job.total_gpu_milli
+        borrowed = q is not None and q.gpu_milli is not None and after > q.gpu_milli
+        start = self._clock() if started_at is None else started_at
+        placement = self._commit(job, allocs, charged, Admission(True, borrowed), started_at=start)
+        if last_checkpoint_at is not None:
+            self.note_checkpoint(job.job_id, last_checkpoint_at)
+        return placement
+
+    # ---- placing, the parts ----------------------------------------------------------------
+
+    def _allocate(self, job: Job, *, probe: bool = False) -> _Allocated | str:
+        """Apply every task of ``job`` (the policy chooses, or first fit when ``probe``, which
+        leaves the policy's learnt state alone); undo all and return why when one does not fit."""
+        admission = self.quotas.admit(job)
+        if not admission.ok:
+            return admission.reason
+        room = self.quotas.memory_room(job.tenant)
+        cluster, charged = self.cluster, 0.0
+        allocs: list[TaskAlloc] = []
+        for _ in range(job.tasks):
+            feasible = cluster.feasible(job, room - charged)
+            if not feasible.any():
+                reason = why_not(self.cluster, job, room - charged, placed_tasks=len(allocs))
+                for alloc in reversed(allocs):
+                    cluster.undo(alloc)
+                return reason
+            if probe:
+                node = int(feasible.argmax())
+                gpus, start = cluster.default_gpus(job, node)
+            else:
+                choice = self.policy.choose(cluster, job, feasible)
+                node, gpus, start = choice.node, choice.gpus, choice.mig_start
+            alloc = cluster.apply(job, node, gpus, start)
+            allocs.append(alloc)
+            charged += _memory_charged([alloc])
+        return allocs, charged, admission
+
+    def _commit(
+        self,
+        job: Job,
+        allocs: list[TaskAlloc],
+        charged: float,
+        admission: Admission,
+        *,
+        started_at: float,
+    ) -> Placement:
+        """Record applied ``allocs`` as the placement of ``job`` and charge its quota."""
+        placement = Placement(
+            job,
+            tuple(self._task_placement(a) for a in allocs),
+            borrowed=admission.borrowed,
+            gpu_memory_mib=charged,
+        )
+        self._attach(placement, allocs)
+        self._runtime[job.job_id] = Runtime(started_at, started_at)
+        self._pending.pop(job.job_id, None)
+        return placement
+
+    def _attach(self, placement: Placement, allocs: list[TaskAlloc]) -> None:
+        job = placement.job
+        self.quotas.charge(job.job_id, job.tenant, job.total_gpu_milli, placement.gpu_memory_mib)
+        self._placed[job.job_id] = (placement, allocs)
+        for a in allocs:
+            for g in a.gpus:
+                self._on_gpu.setdefault((a.node, g), set()).add(job.job_id)
+
+    def _detach(self, job_id: str) -> tuple[Placement, list[TaskAlloc]]:
+        """Free what ``job_id`` holds, keeping the record so ``_reattach`` can put it back."""
+        placement, allocs = self._placed.pop(job_id)
         for a in reversed(allocs):
             self.cluster.undo(a)
             for g in a.gpus:
                 self._on_gpu[(a.node, g)].discard(job_id)
         self.quotas.release(job_id)
-        return placement
+        return placement, allocs
+
+    def _reattach(self, placement: Placement, allocs: list[TaskAlloc]) -> None:
+        for a in allocs:
+            self.cluster.redo(a)
+        self._attach(placement, allocs)
+
+    def _place_preempting(self, job: Job, now: float, reason: str) -> Decision:
+        """Evict the cheapest victims that make room for inference ``job``, then place it."""
+        candidates = _preempt.candidates(self, job, now)
+        # one task needs room on one node only, unless freeing its own tenant's quota helps
+        one_node = job.tasks == 1 and self.quotas.quota(job.tenant) is None
+        victims = _preempt.cheapest_victims(
+            candidates, lambda ids: self._fits_without(job, ids), one_node=one_node
+        )
+        if victims is None:
+            return Decision(job.job_id, reason=reason + "; preempting would not make room")
+        held = [self._detach(v) for v in victims.job_ids]
+        got = self._allocate(job)
+        if isinstance(got, str):  # the policy chose differently from the trial: use first fit
+            got = self._allocate(job, probe=True)
+        if isinstance(got, str):  # cannot happen while trials are deterministic; be safe
+            for placement, allocs in reversed(held):
+                self._reattach(placement, allocs)
+            return Decision(job.job_id, reason=got)
+        evictions = []
+        for placement, allocs in held:
+            victim = placement.job
+            self._runtime.pop(victim.job_id, None)
+            self._pending[victim.job_id] = (-1, victim)  # first in its class, like evictions
+            first = allocs[0]
+            evictions.append(
+                Eviction(
+                    victim,
+                    self.cluster.names[first.node],
+                    first.gpus[0] if first.gpus else -1,
+                    f"preempted by inference job {job.job_id}",
+                )
+            )
+        placement = self._commit(job, *got, started_at=now)
+        return Decision(job.job_id, placement, evictions=tuple(evictions))
+
+    def _fits_without(self, job: Job, victims: Sequence[str]) -> bool:
+        """Whether ``job`` would fit (first fit) with ``victims`` gone; changes nothing."""
+        held = [self._detach(v) for v in victims]
+        try:
+            got = self._allocate(job, probe=True)
+            if not isinstance(got, str):
+                for a in reversed(got[0]):
+                    self.cluster.undo(a)
+            return not isinstance(got, str)
+        finally:
+            for placement, allocs in reversed(held):
+                self._reattach(placement, allocs)
+
+    def _adopt_task(self, job: Job, t: TaskPlacement) -> TaskAlloc:
+        """Apply one task exactly as ``t`` says, or raise ``InputError`` saying why not."""
+        name = job.job_id
+        if t.node not in self.cluster.index:
+            raise InputError(f"job {name}: no node {t.node!r} in the cluster")
+        n = self.cluster.index[t.node]
+        for g in t.gpus:
+            if not 0 <= g < self.cluster.n_gpus[n]:
+                raise InputError(f"job {name}: node {t.node} has no GPU {g}")
+            health = self.gpu_health(t.node, g)
+            if health is Health.UNHEALTHY or (health is Health.AT_RISK and not job.interruptible):
+                raise InputError(f"job {name}: GPU {g} of {t.node} is {health}")
+        if job.kind == "mig":
+            if t.mig is None or t.mig.profile != job.mig_profile:
+                raise InputError(f"job {name}: placement must name a {job.mig_profile} instance")
+        elif t.mig is not None or (t.gpus and t.gpu_milli != job.gpu_milli):
+            raise InputError(f"job {name}: placement share does not match the job's gpu_milli")
+        try:
+            return self.cluster.apply(job, n, tuple(t.gpus), _start(t.mig))
+        except InputError as exc:
+            busy = [g for g in t.gpus if self._on_gpu.get((n, g))]
+            if busy:
+                holders = ", ".join(sorted(set().union(*(self._on_gpu[(n, g)] for g in busy))))
+                raise InputError(
+                    f"job {name}: GPU(s) {busy} of {t.node} busy with {holders}"
+                ) from exc
+            raise InputError(f"job {name}: {exc}") from exc
 
     # ---- cluster changes -------------------------------------------------------------------
 
@@ -181,35 +383,14 @@ class Scheduler:
         milli = a.milli if a.mig is None else 0
         return TaskPlacement(self.cluster.names[a.node], a.gpus, milli, a.mig)
 
-    def _why_not(self, job: Job, room: float, placed_tasks: int) -> str:
-        """One line naming the first constraint that leaves no node for a task of ``job``."""
-        c = self.cluster
-        prefix = f"job {job.job_id}: "
-        if placed_tasks:
-            prefix += f"only {placed_tasks} of {job.tasks} tasks fit at once; "
-        steps: list[tuple[str, np.ndarray]] = []
-        if job.kind != "cpu":
-            wanted = "|".join(sorted(job.gpu_models)) or "any"
-            has_model = c.model_mask(job.gpu_models) & (c.n_gpus > 0)
-            steps.append((f"no node has GPUs of model {wanted}", has_model))
-        steps.append(("no node has the CPU free", c.cpu_free >= job.cpu_milli))
-        steps.append(("no node has the memory free", c.mem_free >= job.memory_mib))
-        if job.kind != "cpu":
-            health = "ok or at-risk" if job.interruptible else "ok"
-            steps.append(
-                (
-                    f"no node has {job.gpus_per_task} fitting {health} GPU(s) free",
-                    c.gpu_candidates(job).sum(axis=1) >= job.gpus_per_task,
-                )
-            )
-        if room != math.inf:
-            steps.append(("the tenant's GPU-memory quota is used up", c.memory_charge(job) <= room))
-        ok = np.ones(c.n_nodes, dtype=bool)
-        for reason, mask in steps:
-            ok &= mask
-            if not ok.any():
-                return prefix + reason
-        return prefix + "no node has all it needs free at once"
+
+def _memory_charged(allocs: Iterable[TaskAlloc]) -> float:
+    """GPU memory (MiB) charged for ``allocs``; unknown (NaN) framebuffers charge nothing."""
+    return math.fsum(m for a in allocs for m in a.gpu_memory_mib if not math.isnan(m))
+
+
+def _start(inst: MigInstance | None) -> int | None:
+    return None if inst is None else inst.start
 
 
 def _queue_key(entry: tuple[int, Job]) -> tuple[int, int]:

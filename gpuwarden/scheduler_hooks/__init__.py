@@ -4,6 +4,7 @@
     open_tagger("slurm://?conf=/etc/slurm/slurm.conf")    a specific cluster
     open_tagger("k8s://")                                 in-cluster or ~/.kube/config
     open_tagger("k8s://?kubeconfig=/path&context=prod")
+    open_tagger("bundled+http://sched:8477")             gpuwarden scheduler serve, admin token
 
 The bundled scheduler lives in the same process, so its tagger is built from the scheduler
 object (``BundledTagger(SchedulerTarget(scheduler))``), not from a URL. Wrap any tagger in
@@ -27,6 +28,8 @@ BUILTIN: dict[str, str] = {
     "slurm": "gpuwarden.scheduler_hooks.slurm:SlurmTagger.from_url",
     "k8s": "gpuwarden.scheduler_hooks.k8s:KubernetesTagger.from_url",
     "kubernetes": "gpuwarden.scheduler_hooks.k8s:KubernetesTagger.from_url",
+    "bundled+http": "gpuwarden.scheduler_hooks.bundled:BundledTagger.from_url",
+    "bundled+https": "gpuwarden.scheduler_hooks.bundled:BundledTagger.from_url",
 }
 
 

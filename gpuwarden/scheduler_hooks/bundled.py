@@ -4,23 +4,29 @@ The bundled scheduler keeps health per GPU, not per node: an at-risk GPU takes o
 interruptible work, an unhealthy one takes nothing, and work that may no longer run there is
 evicted (released, queued again, and told to checkpoint and leave through its checkpoint hook).
 
-The tagger talks to a small interface, ``GpuHealthTarget``, so it also drives a scheduler in
-another process once the scheduler service exists; ``SchedulerTarget`` adapts the in-process
-``gpuwarden.scheduler.Scheduler``.
+The tagger talks to a small interface, ``GpuHealthTarget``: ``SchedulerTarget`` adapts the
+in-process ``gpuwarden.scheduler.Scheduler``, ``ServiceTarget`` a scheduler service in another
+process (``gpuwarden scheduler serve``) over HTTP with the admin token, so ``gpuwarden serve
+--tagger bundled+http://HOST:8477`` re-tags GPUs there and the service evicts through its
+checkpoint path.
 
     from gpuwarden.scheduler import NodeSpec, Scheduler
     from gpuwarden.scheduler_hooks.bundled import BundledTagger, SchedulerTarget
     tagger = BundledTagger(SchedulerTarget(Scheduler([NodeSpec.uniform("n1", 64000, 262144, 8, "H100")])))
+    tagger = BundledTagger.from_url("bundled+http://sched:8477")  # $GPUWARDEN_SCHEDULER_ADMIN_TOKEN
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from gpuwarden.alerts.base import GpuState
 from gpuwarden.errors import GpuwardenError, HookError
 from gpuwarden.scheduler_hooks.base import Echo, NodeHealth, TagResult, default_echo
+
+ENV_ADMIN_TOKEN = "GPUWARDEN_SCHEDULER_ADMIN_TOKEN"
 
 
 @runtime_checkable
@@ -56,6 +62,58 @@ class SchedulerTarget:
         return [f"job {e.job.job_id} told to checkpoint and leave ({e.reason})" for e in evictions]
 
 
+class ServiceTarget:
+    """``GpuHealthTarget`` over the scheduler service's HTTP API (``GET /v1/nodes``, ``POST
+    /v1/nodes/{node}/gpus/{i}/health``); ``token`` is the admin token (default from
+    $GPUWARDEN_SCHEDULER_ADMIN_TOKEN, never logged)."""
+
+    def __init__(self, url: str, token: str | None = None, *, timeout_s: float = 10.0) -> None:
+        import httpx
+
+        token = token if token is not None else os.environ.get(ENV_ADMIN_TOKEN, "")
+        if not token:
+            raise HookError(f"bundled scheduler at {url}: set {ENV_ADMIN_TOKEN}")
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s
+        )
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        import httpx
+
+        try:
+            r = self._http.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            raise HookError(f"bundled scheduler at {self.url}: {exc}") from exc
+        if r.status_code >= 400:
+            try:
+                detail = r.json().get("detail", r.text)
+            except ValueError:
+                detail = r.text
+            raise HookError(f"bundled scheduler at {self.url}: HTTP {r.status_code}: {detail}")
+        return r.json()
+
+    def gpu_health(self, hostname: str, index: int) -> str:
+        for node in self._call("GET", "/v1/nodes"):
+            if node["node"] == hostname:
+                for gpu in node["gpus"]:
+                    if gpu["index"] == index:
+                        return str(gpu["health"])
+                raise HookError(f"node {hostname} has no GPU {index} in the bundled scheduler")
+        raise HookError(f"node {hostname} is not registered with the bundled scheduler")
+
+    def set_gpu_health(self, hostname: str, index: int, health: str, reason: str) -> list[str]:
+        out = self._call(
+            "POST",
+            f"/v1/nodes/{hostname}/gpus/{index}/health",
+            {"health": health, "reason": reason or "gpuwarden serve"},
+        )
+        return [f"job {job_id} told to checkpoint and leave" for job_id in out["evicted"]]
+
+    def close(self) -> None:
+        self._http.close()
+
+
 class BundledTagger:
     """Sets each GPU's health in the bundled scheduler; only GPUs whose health differs are
     touched, so applying the same ``NodeHealth`` twice does nothing the second time."""
@@ -68,6 +126,11 @@ class BundledTagger:
         self.target = target
         self.dry_run = dry_run
         self._echo = echo
+
+    @classmethod
+    def from_url(cls, url: str, *, dry_run: bool = False) -> BundledTagger:
+        """``bundled+http://HOST:PORT`` (or ``bundled+https://``): a scheduler service."""
+        return cls(ServiceTarget(url.removeprefix("bundled+")), dry_run=dry_run)
 
     def apply(self, node: NodeHealth) -> TagResult:
         done: list[str] = []
@@ -92,4 +155,4 @@ class BundledTagger:
         return TagResult(True, "; ".join(done), self.dry_run)
 
 
-__all__ = ["BundledTagger", "GpuHealthTarget", "SchedulerTarget"]
+__all__ = ["BundledTagger", "GpuHealthTarget", "SchedulerTarget", "ServiceTarget"]

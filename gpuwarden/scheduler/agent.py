@@ -1,0 +1,165 @@
+"""The node agent: registers a node with the scheduler service, then syncs every second.
+
+    gpuwarden agent --node n1 --service http://10.0.0.5:8477 --workdir /var/lib/gpuwarden-agent
+    gpuwarden agent --node n1 --fake-gpus 4 --gpu-model H100-80GB --workdir /tmp/n1   # no GPUs
+
+Each sync reports every task's state, exit code and newest checkpoint file, plus new log text,
+and gets back what to start, checkpoint and stop (docs/scheduler.md). The agent survives the
+service being down: its tasks keep running and it retries until the service answers again.
+GPUs come from NVML through ``gpuwarden.collectors`` unless ``--fake-gpus`` is given.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gpuwarden.collectors.base import Collector
+from gpuwarden.errors import CollectorError, ConfigError
+from gpuwarden.scheduler._agent_tasks import TaskTable
+from gpuwarden.scheduler.resources import GPU_MEMORY_MIB
+
+logger = logging.getLogger("gpuwarden.scheduler.agent")
+
+ENV_AGENT_TOKEN = "GPUWARDEN_AGENT_TOKEN"
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What the agent registers: allocatable CPU (milli-cores), memory (MiB) and GPUs."""
+
+    cpu_milli: int
+    memory_mib: int
+    gpus: tuple[dict[str, Any], ...]
+
+    def body(self) -> dict[str, Any]:
+        return {"cpu_milli": self.cpu_milli, "memory_mib": self.memory_mib, "gpus": list(self.gpus)}
+
+
+def host_inventory(
+    node: str, *, fake_gpus: int | None, gpu_model: str, collector: Collector | None = None
+) -> Inventory:
+    """This machine's CPUs and memory, and its GPUs from NVML (or ``fake_gpus`` of
+    ``gpu_model``; ``collector`` replaces ``nvml://`` in tests). Command line equivalent:
+    ``nvidia-smi --query-gpu=index,uuid,name,memory.total``."""
+    cpu = (os.cpu_count() or 1) * 1000
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1 << 20)
+    if fake_gpus is not None:
+        mem = GPU_MEMORY_MIB.get(gpu_model)
+        gpus = tuple({"index": i, "uuid": f"GPU-fake-{node}-{i}", "model": gpu_model,
+                      "memory_mib": mem} for i in range(fake_gpus))  # fmt: skip
+        return Inventory(cpu, memory, gpus)
+    from gpuwarden.collectors import open_collector
+
+    collector = collector or open_collector(f"nvml://?hostname={node}")
+    try:
+        batch = collector.collect()
+    except CollectorError as exc:
+        raise ConfigError(f"cannot read this node's GPUs ({exc}); use --fake-gpus N") from exc
+    finally:
+        collector.close()
+    seen: dict[int, dict[str, Any]] = {}
+    for s in batch.samples:
+        total = s.values.get("fb_total_mib")
+        seen[s.gpu.index] = {"index": s.gpu.index, "uuid": s.gpu.uuid, "model": s.gpu.model,
+                             "memory_mib": int(total) if total and total == total else None}  # fmt: skip
+    return Inventory(cpu, memory, tuple(seen[i] for i in sorted(seen)))
+
+
+class Agent:
+    """Registers ``node`` with the service at ``url`` and runs what it says, every ``interval_s``."""
+
+    def __init__(
+        self,
+        node: str,
+        url: str,
+        workdir: Path,
+        inventory: Inventory,
+        *,
+        token: str | None = None,
+        interval_s: float = 1.0,
+        kill_after_s: float = 5.0,
+    ) -> None:
+        self.node = node or socket.gethostname()
+        self.url = url.rstrip("/")
+        self.inventory = inventory
+        self.interval_s = interval_s
+        token = token if token is not None else os.environ.get(ENV_AGENT_TOKEN)
+        if not token:
+            raise ConfigError(f"set {ENV_AGENT_TOKEN} to the scheduler service's agent token")
+        self._http = httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=10
+        )
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.tasks = TaskTable(workdir, kill_after_s=kill_after_s)
+        self.registered = False
+        self._down_since: float | None = None
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Register and sync until ``stop`` is set (Ctrl-C in the command)."""
+        stop = stop or threading.Event()
+        while not stop.is_set():
+            began = time.monotonic()
+            self.step()
+            stop.wait(max(0.0, self.interval_s - (time.monotonic() - began)))
+
+    def step(self) -> None:
+        """One round: poll processes, sync, carry out the orders. Never raises for the service
+        being away; the next step tries again."""
+        self.tasks.poll()
+        try:
+            if not self.registered:
+                self._post(f"/v1/agents/{self.node}/register", self.inventory.body())
+                self.registered = True
+                logger.warning("registered %s with %s", self.node, self.url)
+            report = self.tasks.report()
+            body = {"tasks": report["tasks"],
+                    "logs": [{k: v for k, v in c.items() if k != "size"} for c in report["logs"]]}  # fmt: skip
+            orders = self._post(f"/v1/agents/{self.node}/sync", body)
+        except _ServiceAway as exc:
+            if self._down_since is None:
+                self._down_since = time.monotonic()
+                logger.warning("scheduler service unavailable (%s); tasks keep running", exc)
+            return
+        if self._down_since is not None:
+            logger.warning(
+                "scheduler service back after %.0f s", time.monotonic() - self._down_since
+            )
+            self._down_since = None
+        self.tasks.acknowledged(report)
+        for order in orders.get("start", ()):
+            self.tasks.start(order)
+        for order in orders.get("checkpoint", ()):
+            self.tasks.checkpoint(order)
+        for order in orders.get("stop", ()):
+            self.tasks.stop(order)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            r = self._http.post(path, json=body)
+        except httpx.HTTPError as exc:
+            raise _ServiceAway(str(exc) or type(exc).__name__) from exc
+        if r.status_code == 404 and path.endswith("/sync"):
+            self.registered = False  # the service lost this node (a new database): register again
+        if r.status_code >= 400:
+            raise _ServiceAway(f"{path}: HTTP {r.status_code}: {r.text[:200]}")
+        result: dict[str, Any] = r.json()
+        return result
+
+
+class _ServiceAway(Exception):
+    """The service did not take a request; the agent retries next round."""
+
+
+__all__ = ["Agent", "Inventory", "host_inventory"]

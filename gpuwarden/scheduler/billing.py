@@ -1,0 +1,132 @@
+"""GPU-hours per job and tenant, from the intervals jobs held GPUs.
+
+The service opens a ``UsageInterval`` when a job's attempt starts and closes it when the attempt
+stops (finished, cancelled, preempted, evicted). A bill is the GPU-hours inside a window
+``[since, until)``: each interval is clipped to the window, and an open one counts up to ``now``.
+Shares count fractionally: a 250-milli share for one hour is 0.25 GPU-hours, a MIG 3g instance
+3/7 GPU-hours per hour (``billed_gpu_milli`` gives the exact fraction; ``Job.total_gpu_milli``
+rounds it to whole thousandths).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from gpuwarden.errors import InputError
+from gpuwarden.scheduler import mig
+from gpuwarden.scheduler.jobs import Job
+from gpuwarden.scheduler.resources import GPU_MILLI
+
+CSV_HEADER = ("tenant", "job_id", "name", "gpu_hours")
+
+
+@dataclass(frozen=True)
+class UsageInterval:
+    """One attempt of a job holding ``gpu_milli`` GPU thousandths (all tasks together) from
+    ``start_s`` to ``end_s`` (unix seconds; None while it still runs)."""
+
+    job_id: str
+    tenant: str
+    name: str
+    gpu_milli: float
+    start_s: float
+    end_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.start_s):
+            raise InputError(f"usage of job {self.job_id}: start_s must be a time")
+        if self.end_s is not None and not self.end_s >= self.start_s:
+            raise InputError(f"usage of job {self.job_id}: ends before it starts")
+        if not self.gpu_milli >= 0:
+            raise InputError(f"usage of job {self.job_id}: gpu_milli must be >= 0")
+
+
+@dataclass(frozen=True)
+class BillRow:
+    """GPU-hours one job used inside the billing window."""
+
+    tenant: str
+    job_id: str
+    name: str
+    gpu_hours: float
+
+
+def billed_gpu_milli(job: Job) -> float:
+    """GPU thousandths ``job`` holds while it runs, all tasks together, without rounding: a MIG
+    instance is its compute slices out of 7 (3g = 428.57...)."""
+    if job.mig_profile is not None:
+        compute = int(job.mig_profile.split("g.", 1)[0])
+        return job.tasks * GPU_MILLI * compute / mig.COMPUTE_SLICES
+    return float(job.total_gpu_milli)
+
+
+def gpu_hours(
+    intervals: Iterable[UsageInterval],
+    since: float | None = None,
+    until: float | None = None,
+    now: float | None = None,
+) -> list[BillRow]:
+    """GPU-hours per job inside ``[since, until)`` (None: unbounded), open intervals counted to
+    ``now`` (required when one is open). One row per job that used any, by tenant then job."""
+    lo = -math.inf if since is None else since
+    hi = math.inf if until is None else until
+    if lo > hi:
+        raise InputError(f"billing window starts after it ends: since={since} until={until}")
+    milli_s: dict[tuple[str, str], float] = defaultdict(float)
+    names: dict[tuple[str, str], str] = {}
+    for iv in intervals:
+        end = iv.end_s
+        if end is None:
+            if now is None:
+                raise InputError(f"usage of job {iv.job_id} is still open; pass now")
+            end = max(now, iv.start_s)
+        seconds = min(end, hi) - max(iv.start_s, lo)
+        if seconds <= 0:
+            continue
+        key = (iv.tenant, iv.job_id)
+        milli_s[key] += iv.gpu_milli * seconds
+        names.setdefault(key, iv.name)
+    return [
+        BillRow(tenant, job_id, names[(tenant, job_id)], _hours(milli_s[(tenant, job_id)]))
+        for tenant, job_id in sorted(milli_s)
+        if milli_s[(tenant, job_id)] > 0
+    ]
+
+
+def tenant_totals(rows: Iterable[BillRow]) -> dict[str, float]:
+    """GPU-hours per tenant, by tenant name."""
+    totals: dict[str, float] = defaultdict(float)
+    for r in rows:
+        totals[r.tenant] += r.gpu_hours
+    return {t: round(totals[t], 6) for t in sorted(totals)}
+
+
+def write_csv(rows: Iterable[BillRow], file: TextIO | str | Path) -> None:
+    """Write ``rows`` as CSV with the header tenant,job_id,name,gpu_hours."""
+    if isinstance(file, str | Path):
+        with open(file, "w", newline="", encoding="utf-8") as f:
+            write_csv(rows, f)
+        return
+    out = csv.writer(file, lineterminator="\n")
+    out.writerow(CSV_HEADER)
+    for r in rows:
+        out.writerow((r.tenant, r.job_id, r.name, f"{r.gpu_hours:.6f}"))
+
+
+def to_csv(rows: Iterable[BillRow]) -> str:
+    """``write_csv`` into a string (an HTTP response body)."""
+    buf = io.StringIO()
+    write_csv(rows, buf)
+    return buf.getvalue()
+
+
+def _hours(milli_s: float) -> float:
+    # thousandths x seconds -> GPU-hours; rounded so 3/7 of a GPU for 7 h bills exactly 3.0
+    return round(milli_s / GPU_MILLI / 3600.0, 9)

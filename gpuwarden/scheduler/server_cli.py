@@ -1,0 +1,153 @@
+"""``gpuwarden scheduler serve`` and ``gpuwarden agent`` (registered by ``gpuwarden.cli``)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuwarden.errors import ConfigError, GpuwardenError
+
+
+@click.group()
+def scheduler() -> None:
+    """Run gpuwarden's bundled GPU scheduler as a service (jobs, quotas, preemption, billing)."""
+
+
+@scheduler.command("serve")
+@click.option(
+    "--db", "db_path", default="gpuwarden-scheduler.db", show_default=True, help="SQLite state."
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=int, default=8477, show_default=True, help="Port (0: any free one).")
+@click.option(
+    "--quotas", "quotas_path", type=click.Path(dir_okay=False), help="TOML: [quotas.TENANT] gpus=.."
+)
+@click.option("--policy", default="warden", show_default=True, help="Placement policy.")
+@click.option(
+    "--round-every",
+    "round_every_s",
+    type=float,
+    default=2.0,
+    show_default=True,
+    help="Seconds between two placement rounds with preemption.",
+)
+def serve(
+    db_path: str, host: str, port: int, quotas_path: str | None, policy: str, round_every_s: float
+) -> None:
+    """Serve the scheduler API; state in --db survives restarts (even kill -9).
+
+    Tokens come from the environment: $GPUWARDEN_SCHEDULER_TOKENS (a TOML file with a
+    [tenants] table) or $GPUWARDEN_SCHEDULER_TOKENS_JSON, $GPUWARDEN_SCHEDULER_ADMIN_TOKEN,
+    $GPUWARDEN_AGENT_TOKEN.
+    """
+    from gpuwarden._lifecycle import wait_for_stop
+    from gpuwarden.scheduler._auth import TokenBook
+    from gpuwarden.scheduler.api import SchedulerServer
+    from gpuwarden.scheduler.service import Principal, SchedulerService
+    from gpuwarden.scheduler.state import SchedulerDB
+
+    try:
+        tokens = TokenBook.from_env()
+        db = SchedulerDB(db_path)
+        service = SchedulerService(db, policy=policy, round_every_s=round_every_s)
+        if quotas_path:
+            for tenant, limits in load_quotas(quotas_path).items():
+                service.set_quota(Principal("admin"), tenant, limits.get("gpus"),
+                                  limits.get("gpu_memory_mib"), limits.get("guaranteed_gpus"))  # fmt: skip
+        server = SchedulerServer(service, tokens).start(host, port)
+    except GpuwardenError as exc:
+        raise click.ClickException(str(exc)) from exc
+    print(
+        f"gpuwarden scheduler: {server.url} ({len(tokens.tenants)} tenants, db {db_path}); "
+        "Ctrl-C to stop",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        wait_for_stop()
+    finally:
+        server.stop()
+        db.close()
+
+
+def load_quotas(path: str) -> dict[str, dict[str, Any]]:
+    """``[quotas.team-a] gpus = 8  guaranteed_gpus = 4  gpu_memory_mib = 327680`` per tenant."""
+    try:
+        with open(path, "rb") as f:
+            table = tomllib.load(f).get("quotas", {})
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"--quotas {path}: {exc}") from exc
+    for tenant, limits in table.items():
+        if not isinstance(limits, dict) or set(limits) - {
+            "gpus",
+            "gpu_memory_mib",
+            "guaranteed_gpus",
+        }:
+            raise ConfigError(
+                f"--quotas {path}: [quotas.{tenant}] takes gpus, guaranteed_gpus, gpu_memory_mib"
+            )
+    return table
+
+
+@click.command()
+@click.option("--node", default="", help="This node's name (default: the hostname).")
+@click.option(
+    "--service", "url", default="http://127.0.0.1:8477", show_default=True, help="Scheduler URL."
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False),
+    default="gpuwarden-agent",
+    show_default=True,
+    help="Logs, checkpoint directories and the agent's task table.",
+)
+@click.option("--fake-gpus", type=int, default=None, help="Pretend to have N GPUs (no NVML).")
+@click.option("--gpu-model", default="H100-80GB", show_default=True, help="Model of the fake GPUs.")
+@click.option(
+    "--interval", "interval_s", type=float, default=1.0, show_default=True, help="Seconds per sync."
+)
+def agent(
+    node: str,
+    url: str,
+    workdir: str,
+    fake_gpus: int | None,
+    gpu_model: str,
+    interval_s: float,
+) -> None:
+    """Run a node agent: register this node's GPUs, start, checkpoint and stop tasks.
+
+    Needs $GPUWARDEN_AGENT_TOKEN. Tasks keep running when the service is down.
+    """
+    import socket
+
+    from gpuwarden._lifecycle import wait_for_stop
+    from gpuwarden.scheduler.agent import Agent, host_inventory
+
+    node = node or socket.gethostname()
+    try:
+        inventory = host_inventory(node, fake_gpus=fake_gpus, gpu_model=gpu_model)
+        runner = Agent(node, url, Path(workdir), inventory, interval_s=interval_s)
+    except GpuwardenError as exc:
+        raise click.ClickException(str(exc)) from exc
+    print(
+        f"gpuwarden agent: {node} with {len(inventory.gpus)} GPUs -> {url}; Ctrl-C to stop",
+        file=sys.stderr,
+        flush=True,
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=runner.run, args=(stop,), name="gpuwarden-agent", daemon=True)
+    thread.start()
+    try:
+        wait_for_stop()
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        runner.close()
+
+
+__all__ = ["agent", "load_quotas", "scheduler"]

@@ -1,0 +1,105 @@
+"""The node agent's process table with real processes: one start per key, hooks, stops, restarts."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuwarden.scheduler._agent_tasks import TaskTable
+from gpuwarden.scheduler.agent import host_inventory
+
+STUBBORN = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # makes the agent escalate to SIGKILL
+print("up", flush=True)
+time.sleep(60)
+"""
+
+
+def _order(job_id: str, command: list[str], attempt: int = 1) -> dict:
+    return {"job_id": job_id, "attempt": attempt, "task": 0, "command": command, "gpus": [2, 3],
+            "env": {"GPUWARDEN_ATTEMPT": str(attempt), "GPUWARDEN_RESUME": "0"}}  # fmt: skip
+
+
+def _until(table: TaskTable, key: tuple, state: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while table.tasks[key].state != state:
+        if time.monotonic() > deadline:
+            pytest.fail(f"{key} never became {state}")
+        time.sleep(0.05)
+        table.poll()
+
+
+def test_starts_once_reports_exit_and_ships_logs_by_offset(tmp_path):
+    table = TaskTable(tmp_path)
+    script = "import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['GPUWARDEN_CHECKPOINT_DIR'])"
+    order = _order("j1", [sys.executable, "-c", script])
+    table.start(order)
+    table.start(order)  # a resent order
+    assert list(table.tasks) == [("j1", 1, 0)]
+    _until(table, ("j1", 1, 0), "exited")
+    report = table.report()
+    assert report["tasks"][0]["exit_code"] == 0
+    (chunk,) = report["logs"]
+    assert chunk["text"] == f"2,3 {tmp_path / 'checkpoints' / 'j1'}\n" and chunk["offset"] == 0
+    table.acknowledged(report)
+    assert table.report() == {"tasks": [], "logs": []}  # the service has it all: not again
+    again = TaskTable(tmp_path)  # a restarted agent keeps its keys: never twice
+    again.start(order)
+    assert again.tasks[("j1", 1, 0)].exit_code == 0 and again.report()["tasks"] == []
+
+
+def test_command_hook_and_stop_escalation(tmp_path):
+    table = TaskTable(tmp_path, kill_after_s=0.5)
+    key = ("j2", 1, 0)
+    table.start(_order("j2", [sys.executable, "-c", STUBBORN]))
+    log, deadline = Path(table.tasks[key].log), time.monotonic() + 10
+    while "up" not in log.read_text() and time.monotonic() < deadline:  # its handler is set
+        time.sleep(0.05)
+    hook = {"kind": "command", "target": 'echo "hook for attempt $GPUWARDEN_ATTEMPT" > saved'}
+    table.checkpoint({"job_id": "j2", "attempt": 1, "task": 0, "hook": hook})
+    saved = tmp_path / "checkpoints" / "j2" / "saved"
+    while not (saved.exists() and saved.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert saved.read_text() == "hook for attempt 1\n"
+    assert table.report()["tasks"][0]["checkpoint_at"] is not None  # the file counts
+    table.stop({"job_id": "j2", "attempt": 1, "task": 0})
+    _until(table, key, "exited")
+    assert table.tasks[key].killed and table.tasks[key].exit_code == -9
+
+
+def test_a_missing_program_fails_the_task_not_the_agent(tmp_path):
+    table = TaskTable(tmp_path)
+    table.start(_order("j3", ["/no/such/program"]))
+    task = table.tasks[("j3", 1, 0)]
+    assert task.state == "exited" and task.exit_code == 127
+    assert "cannot start /no/such/program" in table.report()["logs"][0]["text"]
+
+
+def _fake_nvml():
+    # tests/collectors is not on sys.path from here: load its fake NVML by path
+    name = "gpuwarden_tests_fake_nvml"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "collectors" / "fake_nvml.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        sys.modules[name] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return sys.modules[name].FakeNvml
+
+
+def test_inventory_from_a_recorded_nvml_host():
+    from gpuwarden.collectors.nvml import NvmlCollector
+
+    fake = _fake_nvml()("h100_hgx_8gpu.json")
+    inv = host_inventory("n1", fake_gpus=None, gpu_model="",
+                         collector=NvmlCollector(nvml=fake, hostname="n1"))  # fmt: skip
+    assert [g["index"] for g in inv.gpus] == list(range(8))
+    assert all(g["uuid"].startswith("GPU-") and "H100" in g["model"] for g in inv.gpus)
+    assert all(g["memory_mib"] and g["memory_mib"] > 70000 for g in inv.gpus)
+    fakes = host_inventory("n1", fake_gpus=3, gpu_model="A100-80GB")
+    assert [g["memory_mib"] for g in fakes.gpus] == [81920] * 3 and fakes.cpu_milli > 0
