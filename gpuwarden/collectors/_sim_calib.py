@@ -195,11 +195,22 @@ def draw_repair_s(kind: str, u: float) -> float:
 
 
 # --- Precursors: (median length h, log-sd of length, log-sd of intensity) -------------------
-# Our choices, wide on purpose: one GPU warns for a week, the next for two hours.
+# Lengths are log-normal and wide on purpose: one GPU warns for two weeks, the next for an hour.
+# Memory (HBM): field studies of DRAM see correctable errors build up over weeks before an
+# uncorrectable one on a failing module (Schroeder et al., "DRAM errors in the wild",
+# SIGMETRICS 2009: a CE month raises the next month's CE odds 35-200x; Giurgiu et al.,
+# Middleware 2017 and SYSTOR 2017: UEs predicted "weeks in advance" from daily CE logs); but
+# for HBM, Wu et al. (USENIX ATC 2024, 19 data centres) found the CE *rate* a weak predictor of
+# uncorrectable errors. So: a median of 4 days (was our 48 h), as wide as before (12% start
+# under 24 h before the failure, 32% over a week), with faint precursors kept by the intensity
+# spread. Cooling: Titan's GPU failures (a resistor corroding over years) tracked heat
+# dissipation (Ostrouchov et al., SC20), a slow wear: a median of 5 days (was 72 h). PCIe and
+# NVLink: no published lead time found; our 36 h / 24 h are unchanged. docs/simulator.md
+# ("Precursor lengths") has the table.
 PRECURSOR_SHAPE: dict[str, tuple[float, float, float]] = {
-    HBM: (48.0, 1.2, 1.5),
+    HBM: (96.0, 1.2, 1.5),
     PCIE: (36.0, 1.1, 1.2),
-    COOLING: (72.0, 0.9, 0.5),
+    COOLING: (120.0, 0.9, 0.5),
     NVLINK: (24.0, 1.1, 1.2),
 }
 MIN_PRECURSOR_S = 1800.0

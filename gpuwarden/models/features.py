@@ -19,7 +19,7 @@ import pandas as pd
 from gpuwarden.models._windows import Windows, log_rise
 from gpuwarden.models.panel import HOUR_S, HourlyPanel
 
-H1, H6, H24, D7 = 1, 6, 24, 168
+H1, H6, H24, H72, D7 = 1, 6, 24, 72, 168
 #: DCGM's PCIe replay limit per lane per minute by link generation (Gen3 0.48 ... Gen5 1.92);
 #: Gen1/Gen2 halve again. The allowed rate is this times the link's lanes.
 PCIE_REPLAY_LIMIT_PER_LANE_MIN: dict[int, float] = {1: 0.12, 2: 0.24, 3: 0.48, 4: 0.96, 5: 1.92}
@@ -29,7 +29,7 @@ SPREAD_LIMIT_C = 15.0
 @dataclass(frozen=True)
 class Feature:
     name: str
-    group: str  # memory, thermal, pcie, nvlink, xid: which reasons sentence it feeds
+    group: str  # memory, thermal, pcie, nvlink, xid: the reasons sentence it feeds; context: none
     unit: str
     help: str
 
@@ -46,7 +46,9 @@ _BASE: tuple[Feature, ...] = (
     _f("sbe_rise_24h", "memory", "log ratio", "SBE rate of the last day vs the 6 days before."),
     _f("sbe_accel_6h", "memory", "log ratio", "SBE rate of the last 6 h vs the last day."),
     _f("sbe_rise_day", "memory", "log ratio", "SBE rate of the last day vs the day before."),
+    _f("sbe_rise_3d", "memory", "log ratio", "SBE rate of the last 3 days vs the 4 days before."),
     _f("sbe_trend_24h", "memory", "log/h", "Slope of log(1 + hourly SBEs) over the last day."),
+    _f("sbe_trend_3d", "memory", "log/h", "Slope of log(1 + hourly SBEs) over the last 3 days."),
     _f("sbe_active_hours_24h", "memory", "h", "Hours of the last day with any SBE."),
     _f("sbe_active_hours_7d", "memory", "h", "Hours of the last week with any SBE."),
     _f("sbe_peak_share_24h", "memory", "fraction", "Busiest hour's share of the day's SBEs."),
@@ -102,6 +104,8 @@ _BASE: tuple[Feature, ...] = (
     _f("xid_app_7d", "xid", "events", "Application-class Xids, last week."),
     _f("xid_fatal_24h", "xid", "events", "Fatal Xids (48, 62, 64, 74, 79, 94, 95, 119, 120)."),
     _f("gpu_lost_24h", "xid", "events", "GPU fell off the bus or needed a reset, last day."),
+    # not a reason: tells the trees when the windows above are short (a new board)
+    _f("history_h", "context", "h", "Hours of this GPU life's history, up to 168."),
 )
 #: Signals also compared with the GPU's node and rack: value minus the peers' median, so a
 #: rack-wide heat wave or a node-wide job crash is not one sick GPU.
@@ -152,7 +156,11 @@ def _memory(p: HourlyPanel, w: Windows, out: dict[str, np.ndarray]) -> None:
     out["sbe_rise_24h"] = log_rise(sbe[H24], before)
     out["sbe_accel_6h"] = log_rise(sbe[H6], sbe[H24])
     out["sbe_rise_day"] = log_rise(sbe[H24], _rate_between(w, p.inc["sbe"], H24, 2 * H24, 24.0))
+    out["sbe_rise_3d"] = log_rise(
+        w.rates(p.inc["sbe"], (H72,), 24.0)[H72], _rate_between(w, p.inc["sbe"], H72, D7, 24.0)
+    )
     out["sbe_trend_24h"] = w.slope(np.log1p(p.inc["sbe"]), H24)
+    out["sbe_trend_3d"] = w.slope(np.log1p(p.inc["sbe"]), H72)
     out["sbe_active_hours_24h"] = w.count_where(p.inc["sbe"], p.inc["sbe"] > 0, H24)
     out["sbe_active_hours_7d"] = w.count_where(p.inc["sbe"], p.inc["sbe"] > 0, D7)
     day_total = w.sums(p.inc["sbe"], (H24,))[H24][0]
@@ -302,6 +310,7 @@ def compute_features(panel: HourlyPanel, rows: np.ndarray) -> tuple[pd.DataFrame
     out: dict[str, np.ndarray] = {}
     for part in (_memory, _thermal, _pcie, _nvlink, _xid):
         part(panel, w, out)
+    out["history_h"] = np.minimum(w.age, float(D7))
     _peers(meta, out)
     meta["fatal_xid"] = w.latest(panel.fatal_xid, H24)  # for the Xid catalogue's action
     X = pd.DataFrame({n: np.asarray(out[n], dtype=np.float32) for n in FEATURE_NAMES})

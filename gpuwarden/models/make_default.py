@@ -2,8 +2,8 @@
 
 1. simulate the training fleet (``simdata.fleet_spec()``: 1,024 GPUs, 97 days, seed 1);
 2. train and calibrate on it (``train.train_on_panel``, default options);
-3. evaluate on a fleet it never saw (seed 2, 200 days later, 37 days) and put the figures in
-   the model card;
+3. evaluate on a fleet it never saw (``simdata.held_out_spec``: seed 2, scored hourly from 200
+   days later for 37 days, after a week of history) and put the figures in the model card;
 4. write ``gpuwarden/models/default/`` (model.skops, model_card.json).
 
 Everything is a function of the seeds, so the same command rebuilds the same model.
@@ -18,7 +18,7 @@ from pathlib import Path
 from gpuwarden.models.artifact import DEFAULT_DIR, save_model
 from gpuwarden.models.evaluate import evaluate_dataset, failures_of
 from gpuwarden.models.labels import build_dataset, scoring_indices
-from gpuwarden.models.simdata import fleet_spec, simulate_panel
+from gpuwarden.models.simdata import fleet_spec, held_out_spec, simulate_panel
 from gpuwarden.models.train import TrainOptions, train_on_panel
 
 
@@ -52,13 +52,11 @@ def main(argv: list[str] | None = None) -> None:
     }
     model = train_on_panel(sim.panel, options=TrainOptions(), source=source, progress=args.progress)
     print(f"trained ({model.card['train_seconds']:.0f} s)")
-    held = fleet_spec(
-        nodes=args.nodes, days=args.eval_days, seed=2, start_ts=train_spec.start_ts + 200 * 86400
-    )
+    held, first = held_out_spec(nodes=args.nodes, days=args.eval_days)
     ev_sim = simulate_panel(held, progress=args.progress)
     ds = build_dataset(
         ev_sim.panel,
-        scoring_indices(ev_sim.panel, step_h=1),
+        scoring_indices(ev_sim.panel, step_h=1, start=first),
         horizon_s=model.horizon_s,
         drop_unknown=False,
     )
@@ -68,7 +66,8 @@ def main(argv: list[str] | None = None) -> None:
             "nodes": args.nodes,
             "days": args.eval_days,
             "seed": 2,
-            "start_ts": held.start_ts,
+            "history_from_ts": held.start_ts,
+            "scored_from_ts": first,
         },
         "per_mode": ev.table.to_dict(orient="records"),
         **{k: v for k, v in ev.summary.items() if not isinstance(v, dict)},

@@ -120,6 +120,23 @@ def simulate_panel(
     return SimPanel(panel, fleet, ev, fails)
 
 
+#: The held-out fleet starts this long after the training fleet (another period, another seed).
+HELD_OUT_OFFSET_S = 200 * 86400.0
+#: History simulated before the held-out fleet's first scoring time, so every GPU is scored
+#: with the week of history it has in production (``gpuwarden evaluate`` reads the same week
+#: before ``--start``); boards installed later still start with none.
+WARMUP_S = 7 * 86400.0
+
+
+def held_out_spec(nodes: int = 128, days: float = 37.0, **overrides: Any) -> tuple[Any, float]:
+    """The fleet the default model is judged on: seed 2, scoring from 200 days after the
+    training fleet's start for ``days``, with a week of history before that. Returns (spec,
+    first scoring time)."""
+    first = fleet_spec().start_ts + HELD_OUT_OFFSET_S
+    spec = fleet_spec(nodes=nodes, days=days + WARMUP_S / 86400, seed=2, start_ts=first - WARMUP_S)
+    return replace(spec, **overrides), first
+
+
 def fleet_spec(**overrides: Any) -> Any:
     """The simulated fleets of the default model and the benchmarks: three GPU models,
     10-minute samples, the failure rate x20 so a quarter holds a few hundred failures."""

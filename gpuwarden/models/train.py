@@ -40,6 +40,10 @@ class TrainOptions:
     calibration_share: float = 0.3  # latest share of scoring times kept for calibration
     negative_subsample: float = 0.3  # healthy rows the trees see (all failing ones are kept)
     robust_share: float = 0.15  # nodes whose memory temperature is hidden while training
+    #: failing rows of a rarer kind with precursors weigh (commonest kind's failures / this
+    #: kind's) ** this in the trees: a fleet's few NVLink failures are not outvoted by its
+    #: HBM ones. 0 turns it off; the calibration block stays unweighted either way.
+    rare_kind_power: float = 0.5
     random_state: int = 0
 
 
@@ -57,6 +61,24 @@ def hide_memory_temperature(panel: HourlyPanel, share: float, seed: int) -> Hour
     for name in ("mem_temp_c", "mem_temp_c_max", "spread_c"):
         gauge[name] = np.where(hide[None, :], np.float32(np.nan), panel.gauge[name])
     return replace(panel, gauge=gauge)
+
+
+def kind_weights(ds: Dataset, power: float) -> np.ndarray:
+    """Row weights for the trees: 1, and (n_max / n_kind) ** power for the failing rows of each
+    kind with precursors (kinds known to come without one, such as a GSP hang, stay at 1:
+    weighing up what nothing can foresee only teaches noise)."""
+    from gpuwarden.collectors.sim import SUDDEN_KINDS
+
+    w = np.ones(len(ds))
+    if power <= 0:
+        return w
+    pos = ds.y == 1
+    kinds = ds.meta["fail_kind"].to_numpy()
+    lives = ds.meta.loc[pos, ["key", "fail_kind"]].drop_duplicates("key")
+    counts = lives.loc[~lives["fail_kind"].isin(SUDDEN_KINDS), "fail_kind"].value_counts()
+    for kind, n in counts.items():
+        w[pos & (kinds == kind)] = (counts.max() / n) ** power
+    return w
 
 
 def _summary(panel: HourlyPanel, ds: Dataset, split: float) -> dict[str, Any]:
@@ -127,7 +149,12 @@ def train_on_panel(
         random_state=o.random_state,
     )
     try:
-        est.fit(ds.X, ds.y, sample_time=ds.meta["at"].to_numpy())
+        est.fit(
+            ds.X,
+            ds.y,
+            sample_time=ds.meta["at"].to_numpy(),
+            sample_weight=kind_weights(ds, o.rare_kind_power),
+        )
     except ValueError as exc:
         raise InputError(f"cannot train: {exc}") from exc
     card: dict[str, Any] = {

@@ -23,7 +23,11 @@ def _last(frame: pd.DataFrame, events=None):
 def test_every_feature_is_documented_with_a_group_and_unit():
     assert len(set(FEATURE_NAMES)) == len(FEATURE_NAMES)
     for f in FEATURES:
-        assert f.group in {"memory", "thermal", "pcie", "nvlink", "xid"} and f.unit and f.help
+        assert (
+            f.group in {"memory", "thermal", "pcie", "nvlink", "xid", "context"}
+            and f.unit
+            and f.help
+        )
 
 
 def test_sbe_rate_per_day_survives_a_volatile_reset():
@@ -89,6 +93,25 @@ def test_a_new_gpu_has_no_week_before_to_compare_with():
     _, _, X = _last(frame)
     assert np.isnan(X.loc["GPU-0", "sbe_rise_24h"])  # no history before the last day
     assert np.isnan(X.loc["GPU-0", "mem_temp_rise_c"])
+
+
+def test_history_hours_say_how_short_the_windows_are():
+    _, _, X = _last(make_frame(10, GPUS[:1]))
+    assert X.loc["GPU-0", "history_h"] == pytest.approx(9.0)  # the first hour has no increase
+    _, _, X = _last(make_frame(200, GPUS[:1]))
+    assert X.loc["GPU-0", "history_h"] == 168.0  # capped at the longest window
+
+
+def test_a_slow_sbe_rise_shows_over_three_days():
+    # 1/h for four days, then 8/h for three: the 3-day rise is log(1 + 192) - log(1 + 24)
+    def sbe(ts, g):
+        h = (ts - T0) / 3600.0
+        return np.where(h < 96, h, 96 + (h - 96) * 8.0)
+
+    _, _, X = _last(make_frame(168, GPUS[:1], values={"ecc_sbe_volatile_total": sbe}))
+    row = X.loc["GPU-0"]
+    assert row["sbe_rise_3d"] == pytest.approx(np.log1p(192.0) - np.log1p(24.0), abs=0.05)
+    assert row["sbe_trend_3d"] > 0
 
 
 def test_pcie_replays_against_dcgms_per_lane_limit():
