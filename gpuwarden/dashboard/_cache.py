@@ -8,17 +8,21 @@ and ``scorer_key``).
 
 from __future__ import annotations
 
+import math
 import time
+from typing import Any
 
 import pandas as pd
 import streamlit as st
 
 from gpuwarden.dashboard import data
+from gpuwarden.dashboard._api import Api
 from gpuwarden.dashboard._background import BackgroundScores
 from gpuwarden.store import open_store
 from gpuwarden.store.base import Store
 
 TTL_S = 30
+API_TTL_S = 10  # serve and the scheduler change faster than the store's history
 
 
 @st.cache_resource(show_spinner=False)
@@ -86,3 +90,14 @@ def gpu_risk_series(
     url: str, uuid: str, start: float, end: float, scorer_key: str, _scorer: data.Scorer | None
 ) -> pd.DataFrame:
     return data.gpu_risk_series(_scorer, store(url), uuid, start, end)
+
+
+@st.cache_data(ttl=API_TTL_S, show_spinner=False)
+def api_get(base_url: str, path: str, params: tuple[tuple[str, Any], ...], _api: Api) -> Any:
+    """A GET on serve or the scheduler (``_api``, whose token is not part of the key)."""
+    return _api.get(path, dict(params))
+
+
+def bucket(now: float) -> float:
+    """``now`` rounded up to ``API_TTL_S``: a time in a query that keeps its cache entry."""
+    return float(math.ceil(now / API_TTL_S) * API_TTL_S)

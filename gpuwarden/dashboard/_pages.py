@@ -13,7 +13,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from gpuwarden.dashboard import _cache, _charts, data
+from gpuwarden.dashboard import _cache, _charts, _decisions, data
+from gpuwarden.dashboard._api import Api
 from gpuwarden.dashboard._background import BackgroundScores
 
 
@@ -25,6 +26,7 @@ class Context:
     scorer: data.Scorer | None  # called while the page draws (tests, embedding apps)
     now: float
     background: BackgroundScores | None = None  # the model, scoring beside the pages
+    serve: Api | None = None  # gpuwarden serve's API, for the node tag status
 
     @property
     def scorer_key(self) -> str:
@@ -165,7 +167,7 @@ def overview(ctx: Context) -> None:
         _goto_gpu(str(picked[0]["uuid"]))
 
     st.subheader("Needs attention")
-    _flagged_table(data.flagged(table).head(10), key="overview_flagged")
+    _flagged_table(ctx, data.flagged(table).head(10), key="overview_flagged")
 
     start = snap.as_of - ctx.range_s
     series = _cache.fleet_series(ctx.url, start, snap.as_of + 1e-3, snap.gpus, snap.step_s)
@@ -222,24 +224,14 @@ def _event_summary(events: pd.DataFrame) -> None:
     )
 
 
-def _flagged_table(flagged: pd.DataFrame, *, key: str) -> None:
+def _flagged_table(ctx: Context, flagged: pd.DataFrame, *, key: str) -> None:
     if flagged.empty:
         st.success("No GPU is at risk or unhealthy.")
         return
     shown = flagged[
-        [
-            "hostname",
-            "gpu",
-            "state",
-            "risk",
-            "reasons",
-            "action",
-            "flagged_ts",
-            "rack",
-            "model",
-            "uuid",
-        ]
-    ].copy()
+        ["hostname", "gpu", "state", "risk", "reasons", "action", "flagged_ts", "rack", "model", "uuid"]
+    ].copy()  # fmt: skip
+    shown.insert(7, "tag", _decisions.tag_column(ctx.serve, list(shown["uuid"])))
     shown["flagged_ts"] = pd.to_datetime(shown["flagged_ts"], unit="s", utc=True)
     event = st.dataframe(
         shown,
@@ -256,6 +248,9 @@ def _flagged_table(flagged: pd.DataFrame, *, key: str) -> None:
             "reasons": st.column_config.TextColumn("reasons", width="large"),
             "action": st.column_config.TextColumn("recommended action", width="large"),
             "flagged_ts": st.column_config.DatetimeColumn("flagged (UTC)", format="MMM D HH:mm"),
+            "tag": st.column_config.TextColumn(
+                "node tag status", width="large", help="What gpuwarden serve holds for the node"
+            ),
         },
     )
     rows = event.selection.rows if event is not None else []
@@ -278,7 +273,7 @@ def attention(ctx: Context) -> None:
         st.caption(
             "No risk model is installed yet: states come from hard signals only, risk is blank."
         )
-    _flagged_table(flagged, key="attention_flagged")
+    _flagged_table(ctx, flagged, key="attention_flagged")
     st.subheader("Missing GPUs")
     missing = table[table["state"] == data.MISSING][
         ["hostname", "gpu", "rack", "model", "last_ts", "action", "uuid"]

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from gpuwarden.dashboard._reads import read_window
+from gpuwarden.dashboard._reads import read_changes
 from gpuwarden.store.base import Store
 from gpuwarden.xid import FATAL_XIDS, describe
 
@@ -64,15 +64,19 @@ def _increases(frame: pd.DataFrame, column: str) -> pd.Series:
     return pd.Series(inc, index=present.index).reindex(frame.index)
 
 
-def hard_signals(store: Store, start: float, end: float, uuids: Sequence[str]) -> pd.DataFrame:
+def hard_signals(
+    store: Store, start: float, end: float, uuids: Sequence[str], *, probe_s: float = 300.0
+) -> pd.DataFrame:
     """Per GPU with a hard signal in ``[start, end]``: uuid, hard_reasons, hard_action,
-    hard_ts (the first signal). Hourly rollups plus the raw samples not rolled up yet."""
+    hard_ts (the first signal). Hourly rollups plus the raw samples not rolled up yet, read in
+    full only for GPUs whose counters moved in them (``read_changes``; ``probe_s``: a span
+    holding every live GPU's newest reading)."""
     wanted = set(uuids)
     found: list[tuple[str, float, int, str, str]] = []  # uuid, ts, priority, reason, action
 
     # one hour before start is the baseline for the window's first increase
-    frame = read_window(
-        store, start - HOUR_S, end + 1e-3, _FIELDS, resolution_s=HOUR_S, bucket_tail=False
+    frame = read_changes(
+        store, start - HOUR_S, end + 1e-3, _FIELDS, resolution_s=HOUR_S, probe_s=probe_s
     )
     frame = frame[frame["uuid"].isin(wanted)]
     if not frame.empty:

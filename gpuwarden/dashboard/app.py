@@ -4,7 +4,9 @@
 
 The store URL comes from ``--store`` after ``--``, else the ``store`` setting
 (``GPUWARDEN_STORE``, the TOML file). Views: the fleet overview (``?view=overview``), the GPUs
-that need attention (``?view=attention``) and one GPU's history (``?view=gpu&gpu=<UUID>``). The
+that need attention (``?view=attention``), one GPU's history (``?view=gpu&gpu=<UUID>``),
+``gpuwarden serve``'s decisions (``?view=decisions``, with ``--serve-url``) and the bundled
+scheduler (``?view=scheduler``, with ``--scheduler-url``); see ``_api`` for their settings. The
 page re-reads the store on a timer (sidebar); every query is cached for ``_cache.TTL_S``.
 """
 
@@ -18,10 +20,16 @@ from pathlib import Path
 import streamlit as st
 
 from gpuwarden.config import load_settings
-from gpuwarden.dashboard import _cache, _pages
+from gpuwarden.dashboard import _api, _cache, _decisions, _pages, _scheduler_page
 from gpuwarden.errors import GpuwardenError
 
-VIEWS = {"overview": "Fleet overview", "attention": "Needs attention", "gpu": "GPU detail"}
+VIEWS = {
+    "overview": "Fleet overview",
+    "attention": "Needs attention",
+    "gpu": "GPU detail",
+    "decisions": "Decisions",
+    "scheduler": "Scheduler",
+}
 RANGES_H = {"Last 6 hours": 6, "Last 24 hours": 24, "Last 3 days": 72, "Last 7 days": 168, "Last 30 days": 720}  # fmt: skip
 REFRESH_S = {"Off": 0, "every 30 s": 30, "every minute": 60, "every 5 minutes": 300}
 #: A ``data.Scorer`` put here (by a test or an app embedding this one) is called while the
@@ -97,14 +105,24 @@ def main() -> None:
         st.caption("Times are UTC.")
 
     every = REFRESH_S[refresh_label]
+    serve = _api.serve_api(sys.argv[1:])
+    scheduler = _api.scheduler_api(sys.argv[1:])
     # A fragment re-runs only the page body on the timer (the sidebar keeps its state); the
     # body takes a new snapshot each time, so "as of" moves on.
     st.fragment(_body, run_every=every or None)(
-        url, RANGES_H[range_label] * 3600.0, st.session_state["view"]
+        url, RANGES_H[range_label] * 3600.0, st.session_state["view"], serve, scheduler
     )
 
 
-def _body(url: str, range_s: float, view: str) -> None:
+def _body(
+    url: str, range_s: float, view: str, serve: _api.Api | None, scheduler: _api.Api | None
+) -> None:
+    if view == "decisions":  # serve's and the scheduler's pages do not need the store
+        _decisions.page(serve)
+        return
+    if view == "scheduler":
+        _scheduler_page.page(scheduler, time.time())
+        return
     missing = missing_sqlite_file(url)
     if missing is not None:
         _pages.empty_store(url, f"There is no store at `{missing}` yet.")
@@ -122,7 +140,7 @@ def _body(url: str, range_s: float, view: str) -> None:
         scorer, background = st.session_state[SCORER_KEY], None
     else:
         scorer, background = None, _cache.background_scores(url)
-    ctx = _pages.Context(url, snap, range_s, scorer, time.time(), background)
+    ctx = _pages.Context(url, snap, range_s, scorer, time.time(), background, serve)
     pages = {"overview": _pages.overview, "attention": _pages.attention, "gpu": _pages.gpu_detail}
     pages[view](ctx)
 

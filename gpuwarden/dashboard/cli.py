@@ -1,6 +1,7 @@
 """``gpuwarden dashboard``: serve the Streamlit health dashboard over a store.
 
-    gpuwarden dashboard --store sqlite:///gpuwarden.db --listen 127.0.0.1:8501
+    gpuwarden dashboard --store sqlite:///gpuwarden.db --listen 127.0.0.1:8501 \
+        --serve-url http://127.0.0.1:9401 --scheduler-url http://127.0.0.1:8477
 
 The command runs ``python -m streamlit run gpuwarden/dashboard/app.py`` in a child process with
 the store URL passed through, and stops it on Ctrl-C. ``start_dashboard`` / ``wait_ready`` do
@@ -34,9 +35,12 @@ def require_streamlit() -> None:
         )
 
 
-def streamlit_argv(store_url: str, host: str, port: int, *, app: Path = APP) -> list[str]:
+def streamlit_argv(
+    store_url: str, host: str, port: int, *, app: Path = APP, extra: tuple[str, ...] = ()
+) -> list[str]:
     """The command line that serves the app on ``host:port`` (headless, no usage stats, no
-    file watcher: the app's files do not change under a running server)."""
+    file watcher: the app's files do not change under a running server). ``extra``: more
+    arguments for the app (``--serve-url URL``)."""
     return [
         sys.executable, "-m", "streamlit", "run", str(app),
         f"--server.address={host}",
@@ -46,21 +50,27 @@ def streamlit_argv(store_url: str, host: str, port: int, *, app: Path = APP) -> 
         "--server.fileWatcherType=none",
         "--theme.base=light",
         "--client.toolbarMode=minimal",
-        "--", "--store", store_url,
+        "--", "--store", store_url, *extra,
     ]  # fmt: skip
 
 
 def start_dashboard(
-    store_url: str, host: str, port: int, *, log: Path | None = None, app: Path = APP
+    store_url: str,
+    host: str,
+    port: int,
+    *,
+    log: Path | None = None,
+    app: Path = APP,
+    extra: tuple[str, ...] = (),
 ) -> subprocess.Popen[bytes]:
     """Start the server in a child process; its output goes to ``log`` (default: ours).
-    ``app`` is another Streamlit script to serve instead (tests)."""
+    ``app`` is another Streamlit script to serve instead (tests); ``extra`` more app arguments."""
     require_streamlit()
     env = {**os.environ, "GPUWARDEN_STORE": store_url}
     out: Any = log.open("wb") if log is not None else None
     try:
         return subprocess.Popen(
-            streamlit_argv(store_url, host, port, app=app),
+            streamlit_argv(store_url, host, port, app=app, extra=extra),
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT if log is not None else None,
@@ -108,9 +118,27 @@ def stop_dashboard(proc: subprocess.Popen[bytes]) -> None:
     show_default=True,
     help="HOST:PORT to serve the dashboard on.",
 )
+@click.option(
+    "--serve-url",
+    envvar="GPUWARDEN_SERVE_URL",
+    help="gpuwarden serve's API, for the Decisions page and tag status "
+    "(token: $GPUWARDEN_SERVE_TOKEN).",
+)
+@click.option(
+    "--scheduler-url",
+    envvar="GPUWARDEN_SCHEDULER_URL",
+    help="The bundled scheduler's API, for the Scheduler page (token: $GPUWARDEN_SCHEDULER_TOKEN).",
+)
 @click.pass_context
-def dashboard(ctx: click.Context, store_url: str | None, listen: str) -> None:
-    """Serve the health dashboard (fleet overview, GPUs needing attention, GPU detail)."""
+def dashboard(
+    ctx: click.Context,
+    store_url: str | None,
+    listen: str,
+    serve_url: str | None,
+    scheduler_url: str | None,
+) -> None:
+    """Serve the health dashboard (fleet overview, GPUs needing attention, GPU detail,
+    serve's decisions, the scheduler)."""
     try:
         cfg = ctx.find_root().obj or load_settings()
         url = store_url or str(cfg["store"])
@@ -120,7 +148,12 @@ def dashboard(ctx: click.Context, store_url: str | None, listen: str) -> None:
         raise click.ClickException(str(exc)) from exc
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
     click.echo(f"Dashboard on http://{shown}:{port}/ over {url} (Ctrl-C stops it)")
-    proc = start_dashboard(url, host, port)
+    extra: tuple[str, ...] = ()
+    if serve_url:
+        extra += ("--serve-url", serve_url)
+    if scheduler_url:
+        extra += ("--scheduler-url", scheduler_url)
+    proc = start_dashboard(url, host, port, extra=extra)
     try:
         status = proc.wait()
     except KeyboardInterrupt:

@@ -145,7 +145,7 @@ def fleet_states(
     inv = inv[inv["first_ts"] <= at]
     if inv.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in STATE_COLUMNS})
-    hard = _signals.hard_signals(store, at - window_s, at, list(inv["uuid"]))
+    hard = _signals.hard_signals(store, at - window_s, at, list(inv["uuid"]), probe_s=stale_s)
     out = inv[["rack", "hostname", "gpu", "uuid", "model", "last_ts"]].copy()
     out = out.merge(hard, on="uuid", how="left")
     out["risk"] = np.nan
@@ -226,9 +226,13 @@ def fleet_series(
     store: Store, start: float, end: float, *, gpus: int, step_s: float = 60.0
 ) -> pd.DataFrame:
     """Fleet mean utilisation (%), total power (kW) and GPUs reporting over ``[start, end)``,
-    one row per bucket (raw samples, 5-minute or hourly rollups depending on the span)."""
+    one row per bucket (raw samples, 5-minute or hourly rollups depending on the span). With
+    hourly rollups the hour not rolled up yet is read every 30 minutes, not sample by sample."""
     res = resolution_for(end - start, gpus=gpus, step_s=step_s)
-    frame = read_window(store, start, end, ["gpu_util_pct", "power_w"], resolution_s=res)
+    frame = read_window(
+        store, start, end, ["gpu_util_pct", "power_w"], resolution_s=res,
+        tail_every_s=1800.0 if res == 3600 else None, tail_width_s=1.5 * step_s,
+    )  # fmt: skip
     if frame.empty:
         return pd.DataFrame(columns=["ts", "util_pct", "power_kw", "reporting"])
     if res is None:  # raw: a collector's batch shares one ts; align stragglers to the minute

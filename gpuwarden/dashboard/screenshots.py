@@ -1,20 +1,26 @@
 """Screenshots of the dashboard in headless Chromium: ``make screenshots`` writes docs/img/.
 
     python -m gpuwarden.dashboard.screenshots --out docs/img             # simulated 1,024 GPUs
-    python -m gpuwarden.dashboard.screenshots --store sqlite:///my.db --out /tmp/shots
+    python -m gpuwarden.dashboard.screenshots --store sqlite:///my.db --out /tmp/shots \
+        --serve-url http://127.0.0.1:9401 --scheduler-url http://127.0.0.1:8477
 
 Serves the app with ``streamlit run`` on 127.0.0.1, loads each page in Chromium (DevTools
 protocol, see ``_browser``), waits until it is drawn, and fails when a page shows a Streamlit
 exception box or comes out blank. Without ``--store`` it simulates a fleet first (a temporary
-SQLite file, rolled up as ``gpuwarden collect`` would).
+SQLite file, rolled up as ``gpuwarden collect`` would) and, without ``--serve-url``, runs a
+``gpuwarden serve`` over it (hard signals, no hooks) for the Decisions page. The Scheduler page
+is shot when ``--scheduler-url`` is given (its token in ``GPUWARDEN_SCHEDULER_TOKEN``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,18 +105,20 @@ def capture(
     timeout_s: float = 90.0,
     app: Path = APP,
     wait_for_model: bool = False,
+    extra: tuple[str, ...] = (),
 ) -> list[Captured]:
     """Serve the dashboard over ``store_url`` and write one PNG per shot into ``out``.
 
     Raises ``GpuwardenError`` naming the page when it does not finish drawing, shows a
     Streamlit exception, or is blank. ``wait_for_model``: first wait (up to ``timeout_s``)
-    until the risk model's background scores are on the page."""
+    until the risk model's background scores are on the page. ``extra``: more arguments for
+    the app (``--serve-url URL``)."""
     out.mkdir(parents=True, exist_ok=True)
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory(prefix="gpuwarden-dash-") as tmp:
         log = Path(tmp) / "streamlit.log"
-        proc = start_dashboard(store_url, "127.0.0.1", port, log=log, app=app)
+        proc = start_dashboard(store_url, "127.0.0.1", port, log=log, app=app, extra=extra)
         try:
             try:
                 wait_ready(proc, base, timeout_s=timeout_s)
@@ -147,14 +155,39 @@ def _one(browser: Browser, base: str, shot: Shot, out: Path, timeout_s: float) -
     return Captured(path, browser.text())
 
 
-def default_shots(gpu: str | None) -> list[Shot]:
+def default_shots(
+    gpu: str | None, *, decisions: bool = False, scheduler: bool = False
+) -> list[Shot]:
     shots = [
         Shot("dashboard-overview", "view=overview"),
         Shot("dashboard-attention", "view=attention"),
     ]
     if gpu:
         shots.append(Shot("dashboard-gpu", f"view=gpu&gpu={gpu}"))
+    if decisions:
+        shots.append(Shot("dashboard-decisions", "view=decisions"))
+    if scheduler:
+        shots.append(Shot("dashboard-scheduler", "view=scheduler"))
     return shots
+
+
+@contextlib.contextmanager
+def local_serve(store_url: str, lookback_s: float) -> Iterator[str]:
+    """``gpuwarden serve``'s API over ``store_url`` on a free port, after one round of hard-
+    signal decisions (no hooks, no model, no token); yields its URL."""
+    from gpuwarden.alerts.hard_signals import HardSignalAssessor
+    from gpuwarden.serve.server import ServeHandle
+    from gpuwarden.serve.service import RiskService
+
+    store = open_store(store_url)
+    service = RiskService(store, assess=HardSignalAssessor(lookback_s=lookback_s))
+    service.tick()
+    handle = ServeHandle(service, token=None).start(loop=False)
+    try:
+        yield handle.url
+    finally:
+        handle.stop()
+        store.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,21 +198,41 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("docs/img"), help="folder for the PNGs")
     parser.add_argument("--nodes", type=int, default=128, help="simulated nodes (8 GPUs each)")
     parser.add_argument("--days", type=float, default=3.0, help="simulated days of history")
+    parser.add_argument("--serve-url", help="gpuwarden serve's API (default: run one)")
+    parser.add_argument(
+        "--scheduler-url",
+        default=os.environ.get("GPUWARDEN_SCHEDULER_URL"),
+        help="the scheduler's API (default: $GPUWARDEN_SCHEDULER_URL; none: no Scheduler shot)",
+    )
     args = parser.parse_args(argv)
     chromium = find_chromium()
     if chromium is None:
         print("chromium is not installed (apt-get install -y chromium)", file=sys.stderr)
         return 1
     try:
-        with tempfile.TemporaryDirectory(prefix="gpuwarden-shots-") as tmp:
+        with (
+            tempfile.TemporaryDirectory(prefix="gpuwarden-shots-") as tmp,
+            contextlib.ExitStack() as stack,
+        ):
             url = args.store
             if url is None:
                 print(f"simulating {args.nodes * 8} GPUs over {args.days:g} days...", flush=True)
                 url = demo_store(Path(tmp) / "gpuwarden.db", nodes=args.nodes, days=args.days)
-            shots = default_shots(pick_gpu(url))
-            paths = capture(
-                url, args.out, shots, chromium=chromium, height=3000, wait_for_model=True
+            serve_url = args.serve_url
+            if serve_url is None and args.store is None:
+                serve_url = stack.enter_context(local_serve(url, args.days * 86400))
+            extra: tuple[str, ...] = ()
+            if serve_url:
+                extra += ("--serve-url", serve_url)
+            if args.scheduler_url:
+                extra += ("--scheduler-url", args.scheduler_url)
+            shots = default_shots(
+                pick_gpu(url), decisions=bool(serve_url), scheduler=bool(args.scheduler_url)
             )
+            paths = capture(
+                url, args.out, shots, chromium=chromium, height=3000, wait_for_model=True,
+                extra=extra,
+            )  # fmt: skip
     except GpuwardenError as exc:
         print(f"screenshots failed: {exc}", file=sys.stderr)
         return 1

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 from known_fleet import require_extra
 
+from gpuwarden.dashboard._api import scheduler_api, serve_api
 from gpuwarden.dashboard._browser import _free_port
 from gpuwarden.dashboard.cli import APP, dashboard, streamlit_argv, wait_ready
 from gpuwarden.errors import GpuwardenError
@@ -27,6 +28,20 @@ def test_streamlit_argv_serves_the_app_headless_on_the_address():
     assert "--server.address=127.0.0.1" in argv and "--server.port=8599" in argv
     assert "--server.headless=true" in argv and "--browser.gatherUsageStats=false" in argv
     assert argv[-3:] == ["--", "--store", "sqlite:///x.db"]
+
+
+def test_service_urls_go_to_the_app_and_tokens_come_from_the_environment():
+    extra = ("--serve-url", "http://127.0.0.1:9401", "--scheduler-url", "http://s:8477")
+    argv = streamlit_argv("sqlite:///x.db", "127.0.0.1", 8599, extra=extra)
+    assert argv[-7:] == ["--", "--store", "sqlite:///x.db", *extra]
+    env = {"GPUWARDEN_SERVE_URL": "http://env:1", "GPUWARDEN_SERVE_TOKEN": "tok",
+           "GPUWARDEN_SCHEDULER_URL": "http://env:2"}  # fmt: skip
+    serve = serve_api(list(argv[-7:]), env)
+    assert serve is not None and (serve.base_url, serve.token) == ("http://127.0.0.1:9401", "tok")
+    assert "tok" not in repr(serve)  # a token never shows up in a repr or a log line
+    sched = scheduler_api([], env)
+    assert sched is not None and (sched.base_url, sched.token) == ("http://env:2", None)
+    assert serve_api([], {}) is None and scheduler_api(["--scheduler-url=http://x:1"], {})
 
 
 def test_a_bad_listen_address_is_one_line():

@@ -24,7 +24,7 @@ from known_fleet import (
     write_known,
 )
 
-from gpuwarden.dashboard import data
+from gpuwarden.dashboard import _signals, data
 from gpuwarden.dashboard._reads import read_window, resolution_for
 from gpuwarden.store.sqlite import SqliteStore
 from gpuwarden.xid import describe
@@ -189,6 +189,50 @@ def test_read_window_mixes_rollups_and_newer_raw_samples(tmp_path: Path):
     # one row per 5 minutes from rollups and from bucketed raw samples alike, no duplicates
     assert frame["ts"].is_unique and len(frame) == 72
     assert np.allclose(np.diff(frame["ts"]), 300)
+
+
+class CountingStore:
+    """A store that counts the raw and rolled-up rows it hands out."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self.store, self.rows = store, 0
+
+    def read_samples(self, **kw):
+        frame = self.store.read_samples(**kw)
+        self.rows += len(frame)
+        return frame
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def test_hard_signals_read_the_raw_tail_only_where_counters_moved(tmp_path: Path):
+    # rolled up but for the last 2 h, where the DBE (last hour) and the remap failure happen
+    with SqliteStore.from_url(write_known(tmp_path / "k.db", compact=True)) as store:
+        uuids = list(store.gpus()["uuid"])
+        full, probed = CountingStore(store), CountingStore(store)
+        # a probe as long as the tail is a full read of it
+        every_row = _signals.hard_signals(full, END - 86400, AS_OF, uuids, probe_s=86400)
+        changed = _signals.hard_signals(probed, END - 86400, AS_OF, uuids, probe_s=900)
+    pd.testing.assert_frame_equal(changed, every_row)
+    by_uuid = changed.set_index("uuid")
+    assert by_uuid.loc[uuid_of(DBE), "hard_ts"] == END - 12 * STEP  # still exact in the tail
+    assert by_uuid.loc[uuid_of(REMAP), "hard_ts"] == END - 6 * STEP
+    assert probed.rows < full.rows / 2, (probed.rows, full.rows)
+
+
+def test_a_sampled_raw_tail_reads_a_few_windows_of_it(tmp_path: Path):
+    fields = ["gpu_util_pct", "power_w"]
+    with SqliteStore.from_url(write_known(tmp_path / "k.db", compact=True)) as store:
+        full, sampled = CountingStore(store), CountingStore(store)
+        every_row = read_window(full, END - 6 * 3600, END, fields, resolution_s=3600)
+        few = read_window(
+            sampled, END - 6 * 3600, END, fields, resolution_s=3600, tail_every_s=900,
+            tail_width_s=300,
+        )  # fmt: skip
+    # the same buckets and GPUs; the known fleet's gauges are flat, so the same means
+    pd.testing.assert_frame_equal(few, every_row)
+    assert sampled.rows < full.rows / 2, (sampled.rows, full.rows)
 
 
 def test_resolution_keeps_reads_small():

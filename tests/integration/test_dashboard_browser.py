@@ -1,19 +1,21 @@
 """The dashboard served by ``streamlit run`` on 127.0.0.1, loaded in headless Chromium.
 
-Screenshots of the overview and a GPU page over a simulated fleet; the test fails when a page
-shows a Streamlit exception box, does not finish drawing, or comes out blank. ``make
+Screenshots of the overview, a GPU page and the Decisions page (over a real ``gpuwarden serve``)
+over a simulated fleet; the test fails when a page shows a Streamlit exception box, does not
+finish drawing, or comes out blank. ``make
 screenshots`` runs the same code (gpuwarden/dashboard/screenshots.py) to refresh docs/img/.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 from gpuwarden.dashboard._browser import blank_reason, find_chromium
-from gpuwarden.dashboard.screenshots import Shot, capture, demo_store, pick_gpu
+from gpuwarden.dashboard.screenshots import Shot, capture, demo_store, local_serve, pick_gpu
 from gpuwarden.errors import GpuwardenError
 
 pytestmark = pytest.mark.integration
@@ -42,6 +44,23 @@ def test_overview_and_gpu_pages_render(chromium: str, tmp_path: Path) -> None:
     assert "GPU fleet health" in overview.text and "Fleet map" in overview.text
     assert "64 GPUs" in overview.text
     assert gpu in detail.text and "Memory minus core temperature" in detail.text
+
+
+def test_decisions_and_scheduler_pages_render(chromium: str, tmp_path: Path) -> None:
+    url = demo_store(tmp_path / "fleet.db", nodes=8, days=1.0, seed=3, accel=200.0)
+    with local_serve(url, lookback_s=86400.0) as serve_url:
+        shots = [Shot("decisions", "view=decisions"), Shot("scheduler", "view=scheduler")]
+        extra = ("--serve-url", serve_url)
+        decisions, scheduler = capture(
+            url, tmp_path / "img", shots, chromium=chromium, height=1600, extra=extra
+        )
+    assert "Decisions" in decisions.text and serve_url in decisions.text
+    # the fleet's hard signals, decided by serve (the table itself is drawn on a canvas)
+    shown = re.search(r"(\d+) of the last (\d+) audit rows", decisions.text)
+    assert shown is not None and int(shown.group(1)) > 0, decisions.text[-500:]
+    assert "GPUWARDEN_SERVE_TOKEN" in decisions.text  # no token: no override form
+    assert "No scheduler is configured" in scheduler.text
+    assert blank_reason(decisions.path) is None
 
 
 def test_an_exception_box_fails_the_capture(chromium: str, tmp_path: Path) -> None:

@@ -1,0 +1,182 @@
+"""The Scheduler page: the bundled scheduler's queue, tenants, quotas, GPU-hours, preemptions.
+
+Reads ``gpuwarden scheduler serve``'s API (``/v1/jobs``, ``/v1/quota``, ``/v1/billing``,
+``/v1/audit``) with ``GPUWARDEN_SCHEDULER_TOKEN`` (an admin token sees every tenant) through
+``_cache.api_get``, so a page rerun does not call the scheduler again within ``API_TTL_S``.
+The frame functions take the API's JSON and are what the tests check.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from gpuwarden.dashboard import _cache
+from gpuwarden.dashboard._api import Api, ApiError
+from gpuwarden.dashboard._decisions import fmt_utc
+
+PRIORITIES = ("inference", "training", "batch", "dev")  # highest first
+WEEK_S = 7 * 86400.0
+AUDIT_LIMIT = 5000
+
+
+def week_start(now: float) -> float:
+    """Monday 00:00 UTC of the week holding ``now`` (Unix s): "this week" for GPU-hours."""
+    day = pd.Timestamp(now, unit="s", tz="UTC").normalize()
+    return float((day - pd.Timedelta(days=day.day_of_week)).timestamp())
+
+
+def queue_frame(jobs: list[dict[str, Any]], now: float) -> pd.DataFrame:
+    """Queued jobs per priority (highest first): jobs, GPUs asked for, oldest wait (h)."""
+    rows = []
+    queued = [j for j in jobs if j["state"] == "queued"]
+    for prio in PRIORITIES:
+        mine = [j for j in queued if j["priority"] == prio]
+        waits = [now - j["submitted_at"] for j in mine if j.get("submitted_at") is not None]
+        rows.append(
+            {
+                "priority": prio,
+                "jobs": len(mine),
+                "gpus": sum(_gpus(j) for j in mine),
+                "oldest_wait_h": max(waits) / 3600.0 if waits else float("nan"),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _gpus(job: dict[str, Any]) -> float:
+    """GPUs a job holds or asks for: tasks x GPUs per task x its share (250 milli: 0.25)."""
+    share = job.get("gpu_milli", 1000) / 1000.0
+    return float(job.get("tasks", 1) * job.get("gpus_per_task", 0) * share)
+
+
+def running_frame(jobs: list[dict[str, Any]]) -> pd.DataFrame:
+    """Running jobs per tenant: jobs, GPUs held, interruptible jobs among them."""
+    live = [j for j in jobs if j["state"] in ("running", "checkpointing")]
+    if not live:
+        return pd.DataFrame(columns=["tenant", "jobs", "gpus", "interruptible"])
+    frame = pd.DataFrame(
+        {
+            "tenant": [j["tenant"] for j in live],
+            "gpus": [_gpus(j) for j in live],
+            "interruptible": [bool(j.get("interruptible")) for j in live],
+        }
+    )
+    out = frame.groupby("tenant").agg(
+        jobs=("gpus", "size"), gpus=("gpus", "sum"), interruptible=("interruptible", "sum")
+    )
+    return out.reset_index().sort_values(["gpus", "tenant"], ascending=[False, True])
+
+
+def quota_frame(quota: list[dict[str, Any]]) -> pd.DataFrame:
+    """Per tenant: GPUs used, the quota, the guaranteed share and use as % of the quota."""
+    if not quota:
+        return pd.DataFrame(columns=["tenant", "used_gpus", "gpus", "guaranteed_gpus", "use_pct"])
+    frame = pd.DataFrame(quota)[["tenant", "used_gpus", "gpus", "guaranteed_gpus"]]
+    limit = frame["gpus"].astype(float)
+    frame["use_pct"] = (100.0 * frame["used_gpus"] / limit.where(limit > 0)).round(1)
+    return frame.sort_values("tenant").reset_index(drop=True)
+
+
+def billing_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """GPU-hours per tenant (fractional shares and MIG slices count their part), most first."""
+    if not rows:
+        return pd.DataFrame(columns=["tenant", "gpu_hours", "jobs"])
+    frame = pd.DataFrame(rows)
+    out = frame.groupby("tenant").agg(gpu_hours=("gpu_hours", "sum"), jobs=("job_id", "nunique"))
+    return out.reset_index().sort_values("gpu_hours", ascending=False).reset_index(drop=True)
+
+
+def preemptions_frame(audit: list[dict[str, Any]], since: float) -> pd.DataFrame:
+    """The scheduler's preempt actions since ``since``, newest first."""
+    rows = [r for r in audit if r["action"] == "preempt" and r["at"] >= since]
+    rows.sort(key=lambda r: r["at"], reverse=True)
+    return pd.DataFrame(
+        {
+            "time": [fmt_utc(r["at"]) for r in rows],
+            "job_id": [r.get("job_id") for r in rows],
+            "node": [r.get("node") for r in rows],
+            "gpu": [r.get("gpu") for r in rows],
+            "actor": [r["actor"] for r in rows],
+            "reason": [r.get("reason") or "" for r in rows],
+        }
+    )
+
+
+def not_configured() -> None:
+    st.info("No scheduler is configured: this page shows gpuwarden's bundled scheduler.")
+    st.markdown("Point the dashboard at `gpuwarden scheduler serve` with an admin token:")
+    st.code(
+        "export GPUWARDEN_SCHEDULER_TOKEN=$GPUWARDEN_SCHEDULER_ADMIN_TOKEN\n"
+        "gpuwarden dashboard --store sqlite:///gpuwarden.db --scheduler-url http://127.0.0.1:8477",
+        language="sh",
+    )
+
+
+def page(api: Api | None, now: float) -> None:
+    st.title("Scheduler")
+    if api is None:
+        not_configured()
+        return
+    if not api.token:
+        st.warning(
+            f"The scheduler at `{api.base_url}` needs a token for every read: "
+            "set GPUWARDEN_SCHEDULER_TOKEN (an admin token sees every tenant)."
+        )
+        return
+    since = week_start(now)
+    try:
+        get = lambda path, *params: _cache.api_get(api.base_url, path, params, api)  # noqa: E731
+        jobs = get("/v1/jobs", ("state", "queued,running,checkpointing"))
+        quota = get("/v1/quota")
+        billing = get("/v1/billing", ("since", since), ("until", _cache.bucket(now)))
+        audit = get("/v1/audit", ("limit", AUDIT_LIMIT))
+    except ApiError as exc:
+        st.error(f"Cannot read the scheduler: {exc}")
+        return
+    st.caption(f"`{api.base_url}` · this week from {fmt_utc(since, '%a %Y-%m-%d')} · UTC")
+    queue, running = queue_frame(jobs, now), running_frame(jobs)
+    preempted = preemptions_frame(audit, since)
+    cols = st.columns(4)
+    cols[0].metric("Queued jobs", f"{int(queue['jobs'].sum()):,}")
+    cols[1].metric("Running jobs", f"{int(running['jobs'].sum()) if len(running) else 0:,}")
+    cols[2].metric("GPUs in use", f"{running['gpus'].sum() if len(running) else 0:,.2f}")
+    cols[3].metric("Preemptions this week", f"{len(preempted):,}")
+
+    st.subheader("Queue")
+    st.dataframe(queue, hide_index=True, key="sched_queue", column_config={
+        "gpus": st.column_config.NumberColumn("GPUs asked", format="%.2f"),
+        "oldest_wait_h": st.column_config.NumberColumn("oldest wait (h)", format="%.1f"),
+    })  # fmt: skip
+    st.subheader("Running jobs per tenant")
+    st.dataframe(running, hide_index=True, key="sched_running", column_config={
+        "gpus": st.column_config.NumberColumn("GPUs held", format="%.2f"),
+    })  # fmt: skip
+    st.subheader("Quota use")
+    quotas = quota_frame(quota)
+    if len(quotas):
+        st.altair_chart(_quota_chart(quotas), width="stretch")
+    st.dataframe(quotas, hide_index=True, key="sched_quota", column_config={
+        "used_gpus": "GPUs used", "gpus": "quota (GPUs)", "guaranteed_gpus": "guaranteed",
+        "use_pct": st.column_config.ProgressColumn("use", min_value=0, max_value=100, format="%.0f %%"),
+    })  # fmt: skip
+    st.subheader("GPU-hours this week")
+    st.dataframe(billing_frame(billing), hide_index=True, key="sched_billing", column_config={
+        "gpu_hours": st.column_config.NumberColumn("GPU-hours", format="%.2f"),
+    })  # fmt: skip
+    st.subheader("Preemptions this week")
+    if preempted.empty:
+        st.success("No job was preempted this week.")
+    else:
+        st.dataframe(preempted, hide_index=True, key="sched_preemptions")
+
+
+def _quota_chart(quotas: pd.DataFrame) -> alt.LayerChart:
+    """A bar per tenant (GPUs used) with its quota as a red tick."""
+    base = alt.Chart(quotas).encode(y=alt.Y("tenant:N", title=None))
+    used = base.mark_bar().encode(x=alt.X("used_gpus:Q", title="GPUs"), tooltip=list(quotas))
+    limit = base.mark_tick(color="#d62728", thickness=3, size=18).encode(x="gpus:Q")
+    return alt.LayerChart(layer=[used, limit], height=max(60, 28 * len(quotas)))

@@ -1,0 +1,201 @@
+"""The Scheduler page against a small HTTP server on 127.0.0.1 that answers in the bundled
+scheduler's contract (fixed JSON, bearer token checked): the numbers the page shows."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pandas as pd
+import pytest
+from known_fleet import require_extra
+
+require_extra("streamlit", "altair")
+import streamlit as st  # noqa: E402
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from gpuwarden.dashboard import app as app_module  # noqa: E402
+from gpuwarden.dashboard._scheduler_page import week_start  # noqa: E402
+
+APP = Path(app_module.__file__)
+TOKEN = "admin-t0ken"
+NOW = pd.Timestamp("2026-12-02 12:00", tz="UTC").timestamp()  # a Wednesday
+MONDAY = pd.Timestamp("2026-11-30 00:00", tz="UTC").timestamp()
+
+
+def job(job_id: str, tenant: str, state: str, priority: str, **kw: Any) -> dict[str, Any]:
+    return {
+        "job_id": job_id, "tenant": tenant, "name": job_id, "priority": priority,
+        "interruptible": kw.get("interruptible", False), "state": state, "attempt": 1,
+        "tasks": kw.get("tasks", 1), "gpus_per_task": kw.get("gpus", 1),
+        "gpu_milli": kw.get("milli", 1000), "mig_profile": None, "command": ["train.py"],
+        "submitted_at": kw.get("submitted", NOW - 3600), "started_at": None, "ended_at": None,
+        "exit_code": None, "reason": "", "last_checkpoint_at": None, "preemptions": 0,
+        "placement": [],
+    }  # fmt: skip
+
+
+JOBS = [
+    job("j1", "team-a", "queued", "training", tasks=2, gpus=4, submitted=NOW - 5 * 3600),
+    job("j2", "team-a", "queued", "training", gpus=8, submitted=NOW - 3600),
+    job("j3", "team-b", "queued", "batch", gpus=1, milli=250, submitted=NOW - 1800),
+    job("j4", "team-a", "running", "training", tasks=2, gpus=8),
+    job("j5", "team-b", "running", "inference", gpus=1, milli=500, interruptible=True),
+    job("j6", "team-b", "checkpointing", "batch", gpus=2, interruptible=True),
+]
+QUOTA = [
+    {"tenant": "team-a", "gpus": 32, "gpu_memory_mib": 0, "guaranteed_gpus": 8,
+     "used_gpus": 16, "used_gpu_memory_mib": 0},
+    {"tenant": "team-b", "gpus": 10, "gpu_memory_mib": 0, "guaranteed_gpus": 2,
+     "used_gpus": 2.5, "used_gpu_memory_mib": 0},
+]  # fmt: skip
+BILLING = [
+    {"tenant": "team-a", "job_id": "j4", "name": "j4", "gpu_hours": 320.0},
+    {"tenant": "team-a", "job_id": "j0", "name": "j0", "gpu_hours": 12.5},
+    {"tenant": "team-b", "job_id": "j5", "name": "j5", "gpu_hours": 0.25},
+    {"tenant": "team-b", "job_id": "j6", "name": "j6", "gpu_hours": 3 / 7},
+]
+AUDIT = [
+    {"at": NOW - 600, "actor": "scheduler", "action": "preempt", "job_id": "j6", "node": "n2",
+     "gpu": 3, "reason": "inference job j5 needs the GPU"},
+    {"at": NOW - 500, "actor": "scheduler", "action": "place", "job_id": "j5", "node": "n2",
+     "gpu": 3, "reason": ""},
+    {"at": MONDAY - 3600, "actor": "scheduler", "action": "preempt", "job_id": "j0", "node": "n1",
+     "gpu": 0, "reason": "last week"},
+    {"at": NOW - 60, "actor": "admin", "action": "preempt", "job_id": "j4", "node": "n1",
+     "gpu": 1, "reason": "GPU at risk"},
+]  # fmt: skip
+
+
+class FakeScheduler:
+    """A scheduler API in a thread: fixed answers, the token checked, every request kept."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, dict[str, list[str]]]] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                parts = urlsplit(self.path)
+                owner.requests.append((parts.path, parse_qs(parts.query)))
+                if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                    return self._send(401, {"detail": "missing or wrong bearer token"})
+                body = {"/v1/jobs": JOBS, "/v1/quota": QUOTA, "/v1/billing": BILLING,
+                        "/v1/audit": AUDIT}.get(parts.path)  # fmt: skip
+                if body is None:
+                    return self._send(404, {"detail": "no such path"})
+                self._send(200, body)
+
+            def _send(self, status: int, body: Any) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def scheduler() -> Iterator[FakeScheduler]:
+    st.cache_data.clear()
+    server = FakeScheduler()
+    yield server
+    server.close()
+    st.cache_data.clear()
+
+
+def run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **env: str) -> AppTest:
+    monkeypatch.setenv("GPUWARDEN_STORE", f"sqlite:///{tmp_path / 'none.db'}")
+    for name in ("GPUWARDEN_SCHEDULER_URL", "GPUWARDEN_SCHEDULER_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr("time.time", lambda: NOW)
+    at = AppTest.from_file(str(APP), default_timeout=30)
+    at.session_state[app_module.SCORER_KEY] = None
+    at.query_params["view"] = "scheduler"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def table(at: AppTest, column: str) -> pd.DataFrame:
+    """The one table on the page with ``column``."""
+    (frame,) = [d.value for d in at.dataframe if column in d.value.columns]
+    return frame.reset_index(drop=True)
+
+
+def test_the_page_shows_queue_tenants_quota_hours_and_preemptions(scheduler, monkeypatch, tmp_path):
+    at = run(monkeypatch, tmp_path, GPUWARDEN_SCHEDULER_URL=scheduler.url,
+             GPUWARDEN_SCHEDULER_TOKEN=TOKEN)  # fmt: skip
+    assert at.title[0].value == "Scheduler"
+    m = {x.label: x.value for x in at.metric}
+    assert m == {
+        "Queued jobs": "3",
+        "Running jobs": "3",  # checkpointing still holds its GPUs
+        "GPUs in use": "18.50",  # 2 x 8 + 0.5 + 2
+        "Preemptions this week": "2",
+    }
+    queue = table(at, "oldest_wait_h")
+    assert queue["priority"].tolist() == ["inference", "training", "batch", "dev"]
+    assert queue["jobs"].tolist() == [0, 2, 1, 0]
+    assert queue["gpus"].tolist() == [0.0, 16.0, 0.25, 0.0]
+    assert queue.loc[1, "oldest_wait_h"] == pytest.approx(5.0)
+    running = table(at, "interruptible")
+    assert running.to_dict("list") == {
+        "tenant": ["team-a", "team-b"], "jobs": [1, 2], "gpus": [16.0, 2.5], "interruptible": [0, 2],
+    }  # fmt: skip
+    quota = table(at, "use_pct")
+    assert quota[["tenant", "used_gpus", "gpus", "use_pct"]].to_dict("list") == {
+        "tenant": ["team-a", "team-b"], "used_gpus": [16.0, 2.5], "gpus": [32, 10],
+        "use_pct": [50.0, 25.0],
+    }  # fmt: skip
+    billing = table(at, "gpu_hours")
+    assert billing["tenant"].tolist() == ["team-a", "team-b"]
+    assert billing["gpu_hours"].tolist() == pytest.approx([332.5, 0.25 + 3 / 7])
+    preempted = table(at, "job_id")
+    assert preempted["job_id"].tolist() == ["j4", "j6"]  # newest first; last week's left out
+    assert preempted["time"].tolist()[0] == "2026-12-02 11:59:00 UTC"
+    # GPU-hours "this week": from Monday 00:00 UTC
+    (billing_query,) = [q for p, q in scheduler.requests if p == "/v1/billing"]
+    assert float(billing_query["since"][0]) == MONDAY == week_start(NOW)
+    # a rerun within the cache's lifetime does not ask the scheduler again
+    asked = len(scheduler.requests)
+    at.run()
+    assert len(scheduler.requests) == asked
+
+
+def test_without_a_scheduler_the_page_says_how_to_configure_one(monkeypatch, tmp_path):
+    at = run(monkeypatch, tmp_path)
+    assert any("No scheduler is configured" in i.value for i in at.info)
+    assert any("--scheduler-url" in c.value for c in at.code)
+    assert not at.error
+
+
+def test_a_missing_or_wrong_token_is_said_plainly(scheduler, monkeypatch, tmp_path):
+    at = run(monkeypatch, tmp_path, GPUWARDEN_SCHEDULER_URL=scheduler.url)
+    assert any("GPUWARDEN_SCHEDULER_TOKEN" in w.value for w in at.warning)
+    assert scheduler.requests == []  # nothing asked without a token
+    st.cache_data.clear()
+    at = run(monkeypatch, tmp_path, GPUWARDEN_SCHEDULER_URL=scheduler.url,
+             GPUWARDEN_SCHEDULER_TOKEN="not-the-t0ken")  # fmt: skip
+    (error,) = at.error
+    assert "answered 401" in error.value and "wrong bearer token" in error.value
+    assert "not-the-t0ken" not in error.value  # the token is never shown
