@@ -405,13 +405,19 @@ def demo(
 
 def _register_subcommands() -> None:
     """Commands that live beside the code they drive (each module imports its weight lazily)."""
+    from gpuwarden.closedloop.cli import closed_loop
     from gpuwarden.dashboard.cli import dashboard
-    from gpuwarden.models.cli import COMMANDS
+    from gpuwarden.models.cli import COMMANDS, evaluate
+    from gpuwarden.scheduler.client_cli import COMMANDS as SCHEDULER_CLIENT
+    from gpuwarden.scheduler.server_cli import agent, scheduler
     from gpuwarden.serve.cli import serve
 
+    evaluate.add_command(closed_loop)
     main.add_command(serve)
     main.add_command(dashboard)
-    for command in COMMANDS:
+    main.add_command(scheduler)
+    main.add_command(agent)
+    for command in [*COMMANDS, *SCHEDULER_CLIENT]:
         main.add_command(command)
 
 

@@ -106,7 +106,7 @@ def run_demo(
         end_ts=end,
     )
     echo(
-        f"[1/6] Simulating {nodes} nodes x {gpus_per_node} GPUs, {days:g} days at {step_s} s "
+        f"[1/7] Simulating {nodes} nodes x {gpus_per_node} GPUs, {days:g} days at {step_s} s "
         f"(failure rate x{accel:g}) into {db}"
     )
     n_samples, n_events, n_failures = simulate_into(store, spec)
@@ -123,7 +123,7 @@ def run_demo(
     server = exporter.serve(host, port)
     bound = f"http://{host}:{server.server_address[1]}"
     echo(
-        f"[2/6] Exporter serving {bound}/metrics over the live simulated fleet for {serve_seconds:g} s"
+        f"[2/7] Exporter serving {bound}/metrics over the live simulated fleet for {serve_seconds:g} s"
     )
     try:
         time.sleep(serve_seconds)
@@ -141,10 +141,10 @@ def run_demo(
     for line in temps[:2]:
         echo(f"      {line}")
 
-    echo("[3/6] Rolling raw samples up into hourly buckets (retention)")
+    echo("[3/7] Rolling raw samples up into hourly buckets (retention)")
     store.compact(time.time())
 
-    echo("[4/6] Fleet summary")
+    echo("[4/7] Fleet summary")
     echo("")
     echo(fleet_summary(store).render())
     echo("")
@@ -160,12 +160,18 @@ def run_demo(
     from gpuwarden.serve._history_demo import run_history_loop_demo
     from gpuwarden.serve.demo import run_loop_demo
 
-    echo("[5/6] The risk loop: a GPU degrades, is flagged, and its node is re-tagged")
+    echo("[5/7] The risk loop: a GPU degrades, is flagged, and its node is re-tagged")
     store = open_store(f"sqlite:///{db}")
     flagged = run_history_loop_demo(store, echo=echo)
     store.close()
     if flagged is None:  # this seed's last two days hold no degrading GPU: the scripted loop
         run_loop_demo(echo=echo)
+    echo("")
+    from gpuwarden.closedloop.run import demo_run
+
+    # before the dashboard, which keeps serving until Ctrl-C when a person is watching
+    echo("[6/7] Closed loop: does flagging keep inference off failing GPUs? (simulated fleet)")
+    demo_run(echo=echo)
     echo("")
     _demo_dashboard(f"sqlite:///{db}", echo=echo, keep_serving=keep_serving)
     echo(f"Explore it: gpuwarden summary --store sqlite:///{db}")
@@ -181,11 +187,11 @@ def _demo_dashboard(store_url: str, *, echo: Callable[[str], None], keep_serving
     try:
         proc = start_dashboard(store_url, host, port)
     except GpuwardenError as exc:  # streamlit not installed: pip install '.[dashboard]'
-        echo(f"[6/6] Dashboard skipped: {exc}")
+        echo(f"[7/7] Dashboard skipped: {exc}")
         return
     try:
         wait_ready(proc, url.rstrip("/"), timeout_s=90)
-        echo(f"[6/6] Dashboard running on the demo store: {url}")
+        echo(f"[7/7] Dashboard running on the demo store: {url}")
         if keep_serving:
             echo("      Ctrl-C to stop.")
             proc.wait()

@@ -258,7 +258,7 @@ def score(
         click.echo(text, nl=False)
 
 
-@click.command("evaluate")
+@click.group("evaluate", invoke_without_command=True)
 @click.option("--store", "store_url", help="Store URL (default: setting `store`).")
 @click.option(
     "--model",
@@ -298,7 +298,10 @@ def evaluate(
     progress: bool,
 ) -> None:
     """Recall at >= 24 h lead, false flags per 1,000 GPU-days and PR-AUC for the model and the
-    rule baseline side by side, per failure mode, with PR, reliability and lead-time plots."""
+    rule baseline side by side, per failure mode, with PR, reliability and lead-time plots.
+    `gpuwarden evaluate closed-loop` runs the closed-loop evaluation instead."""
+    if ctx.invoked_subcommand is not None:
+        return  # a subcommand (closed-loop) runs on its own options
     from gpuwarden.models.evaluate import evaluate_store
     from gpuwarden.store import open_store
 

@@ -1,0 +1,46 @@
+"""`gpuwarden evaluate closed-loop` through the main CLI: table, CSV and plots written."""
+
+from __future__ import annotations
+
+import pandas as pd
+from click.testing import CliRunner
+
+from gpuwarden.cli import main
+
+
+def test_closed_loop_writes_the_table_and_the_plots(tmp_path):
+    out = tmp_path / "cl"
+    args = ["evaluate", "closed-loop", "--seeds", "2", "--days", "2", "--gpus", "16"]
+    args += ["--sudden", "0,30%", "--accel", "200", "--jobs", "1", "--no-progress"]
+    result = CliRunner().invoke(main, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "### Sudden share 0%" in result.output and "### Sudden share 30%" in result.output
+    for arm in ("no prediction", "rule baseline", "gpuwarden model"):
+        assert f"| {arm} |" in result.output
+    assert (out / "closed_loop.md").read_text() in result.output
+    frame = pd.read_csv(out / "per_seed.csv")
+    assert len(frame) == 2 * 2 * 3  # shares x seeds x arms
+    assert set(frame["seed"]) == {101, 102}
+    # the arms share the fleet: the same failures in each
+    assert frame.groupby(["sudden_fraction", "seed"])["failures"].nunique().eq(1).all()
+    for png in ("interruptions.png", "withheld.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_evaluate_still_runs_on_its_own_and_lists_closed_loop(tmp_path):
+    result = CliRunner().invoke(main, ["evaluate", "--help"])
+    assert result.exit_code == 0
+    assert "--store" in result.output and "closed-loop" in result.output
+    # no subcommand: the original evaluation runs (and finds this empty store empty)
+    store = f"sqlite:///{tmp_path / 'empty.db'}"
+    result = CliRunner().invoke(main, ["evaluate", "--store", store, "--out", str(tmp_path)])
+    assert result.exit_code == 1 and "holds no telemetry" in result.output
+
+
+def test_bad_options_are_one_line_errors(tmp_path):
+    for bad, word in ((["--gpus", "12"], "multiple of 8"), (["--sudden", "lots"], "--sudden")):
+        result = CliRunner().invoke(
+            main, ["evaluate", "closed-loop", *bad, "--out", str(tmp_path), "--no-progress"]
+        )
+        assert result.exit_code == 1
+        assert word in result.output and "Traceback" not in result.output
