@@ -3,7 +3,8 @@
 Every function here runs under the service's lock inside one open transaction, so each either
 lands whole in the database or not at all. Tasks are keyed by (job_id, attempt, task): the
 service orders a start once per sync until the agent reports the task, the agent never starts a
-key twice, so a lost response or a restarted service never runs one task two times.
+key twice, so a lost response or a restarted service never runs one task two times. Nodes
+whose agent goes silent are written off in ``_service_nodes``, checked at every round.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from gpuwarden.scheduler._service_jobs import (
 )
 from gpuwarden.scheduler.billing import billed_gpu_milli
 from gpuwarden.scheduler.jobs import Decision
-from gpuwarden.scheduler.resources import GPU_MEMORY_MIB, GPU_MILLI, GpuSpec, NodeSpec, SharingMode
+from gpuwarden.scheduler.resources import GPU_MEMORY_MIB, GpuSpec, NodeSpec, SharingMode
 from gpuwarden.scheduler.scheduler import Scheduler
 from gpuwarden.scheduler.state import JobRow, NodeRow, TaskRow
 
@@ -37,11 +38,11 @@ Key = tuple[str, int, int]
 
 
 def rebuild(svc: SchedulerService, now: float) -> None:
-    """Build the in-memory scheduler from the database: nodes, quotas, running jobs adopted
-    where they run, queued jobs resubmitted in queue order."""
+    """Build the in-memory scheduler from the database: live nodes (lost ones take no work),
+    quotas, running jobs adopted where they run, queued jobs resubmitted in queue order."""
     from gpuwarden.scheduler.service import quota_of
 
-    nodes = svc.db.nodes()
+    nodes = [n for n in svc.db.nodes() if n.lost_at is None]
     if not nodes:
         svc.scheduler = None
         return
@@ -88,6 +89,10 @@ def node_spec(n: NodeRow) -> NodeSpec:
 
 
 def run_round(svc: SchedulerService, now: float, *, preempt: bool) -> None:
+    """Write off nodes whose agent went silent, then place what waits (and preempt for it)."""
+    from gpuwarden.scheduler._service_nodes import check_nodes  # it builds on this module
+
+    check_nodes(svc, now)
     if svc.scheduler is None:
         return
     for decision in svc.scheduler.schedule(now=now, preempt=preempt):
@@ -192,11 +197,15 @@ def register(svc: SchedulerService, node: str, body: Mapping[str, Any], now: flo
 def agent_sync(svc: SchedulerService, node: str, body: Mapping[str, Any], now: float) -> dict:
     """Take in what an agent reports (task states, checkpoints, log text); answer with what it
     must start, checkpoint and stop."""
+    from gpuwarden.scheduler._service_nodes import node_back  # it builds on this module
     from gpuwarden.scheduler.service import NotFoundError
 
-    if svc.db.node(node) is None:
+    old = svc.db.node(node)
+    if old is None:
         raise NotFoundError(f"node {node!r} is not registered; the agent registers first")
     seq = svc.db.bump_sync(node, now)
+    if old.lost_at is not None:
+        node_back(svc, old, now)
     reported: dict[Key, dict[str, Any]] = {}
     for t in body["tasks"]:
         reported[(t["job_id"], int(t["attempt"]), int(t["task"]))] = t
@@ -296,6 +305,9 @@ def _orders(
     hooks: list[dict[str, Any]] = []
     stop = [{"job_id": k[0], "attempt": k[1], "task": k[2]} for k in strangers]
     leaving: set[int] = set()  # GPUs still held by tasks on their way out
+    for k in strangers:  # e.g. an attempt written off while its node was lost
+        if (known := _task(svc, k)) is not None and known.node == node:
+            leaving.update(known.gpus)
     for row in svc.db.tasks(node=node, live=True):
         job = svc.db.job(row.job_id)
         if _current(job, row):
@@ -331,22 +343,6 @@ def _orders(
             svc.db.upsert_task(TaskRow(job.job_id, job.attempt, i, node, list(t["gpus"]),
                                        "starting", None, None, seq))  # fmt: skip
     return {"start": start, "checkpoint": hooks, "stop": stop}
-
-
-def nodes_json(svc: SchedulerService) -> list[dict[str, Any]]:
-    out = []
-    s = svc.scheduler
-    for n in svc.db.nodes():
-        idx = s.cluster.index.get(n.node) if s is not None else None
-        gpus = []
-        for g in n.gpus:
-            used = None if idx is None else GPU_MILLI - int(s.cluster.free[idx, g["index"]])  # type: ignore[union-attr]
-            gpus.append({"index": g["index"], "uuid": g.get("uuid", ""), "model": g["model"],
-                         "memory_mib": g.get("memory_mib"), "health": g.get("health", "ok"),
-                         "mode": g.get("mode", "fractional"), "used_milli": used})  # fmt: skip
-        out.append({"node": n.node, "cpu_milli": n.cpu_milli, "memory_mib": n.memory_mib,
-                    "agent_seen_at": n.agent_seen_at, "gpus": gpus})  # fmt: skip
-    return out
 
 
 def _current(job: JobRow | None, row: TaskRow) -> bool:

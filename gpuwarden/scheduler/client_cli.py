@@ -201,28 +201,31 @@ def logs(
 @_fmt_option
 @_connection
 def nodes(fmt: str, url: str, token_file: str | None) -> None:
-    """List the nodes the scheduler knows, one line per GPU."""
+    """List the nodes the scheduler knows, one line per GPU: the node's state (ok, or lost
+    when its agent stopped syncing) and seconds since its agent's last sync."""
     with _client(url, token_file) as c:
         rows = c.nodes()
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
         return
-    header = ("NODE", "GPU", "MODEL", "MEMORY_MIB", "HEALTH", "MODE", "USED", "AGENT_SEEN")
+    header = ("NODE", "STATE", "SINCE_SYNC_S", "GPU", "MODEL", "MEMORY_MIB", "HEALTH", "MODE",
+              "USED")  # fmt: skip
     table = []
     for n in rows:
-        seen = _when(n.get("agent_seen_at"))
+        since = n.get("since_sync_s")
         for g in n.get("gpus", []) or [{}]:
             used = g.get("used_milli")
             table.append(
                 (
                     n["node"],
+                    _s(n.get("state")),
+                    "-" if since is None else f"{since:.0f}",
                     _s(g.get("index")),
                     _s(g.get("model")),
                     _s(g.get("memory_mib")),
                     _s(g.get("health")),
                     _s(g.get("mode")),
                     "-" if used is None else f"{used / 1000:.3g}",
-                    seen,
                 )  # fmt: skip
             )
     _echo_table(header, table)

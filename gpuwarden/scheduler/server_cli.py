@@ -36,8 +36,22 @@ def scheduler() -> None:
     show_default=True,
     help="Seconds between two placement rounds with preemption.",
 )
+@click.option(
+    "--node-timeout",
+    "node_timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="Seconds without an agent sync after which a node is lost and its jobs written off.",
+)
 def serve(
-    db_path: str, host: str, port: int, quotas_path: str | None, policy: str, round_every_s: float
+    db_path: str,
+    host: str,
+    port: int,
+    quotas_path: str | None,
+    policy: str,
+    round_every_s: float,
+    node_timeout_s: float,
 ) -> None:
     """Serve the scheduler API; state in --db survives restarts (even kill -9).
 
@@ -54,7 +68,9 @@ def serve(
     try:
         tokens = TokenBook.from_env()
         db = SchedulerDB(db_path)
-        service = SchedulerService(db, policy=policy, round_every_s=round_every_s)
+        service = SchedulerService(
+            db, policy=policy, round_every_s=round_every_s, node_timeout_s=node_timeout_s
+        )
         if quotas_path:
             for tenant, limits in load_quotas(quotas_path).items():
                 service.set_quota(Principal("admin"), tenant, limits.get("gpus"),

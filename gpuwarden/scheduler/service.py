@@ -10,8 +10,10 @@ so a restart after ``kill -9`` is not a special case. A job moves
 Placement rounds run on each submission and agent sync, and every ``round_every_s`` seconds with
 preemption. An evicted job leaves the ``Scheduler`` at once (its GPUs go to the job that needed
 them) but the agent only starts that job's tasks once the evicted tasks have exited, so two jobs
-never run on one GPU beyond what the placement allows. Agent syncs are handled in
-``_service_sync``; this module holds the requests people make.
+never run on one GPU beyond what the placement allows. A node whose agent has not synced for
+``node_timeout_s`` is lost: its work is written off and it takes no placements until its agent
+syncs again (``_service_nodes``). Agent syncs are handled in ``_service_sync``; this module holds
+the requests people make.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuwarden.errors import InputError
+from gpuwarden.errors import ConfigError, InputError
+from gpuwarden.scheduler import _service_nodes as liveness
 from gpuwarden.scheduler import _service_sync as sync
 from gpuwarden.scheduler._service_jobs import FINISHED, job_json, job_of, normalise_spec
 from gpuwarden.scheduler.billing import BillRow, UsageInterval, gpu_hours
@@ -60,7 +63,8 @@ class Principal:
 
 
 class SchedulerService:
-    """Jobs, nodes, quotas and billing over one ``SchedulerDB``; thread-safe."""
+    """Jobs, nodes, quotas and billing over one ``SchedulerDB``; thread-safe. A node whose agent
+    has not synced for ``node_timeout_s`` seconds (agents sync every second) is lost."""
 
     def __init__(
         self,
@@ -68,12 +72,17 @@ class SchedulerService:
         *,
         policy: str = "warden",
         round_every_s: float = 2.0,
+        node_timeout_s: float = 60.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        if not node_timeout_s > 0:
+            raise ConfigError(f"node timeout must be > 0 seconds, got {node_timeout_s}")
         self.db = db
         self.policy = policy
         self.round_every_s = round_every_s
+        self.node_timeout_s = node_timeout_s
         self.clock = clock
+        self.started_at = clock()  # silence before this (the service was down) does not count
         self.lock = threading.RLock()
         self.scheduler: Scheduler | None = None
         self._stop = threading.Event()
@@ -112,7 +121,7 @@ class SchedulerService:
     def health(self) -> tuple[bool, str]:
         if self.last_round_error:
             return False, f"last placement round failed: {self.last_round_error}"
-        return True, "" if self.scheduler else "no node has registered yet"
+        return True, "" if self.scheduler else "no live node: none registered or all lost"
 
     # ---- jobs ------------------------------------------------------------------------------
 
@@ -209,12 +218,15 @@ class SchedulerService:
             raise InputError(f"health must be ok, at-risk or unhealthy, got {health!r}") from None
         with self.lock, self.db.transaction():
             row = self.db.node(node)
-            if row is None or self.scheduler is None:
+            if row is None:
                 raise NotFoundError(f"no node {node!r} is registered")
             if not any(g["index"] == gpu for g in row.gpus):
                 raise NotFoundError(f"node {node} has no GPU {gpu}")
             now = self.clock()
-            evictions = self.scheduler.set_health(node, gpu, health)
+            evictions = []
+            # a lost node holds no work; the rebuild when it is back applies the stored health
+            if row.lost_at is None and self.scheduler is not None:
+                evictions = self.scheduler.set_health(node, gpu, health)
             gpus = [{**g, "health": health} if g["index"] == gpu else g for g in row.gpus]
             self.db.upsert_node(NodeRow(node, row.cpu_milli, row.memory_mib, gpus,
                                         row.agent_seen_at, row.sync_seq))  # fmt: skip
@@ -228,8 +240,12 @@ class SchedulerService:
             return {"node": node, "gpu": gpu, "health": health, "evicted": evicted}
 
     def nodes(self) -> list[dict[str, Any]]:
-        with self.lock:
-            return sync.nodes_json(self)
+        """Every node with its state (ok / lost) and seconds since its agent last synced; a node
+        silent past the timeout is written off here, before it is shown."""
+        with self.lock, self.db.transaction():
+            now = self.clock()
+            liveness.check_nodes(self, now)
+            return liveness.nodes_json(self, now)
 
     # ---- quotas and billing ----------------------------------------------------------------
 

@@ -11,7 +11,8 @@ writes. The schema version lives in ``PRAGMA user_version``; a newer file is ref
     tasks     one row per (job_id, attempt, task) the service asked an agent to start
     audit     who did what to which job or GPU, and why
     usage     GPU-time intervals for billing (open while a job runs)
-    nodes     what each agent registered, its GPUs' health and its sync counter
+    nodes     what each agent registered, its GPUs' health, its sync counter and, while its
+              agent is silent past the node timeout, when it was found lost
     quotas    per-tenant GPU limits
     logs      stdout+stderr chunks shipped by agents, keyed by byte offset (resent chunks are kept once)
 """
@@ -28,7 +29,7 @@ from typing import Any
 
 from gpuwarden.errors import SchemaError, StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: nodes.lost_at
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -59,7 +60,7 @@ CREATE TABLE IF NOT EXISTS usage (
 );
 CREATE TABLE IF NOT EXISTS nodes (
     node TEXT PRIMARY KEY, cpu_milli INTEGER NOT NULL, memory_mib INTEGER NOT NULL,
-    gpus TEXT NOT NULL, agent_seen_at REAL, sync_seq INTEGER NOT NULL DEFAULT 0
+    gpus TEXT NOT NULL, agent_seen_at REAL, sync_seq INTEGER NOT NULL DEFAULT 0, lost_at REAL
 );
 CREATE TABLE IF NOT EXISTS quotas (
     tenant TEXT PRIMARY KEY, gpus REAL, gpu_memory_mib INTEGER, guaranteed_gpus REAL
@@ -131,7 +132,8 @@ class AuditRow:
 
 @dataclass(frozen=True)
 class NodeRow:
-    """A registered node; ``gpus``: ``{"index", "uuid", "model", "memory_mib", "health", "mode"}``."""
+    """A registered node; ``gpus``: ``{"index", "uuid", "model", "memory_mib", "health", "mode"}``;
+    ``lost_at``: when the service found its agent silent (None while the node is live)."""
 
     node: str
     cpu_milli: int
@@ -139,6 +141,7 @@ class NodeRow:
     gpus: list[dict[str, Any]]
     agent_seen_at: float | None
     sync_seq: int
+    lost_at: float | None = None
 
 
 _JSON_COLUMNS = {"spec", "placement", "gpus"}
@@ -178,6 +181,9 @@ class SchedulerDB:
             # executescript commits on its own; every statement is IF NOT EXISTS, so a crash
             # between two of them is finished by the next start
             self.conn.executescript(_SCHEMA)
+            columns = {r[1] for r in self.conn.execute("PRAGMA table_info(nodes)")}
+            if "lost_at" not in columns:  # a version 1 file
+                self.conn.execute("ALTER TABLE nodes ADD COLUMN lost_at REAL")
             self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the scheduler database {self.path}: {exc}") from exc
@@ -314,13 +320,14 @@ class SchedulerDB:
     # ---- nodes and quotas ------------------------------------------------------------------
 
     def upsert_node(self, node: NodeRow) -> None:
+        """Insert or update a node's inventory; its sync counter and lost mark stay as stored."""
         self.conn.execute(
-            "INSERT INTO nodes (node, cpu_milli, memory_mib, gpus, agent_seen_at, sync_seq)"
-            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (node) DO UPDATE SET cpu_milli ="
+            "INSERT INTO nodes (node, cpu_milli, memory_mib, gpus, agent_seen_at, sync_seq, lost_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (node) DO UPDATE SET cpu_milli ="
             " excluded.cpu_milli, memory_mib = excluded.memory_mib, gpus = excluded.gpus,"
             " agent_seen_at = excluded.agent_seen_at",
             (node.node, node.cpu_milli, node.memory_mib, json.dumps(node.gpus),
-             node.agent_seen_at, node.sync_seq),
+             node.agent_seen_at, node.sync_seq, node.lost_at),
         )  # fmt: skip
 
     def nodes(self) -> list[NodeRow]:
@@ -339,6 +346,19 @@ class SchedulerDB:
         return int(
             self.conn.execute("SELECT sync_seq FROM nodes WHERE node = ?", (name,)).fetchone()[0]
         )
+
+    def silent_nodes(self, before: float) -> list[tuple[str, float | None]]:
+        """(node, agent_seen_at) of the live nodes whose agent last synced before ``before``."""
+        rows = self.conn.execute(
+            "SELECT node, agent_seen_at FROM nodes WHERE lost_at IS NULL"
+            " AND (agent_seen_at IS NULL OR agent_seen_at < ?) ORDER BY node",
+            (before,),
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    def set_node_lost(self, name: str, at: float | None) -> None:
+        """Mark ``name`` lost at ``at``, or live again with None."""
+        self.conn.execute("UPDATE nodes SET lost_at = ? WHERE node = ?", (at, name))
 
     def set_quota(
         self, tenant: str, gpus: float | None, gpu_memory_mib: int | None, guaranteed: float | None

@@ -1,4 +1,4 @@
-"""Fixtures for the scheduler tests: small clusters and the shared openb trace."""
+"""Fixtures for the scheduler tests: the shared openb trace, a service on a clock we move."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ import os
 from pathlib import Path
 
 import pytest
+from service_helpers import Clock  # this directory's helpers, imported by path
 
 from gpuwarden.scheduler import openb
+from gpuwarden.scheduler.service import SchedulerService
+from gpuwarden.scheduler.state import SchedulerDB
 
 
 @pytest.fixture
@@ -20,3 +23,13 @@ def openb_files() -> tuple[Path, Path]:
             pytest.fail(message)
         pytest.skip(message)
     return nodes, pods
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def svc(tmp_path, clock) -> SchedulerService:
+    return SchedulerService(SchedulerDB(tmp_path / "s.db"), clock=clock)

@@ -137,12 +137,16 @@ def test_logs_billing_nodes_and_quota(service: Service) -> None:
     # a window before the job ran bills nothing
     assert "(none)" in service.ok("billing", "--since", "0", "--until", "1000")
 
-    nodes = service.ok("nodes")
-    assert [line.split()[:3] for line in nodes.splitlines()[1:]] == [
-        ["n1", "0", "H100-80GB"],
-        ["n1", "1", "H100-80GB"],
+    nodes = service.ok("nodes").splitlines()
+    assert nodes[0].split()[:5] == ["NODE", "STATE", "SINCE_SYNC_S", "GPU", "MODEL"]
+    rows = [line.split() for line in nodes[1:]]
+    assert [(r[0], r[1], r[3], r[4]) for r in rows] == [
+        ("n1", "ok", "0", "H100-80GB"),
+        ("n1", "ok", "1", "H100-80GB"),
     ]
-    assert json.loads(service.ok("nodes", "--format", "json"))[0]["node"] == "n1"
+    assert all(0 <= int(r[2]) < 5 for r in rows)  # the agent syncs every 0.2 s
+    (n1,) = json.loads(service.ok("nodes", "--format", "json"))
+    assert n1["node"] == "n1" and n1["state"] == "ok" and 0 <= n1["since_sync_s"] < 5
     with SchedulerClient(service.url, ADMIN) as admin:
         admin._call("PUT", "/v1/quota/team-a", json={"gpus": 2, "guaranteed_gpus": 1})
     quota = service.ok("quota").splitlines()

@@ -3,85 +3,17 @@
 from __future__ import annotations
 
 import pytest
+from service_helpers import ADMIN, HOOK, A, B, PlayAgent, submit, train
 
 from gpuwarden.errors import InputError
 from gpuwarden.scheduler.quota import Quota
 from gpuwarden.scheduler.service import (
     ConflictError,
     NotFoundError,
-    Principal,
     SchedulerService,
     quota_of,
 )
 from gpuwarden.scheduler.state import SchedulerDB
-
-ADMIN = Principal("admin")
-A = Principal("tenant", "a")
-B = Principal("tenant", "b")
-HOOK = {"kind": "signal", "target": "SIGUSR1"}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-class PlayAgent:
-    """Plays a node agent: starts what it is told (once per key), exits tasks on request."""
-
-    def __init__(self, svc: SchedulerService, node: str = "n1", gpus: int = 2) -> None:
-        self.svc, self.node = svc, node
-        self.tasks: dict[tuple[str, int, int], dict] = {}
-        self.started: list[tuple[str, int, int]] = []
-        self.hooks: list[tuple[str, int, int]] = []
-        self.orders: dict = {}
-        svc.register(node, {"cpu_milli": 64000, "memory_mib": 262144, "gpus": [
-            {"index": i, "uuid": f"GPU-{node}-{i}", "model": "H100-80GB", "memory_mib": 81920}
-            for i in range(gpus)]})  # fmt: skip
-
-    def sync(self) -> dict:
-        body = {"tasks": [{"job_id": k[0], "attempt": k[1], "task": k[2], **v}
-                          for k, v in self.tasks.items()], "logs": []}  # fmt: skip
-        self.orders = orders = self.svc.agent_sync(self.node, body)
-        for o in orders["start"]:
-            key = (o["job_id"], o["attempt"], o["task"])
-            if key not in self.tasks:
-                self.tasks[key] = {
-                    "state": "running",
-                    "exit_code": None,
-                    "pid": 100 + len(self.tasks),
-                }
-                self.started.append(key)
-        self.hooks += [(o["job_id"], o["attempt"], o["task"]) for o in orders["checkpoint"]]
-        for o in orders["stop"]:
-            self.exit((o["job_id"], o["attempt"], o["task"]), -15)
-        return orders
-
-    def exit(self, key: tuple[str, int, int], code: int) -> None:
-        self.tasks[key].update(state="exited", exit_code=code)
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def svc(tmp_path, clock) -> SchedulerService:
-    return SchedulerService(SchedulerDB(tmp_path / "s.db"), clock=clock)
-
-
-def submit(svc: SchedulerService, who: Principal = A, **spec) -> str:
-    body = {"name": "job", "command": ["sleep", "100"], **spec}
-    return svc.submit(who, body)[0]["job_id"]
-
-
-def train(svc: SchedulerService) -> str:
-    return submit(svc, name="train", priority="training", interruptible=True, gpus_per_task=2,
-                  checkpoint=HOOK, grace_period_s=30)  # fmt: skip
 
 
 def test_job_runs_to_success_and_is_billed(svc, clock):

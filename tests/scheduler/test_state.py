@@ -87,3 +87,25 @@ def test_wal_and_newer_schema_refused(tmp_path):
     db.close()
     with pytest.raises(SchemaError, match="newer"):
         SchedulerDB(path)
+
+
+def test_a_version_1_file_gains_the_lost_mark(tmp_path):
+    path = tmp_path / "s.db"
+    old = sqlite3.connect(path)
+    old.execute(
+        "CREATE TABLE nodes (node TEXT PRIMARY KEY, cpu_milli INTEGER NOT NULL, memory_mib"
+        " INTEGER NOT NULL, gpus TEXT NOT NULL, agent_seen_at REAL, sync_seq INTEGER NOT NULL"
+        " DEFAULT 0)"
+    )
+    old.execute("INSERT INTO nodes VALUES ('n1', 8000, 1024, '[]', 5.0, 3)")
+    old.execute("PRAGMA user_version = 1")
+    old.commit()
+    old.close()
+    db = SchedulerDB(path)
+    assert db.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert db.node("n1") == NodeRow("n1", 8000, 1024, [], 5.0, 3, None)
+    assert db.silent_nodes(6.0) == [("n1", 5.0)] and db.silent_nodes(5.0) == []
+    db.set_node_lost("n1", 9.0)
+    assert db.node("n1").lost_at == 9.0 and db.silent_nodes(6.0) == []
+    db.upsert_node(NodeRow("n1", 8000, 2048, [], 10.0, 0))  # a new inventory keeps the mark
+    assert db.node("n1").lost_at == 9.0 and db.node("n1").sync_seq == 3
