@@ -55,7 +55,8 @@ def run_history_loop_demo(
     clock = [end - hours * 3600]
     service = RiskService(
         store,
-        assess=default_assessor(),
+        # hard signals between two replayed rounds count too (the live default looks 15 min back)
+        assess=default_assessor(lookback_s=step_h * 3600),
         taggers=[BundledTagger(SchedulerTarget(scheduler))],
         interval_s=step_h * 3600,
         breaker_share=1.0,
@@ -96,8 +97,15 @@ def run_history_loop_demo(
         return None
     health = SchedulerTarget(scheduler).gpu_health(target.hostname, target.index)
     job = job_on.get((target.hostname, target.index), "-")
+    now_there = slots[(slots["hostname"] == target.hostname) & (slots["gpu"] == target.index)]
+    replaced = not now_there.empty and str(now_there["uuid"].iloc[0]) != str(target.uuid)
     echo(
-        f"      {target.hostname}/{target.index} is {health} in the bundled scheduler; {job} was asked to leave it"
+        f"      {job} was asked to leave {target.hostname}/{target.index} when it was flagged; "
+        + (
+            f"the board has since been replaced, so the slot is {health} again"
+            if replaced
+            else f"the GPU is {health} in the bundled scheduler now"
+        )
     )
     return str(target.uuid)
 

@@ -3,7 +3,8 @@
 The default combines the trained model, when ``gpuwarden.models`` provides
 ``assess(store, at) -> iterable of RiskAssessment-like records``, with the hard-signal assessor
 (double-bit errors, remap failures, lost GPUs, fatal Xids), so hard signals act even without a
-model and whatever the model does with them. ``--assess module:function`` picks any other.
+model and whatever the model does with them. ``--assess module:function`` picks another scorer
+in place of the model; ``gpuwarden serve`` still combines it with the hard signals.
 """
 
 from __future__ import annotations

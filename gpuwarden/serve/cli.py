@@ -47,7 +47,8 @@ def _settings(ctx: click.Context) -> dict[str, Any]:
     "--assess",
     "assess_spec",
     default=None,
-    help="Risk scorer as package.module:function (default: the model plus hard signals).",
+    help="Risk scorer as package.module:function, combined with the hard signals "
+    "(default: the shipped model).",
 )
 @click.option(
     "--audit",
@@ -128,13 +129,14 @@ def serve(ctx: click.Context, **opts: Any) -> None:
 def _serve(ctx: click.Context, **o: Any) -> None:
     from gpuwarden.alerts.audit import AuditLog
     from gpuwarden.alerts.decision import DecisionEngine
+    from gpuwarden.alerts.hard_signals import HardSignalAssessor
     from gpuwarden.alerts.slack import ENV_WEBHOOK_URL, SlackNotifier
     from gpuwarden.cli import _open_collector, _open_store
     from gpuwarden.config import parse_listen
     from gpuwarden.exporter import Exporter
     from gpuwarden.scheduler_hooks import open_tagger
     from gpuwarden.serve.api import ENV_API_TOKEN
-    from gpuwarden.serve.assessors import default_assessor, load_assessor
+    from gpuwarden.serve.assessors import combine, default_assessor, load_assessor
     from gpuwarden.serve.server import ServeHandle, run_serve
     from gpuwarden.serve.service import RiskService
 
@@ -151,7 +153,12 @@ def _serve(ctx: click.Context, **o: Any) -> None:
     notifiers = []
     if os.environ.get(ENV_WEBHOOK_URL):
         notifiers.append(SlackNotifier(dashboard_url=o["dashboard_url"]))
-    assess = load_assessor(o["assess_spec"]) if o["assess_spec"] else default_assessor()
+    # a hard signal must be seen even when rounds are further apart than the default lookback,
+    # and a scorer of the user's own never switches the hard signals off
+    lookback = max(900.0, 2 * float(interval))
+    assess = default_assessor(lookback)
+    if o["assess_spec"]:
+        assess = combine(load_assessor(o["assess_spec"]), HardSignalAssessor(lookback))
     token = os.environ.get(ENV_API_TOKEN) or None
     if token is None and not o["once"]:
         click.echo(f"{ENV_API_TOKEN} is not set: overrides and /alertmanager are refused", err=True)

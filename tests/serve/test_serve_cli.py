@@ -22,6 +22,11 @@ def all_at_risk(store, at):
     ]
 
 
+def quiet(store, at):
+    """An assessor for --assess that knows nothing: only the hard signals can decide."""
+    return []
+
+
 def fake_scontrol(tmp_path):
     """An scontrol that shows every node idle and healthy (and fails on anything else)."""
     script = tmp_path / "scontrol"
@@ -77,3 +82,26 @@ def test_user_mistakes_are_one_line(tmp_path):
     r = run(tmp_path, "--enter-at", "0.3")
     assert r.exit_code == 1 and "exit_below <= enter_at" in r.output
     assert "Traceback" not in r.output
+
+
+def test_hourly_rounds_still_see_a_hard_signal_from_between_them(tmp_path):
+    """With --interval 3600 a fatal Xid 40 minutes old happened after the previous round: it
+    must still make the GPU unhealthy (the hard-signal lookback covers the interval)."""
+    from gpuwarden.store.sqlite import SqliteStore
+    from gpuwarden.telemetry import Batch, Event, Sample
+
+    now = time.time()
+    gpu = GpuId("n1", 0, "GPU-0", model="H100-80GB")
+    store = SqliteStore(tmp_path / "g.db")
+    for k in range(7):  # a reading every 10 minutes for the last hour
+        ts = now - 3600 + 600 * k
+        store.write_batch(Batch(ts, (Sample(ts, gpu, {"gpu_temp_c": 50.0}),)))
+    store.write_events([Event(now - 2400, gpu, "xid", 79, "fell off the bus")])
+    store.close()
+    args = ["--once", "--no-collect", "--interval", "3600", "--assess", "test_serve_cli:quiet"]
+    r = CliRunner().invoke(
+        serve,
+        [*args, "--store", f"sqlite:///{tmp_path / 'g.db'}", "--audit", str(tmp_path / "a.db")],
+    )
+    assert r.exit_code == 0, r.output
+    assert "ok -> unhealthy" in r.output and "Xid 79" in r.output
