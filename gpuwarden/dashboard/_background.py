@@ -5,6 +5,9 @@ seconds of work (plus loading scikit-learn and the model once). A page that wait
 first paint in ten seconds. So one thread per store scores the fleet every ``every_s`` (the
 model's features are hourly, so minutes are plenty) with its own store connection; pages draw
 the hard-signal states at once and merge the newest scores when there are some.
+
+The same thread keeps the GPU page's risk history (``_risk_history``): after its first live
+pass it scores every hour of the last week in one go, then each new whole hour.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from gpuwarden.dashboard import data
+from gpuwarden.dashboard._risk_history import HourlyScorer, RiskHistory
 from gpuwarden.store import open_store
 from gpuwarden.store.base import Store
 
@@ -37,13 +41,16 @@ class Scores:
 class BackgroundScores:
     """Score ``url``'s fleet with ``scorer`` after ``start_after_s`` and then every
     ``every_s`` seconds, in a daemon thread; ``latest()`` is the newest pass (None before the
-    first ends)."""
+    first ends). With ``hourly`` (the model scoring whole hours), ``history`` holds each GPU's
+    hourly risk of the last week, filled after the first live pass so that pass is not
+    delayed."""
 
     def __init__(
         self,
         url: str,
         scorer: data.Scorer,
         *,
+        hourly: HourlyScorer | None = None,
         every_s: float = 300.0,
         start_after_s: float = 0.0,
         opener: Callable[[str], Store] = open_store,
@@ -56,6 +63,7 @@ class BackgroundScores:
         self._opener = opener
         self._clock = clock
         self._latest: Scores | None = None
+        self.history = RiskHistory(hourly) if hourly is not None else None
         self._lock = threading.Lock()
         self._done = threading.Event()  # set after each pass
         self._stop = threading.Event()
@@ -94,6 +102,24 @@ class BackgroundScores:
         finally:
             store.close()
 
+    def _extend_history(self) -> None:
+        """The hours completed up to the store's "as of" into ``history`` (which keeps the
+        model's errors itself; a store that fails here is reported by the live pass)."""
+        assert self.history is not None
+        try:
+            store = self._opener(self.url)
+        except Exception as exc:
+            logger.warning("risk history: cannot open %s: %s", self.url, exc)
+            return
+        try:
+            snap = data.snapshot(store, self._clock())
+            if snap is not None:
+                self.history.update(store, snap.as_of)
+        except Exception as exc:
+            logger.warning("risk history: cannot read %s: %s", self.url, exc)
+        finally:
+            store.close()
+
     def _run(self) -> None:
         self._stop.wait(self.start_after_s)
         while not self._stop.is_set():
@@ -110,4 +136,6 @@ class BackgroundScores:
                     else:
                         self._latest = Scores(self._latest.at, self._latest.frame, result.error)
             self._done.set()
+            if self.history is not None and result is not None:
+                self._extend_history()
             self._stop.wait(self.every_s if result is not None else min(self.every_s, 30.0))

@@ -35,8 +35,11 @@ def store(url: str) -> Store:
 def background_scores(url: str) -> BackgroundScores | None:
     """The risk model scoring ``url``'s fleet in the background (None without a model)."""
     scorer = data.default_scorer()
+    if scorer is None:
+        return None
     # start once the first page is drawn: loading scikit-learn would slow it on a small machine
-    return None if scorer is None else BackgroundScores(url, scorer, start_after_s=5.0)
+    hourly = getattr(scorer, "hourly", None)  # the model's hourly scores: the GPU page's history
+    return BackgroundScores(url, scorer, hourly=hourly, start_after_s=5.0)
 
 
 def clear() -> None:
@@ -86,10 +89,13 @@ def gpu_series(url: str, uuid: str, start: float, end: float, step_s: float) -> 
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def gpu_risk_series(
-    url: str, uuid: str, start: float, end: float, scorer_key: str, _scorer: data.Scorer | None
-) -> pd.DataFrame:
-    return data.gpu_risk_series(_scorer, store(url), uuid, start, end)
+def scorer_risk_history(
+    url: str, uuid: str, start: float, end: float, scorer_key: str, _scorer: data.Scorer
+) -> pd.DataFrame | None:
+    """``_scorer.risk_history(store, uuid, start, end)`` (rows ts, risk) of a scorer given in
+    the session state; None when it has no such method."""
+    history = getattr(_scorer, "risk_history", None)
+    return None if history is None else history(store(url), uuid, start, end)
 
 
 @st.cache_data(ttl=API_TTL_S, show_spinner=False)

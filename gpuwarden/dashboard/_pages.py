@@ -269,7 +269,7 @@ def attention(ctx: Context) -> None:
         f"**{counts[data.AT_RISK]}** at risk (model score >= {data.RISK_THRESHOLD}) · "
         f"**{counts[data.MISSING]}** missing"
     )
-    if ctx.scorer is None:
+    if ctx.scorer is None and ctx.background is None:  # the background thread is the model
         st.caption(
             "No risk model is installed yet: states come from hard signals only, risk is blank."
         )

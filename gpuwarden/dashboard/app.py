@@ -21,6 +21,7 @@ import streamlit as st
 
 from gpuwarden.config import load_settings
 from gpuwarden.dashboard import _api, _cache, _decisions, _pages, _scheduler_page
+from gpuwarden.dashboard._background import BackgroundScores
 from gpuwarden.errors import GpuwardenError
 
 VIEWS = {
@@ -33,7 +34,8 @@ VIEWS = {
 RANGES_H = {"Last 6 hours": 6, "Last 24 hours": 24, "Last 3 days": 72, "Last 7 days": 168, "Last 30 days": 720}  # fmt: skip
 REFRESH_S = {"Off": 0, "every 30 s": 30, "every minute": 60, "every 5 minutes": 300}
 #: A ``data.Scorer`` put here (by a test or an app embedding this one) is called while the
-#: page draws, instead of ``gpuwarden.models`` scoring in the background; None: no model.
+#: page draws, instead of ``gpuwarden.models`` scoring in the background; a running
+#: ``_background.BackgroundScores`` is used as the background; None: no model.
 SCORER_KEY = "gpuwarden_scorer"
 
 
@@ -136,8 +138,12 @@ def _body(
     if snap is None:
         _pages.empty_store(url, "The store holds no GPU telemetry yet.")
         return
-    if SCORER_KEY in st.session_state:  # a scorer given by a test or an embedding app (None: none)
-        scorer, background = st.session_state[SCORER_KEY], None
+    if SCORER_KEY in st.session_state:  # given by a test or an embedding app (None: no model)
+        given = st.session_state[SCORER_KEY]
+        if isinstance(given, BackgroundScores):
+            scorer, background = None, given
+        else:
+            scorer, background = given, None
     else:
         scorer, background = None, _cache.background_scores(url)
     ctx = _pages.Context(url, snap, range_s, scorer, time.time(), background, serve)

@@ -16,6 +16,7 @@ States (``fleet_states``), first match wins:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -103,12 +104,26 @@ class ModelScorer:
         self.path = path
         self._model: object | None = None
 
-    def __call__(self, store: Store, at: float) -> pd.DataFrame:
-        from gpuwarden.models import load_model, score_store
-
+    def _loaded(self) -> object:
         if self._model is None:
+            from gpuwarden.models import load_model
+
             self._model = load_model(self.path)
-        return score_store(store, self._model, at=at)  # type: ignore[arg-type]
+        return self._model
+
+    def __call__(self, store: Store, at: float) -> pd.DataFrame:
+        from gpuwarden.models import score_store
+
+        return score_store(store, self._loaded(), at=at)  # type: ignore[arg-type]
+
+    def hourly(self, store: Store, start: float, end: float) -> pd.DataFrame:
+        """The model's scores at every whole hour in ``[start, end]`` (uuid, at, risk): one
+        ``backtest`` call, which reads one panel for all the hours."""
+        from gpuwarden.models import backtest
+
+        model = self._loaded()
+        rows = backtest(store, model, start=start, end=end, step_s=3600.0)  # type: ignore[arg-type]
+        return rows[["uuid", "at", "risk"]]
 
 
 def default_scorer() -> Scorer | None:
@@ -364,14 +379,16 @@ GPU_SERIES_COLUMNS = [
 
 
 def gpu_risk_series(
-    scorer: Scorer | None, store: Store, uuid: str, start: float, end: float
+    held: pd.DataFrame, start: float, end: float, *, now_ts: float, now_risk: float
 ) -> pd.DataFrame:
-    """The model's risk for one GPU over time (ts, risk), when the scorer offers
-    ``risk_history(store, uuid, start, end)``; empty otherwise."""
-    history = getattr(scorer, "risk_history", None)
-    if history is None:
-        return pd.DataFrame(columns=["ts", "risk"])
-    return history(store, uuid, start, end)
+    """One GPU's risk over ``[start, end]`` (ts, risk): the scores ``held`` for it (ts, risk,
+    e.g. the background's hourly history), then the current score as the newest point when
+    it is known and newer."""
+    rows = held.loc[(held["ts"] >= start) & (held["ts"] <= end), ["ts", "risk"]]
+    rows = rows.astype(float).sort_values("ts", kind="stable")
+    if not math.isnan(now_risk) and (rows.empty or now_ts > float(rows["ts"].iloc[-1])):
+        rows = pd.concat([rows, pd.DataFrame({"ts": [now_ts], "risk": [now_risk]})])
+    return rows.reset_index(drop=True)
 
 
 def _fmt_times(ts: pd.Series) -> pd.Series:

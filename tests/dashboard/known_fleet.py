@@ -131,3 +131,27 @@ def write_known(path: Path, *, compact: bool = False) -> str:
         if compact:
             store.compact(END - 2 * 3600)  # roll up all but the last two hours
     return url
+
+
+HOUR = 3600.0
+
+
+def risk_at(uuid: str, ts: float) -> float:
+    """A fake model's risk that depends on time: the SBE GPU's rises 0.15 an hour from 0.1 at
+    START (0.85 at 05:00), every other GPU's stays at 0.05."""
+    if uuid != uuid_of(SBE):
+        return 0.05
+    return round(0.1 + 0.15 * (ts - START) / HOUR, 4)
+
+
+def hourly_risk(store: SqliteStore, start: float, end: float) -> pd.DataFrame:
+    """``risk_at`` as a ``_risk_history.HourlyScorer``: each whole hour in ``[start, end]``
+    after a GPU's first sample and within 24 h of its last (as the model scores)."""
+    gpus = store.gpus()
+    rows = [
+        (uuid, hour, risk_at(uuid, hour))
+        for hour in np.arange(np.ceil(start / HOUR) * HOUR, end + 1.0, HOUR)
+        for uuid, first, last in zip(gpus["uuid"], gpus["first_ts"], gpus["last_ts"], strict=True)
+        if first < hour <= last + 86400.0
+    ]
+    return pd.DataFrame(rows, columns=["uuid", "at", "risk"])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from known_fleet import DBE, LOST, MISSING, REMAP, SBE, UNHEALTHY, require_extra, uuid_of
+from known_fleet import DBE, END, LOST, MISSING, REMAP, SBE, UNHEALTHY, require_extra, uuid_of
 
 require_extra("streamlit", "altair")
 import streamlit as st  # noqa: E402
@@ -236,6 +236,31 @@ def test_the_installed_risk_model_scores_in_the_background(known_url, monkeypatc
             strict=True,
         )
     ) >= UNHEALTHY - {LOST}
+    # the model runs in the background, so the page must not say there is none
+    assert not any("No risk model is installed" in c.value for c in at.caption)
+
+
+def test_the_installed_risk_model_draws_each_gpus_week(known_url, known_store, monkeypatch):
+    """The background thread backfills the model's hourly scores; the GPU page draws them,
+    the same numbers ``gpuwarden.models.backtest`` gives for those hours."""
+    from gpuwarden.dashboard import _cache
+    from gpuwarden.models import backtest, load_model
+
+    monkeypatch.setenv("GPUWARDEN_STORE", known_url)
+    background = _cache.background_scores(known_url)
+    assert background is not None and background.history is not None
+    state = background.history.wait(180)
+    assert state.status == "ready", state.error
+    at = AppTest.from_file(str(APP), default_timeout=30)
+    at.query_params.update(view="gpu", gpu=uuid_of(SBE))
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    risk = frame_with(at, "risk")
+    hours = [END - h * 3600.0 for h in range(5, 0, -1)]  # 01:00 ... 05:00, the store's hours
+    assert list(risk["ts"][:5]) == hours and len(risk) == 6  # then the current score
+    expected = backtest(known_store, load_model(), start=hours[0], end=hours[-1], step_s=3600)
+    expected = expected[expected["uuid"] == uuid_of(SBE)].sort_values("at")
+    assert list(risk["risk"][:5]) == pytest.approx(list(expected["risk"]), abs=1e-4)
 
 
 def metrics_or_text(at: AppTest) -> bool:
