@@ -46,14 +46,37 @@ class RiskScore:
 
 
 def _score_rows(
-    panel: HourlyPanel, t: list[int], model: RiskModel, *, explain_all: bool = False
+    panel: HourlyPanel,
+    t: list[int],
+    model: RiskModel,
+    *,
+    explain_all: bool = False,
+    partial: bool = False,
 ) -> pd.DataFrame:
+    """Rows for the GPUs reporting up to each bucket in ``t``. With ``partial`` (one ``t``, the
+    hour still under way), risk and its reasons come from the last whole hour: the model learnt
+    on whole hours, and a bucket of nine minutes reads as an hour with few errors (risk on a
+    board with a steady 100 errors a day fell from 0.63 to 0.08 nine minutes past the hour).
+    Hard signals the partial hour already shows count at once."""
     rows = rows_at(panel, t, recent_h=REPORTING_H)
     if len(rows) == 0:
         return pd.DataFrame(columns=list(COLUMNS))
-    meta, X = compute_features(panel, rows)
-    risk = model.risk(X)
-    hard = hard_signal(X)
+    if partial and t[0] > 0:
+        whole = rows.copy()
+        known = np.isin(rows[:, 1], rows_at(panel, [t[0] - 1], recent_h=REPORTING_H)[:, 1])
+        whole[known, 0] = t[0] - 1  # a GPU first seen in the partial hour is scored on it
+        meta_all, X_all = compute_features(panel, np.vstack([whole, rows]))
+        n = len(rows)
+        meta = meta_all.iloc[n:].reset_index(drop=True)
+        X_now = X_all.iloc[n:].reset_index(drop=True)
+        X = X_all.iloc[:n].reset_index(drop=True)
+        risk = model.risk(X)
+        hard = hard_signal(X_now)
+        X.loc[hard] = X_now.loc[hard]  # an unhealthy GPU's reasons name the signal seen now
+    else:
+        meta, X = compute_features(panel, rows)
+        risk = model.risk(X)
+        hard = hard_signal(X)
     state = states(risk, hard, model.threshold)
     which = (state != OK) | (risk >= EXPLAIN_FROM) | explain_all
     out = pd.DataFrame(
@@ -90,7 +113,9 @@ def score_store(
             raise InputError(f"{store.url} holds no telemetry to score")
         at = newest + 1.0
     panel = load_panel(store, start=at - HISTORY_S, end=at)
-    out = _score_rows(panel, [panel.shape[0] - 1], model, explain_all=explain_all)
+    last = panel.shape[0] - 1
+    partial = bool(at < panel.hours[last] + HOUR_S) if last >= 0 else False
+    out = _score_rows(panel, [last], model, explain_all=explain_all, partial=partial)
     out["at"] = float(at)
     return _order(out)
 
