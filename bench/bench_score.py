@@ -19,14 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 from gpuwarden.models.artifact import load_model
-from gpuwarden.models.features import compute_features, rows_at
 from gpuwarden.models.history import panel_of, read_history
-from gpuwarden.models.reasons import explain
-from gpuwarden.models.rules import OK, hard_signal, states
-from gpuwarden.models.score import EXPLAIN_FROM, HISTORY_S, REPORTING_H
+from gpuwarden.models.score import HISTORY_S, score_panel
 from gpuwarden.models.simdata import fleet_spec
 from gpuwarden.store.sqlite import SqliteStore
 
@@ -82,23 +77,18 @@ def main() -> None:
             history = read_history(store, start=at - HISTORY_S, end=at)
             t1 = time.perf_counter()
             panel = panel_of(history)
-            meta_rows, X = compute_features(
-                panel, rows_at(panel, [panel.shape[0] - 1], recent_h=REPORTING_H)
-            )
             t2 = time.perf_counter()
-            risk = model.risk(X)
-            state = states(risk, hard_signal(X), model.threshold)
-            which = (state != OK) | (risk >= EXPLAIN_FROM)
-            explain(model.estimator, X, meta_rows, np.asarray(which))
+            stages: dict[str, float] = {}
+            rows = score_panel(panel, model, at=at, timings=stages)  # what score_store runs
             t3 = time.perf_counter()
         run = {
             "read": t1 - t0,
-            "features": t2 - t1,
-            "model": t3 - t2,
+            "features": t2 - t1 + stages["features"],
+            "model": stages["model"],
             "total": t3 - t0,
-            "gpus": float(len(X)),
+            "gpus": float(len(rows)),
             "rows_read": float(len(history.hourly)),
-            "explained": float(which.sum()),
+            "explained": float((rows["reasons"] != "").sum()),
         }
         if best is None or run["total"] < best["total"]:
             best = run

@@ -11,6 +11,7 @@ else ok. Reasons are given for every GPU that is not ok, and for any with risk >
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,12 +53,15 @@ def _score_rows(
     *,
     explain_all: bool = False,
     partial: bool = False,
+    timings: dict[str, float] | None = None,
 ) -> pd.DataFrame:
     """Rows for the GPUs reporting up to each bucket in ``t``. With ``partial`` (one ``t``, the
     hour still under way), risk and its reasons come from the last whole hour: the model learnt
     on whole hours, and a bucket of nine minutes reads as an hour with few errors (risk on a
     board with a steady 100 errors a day fell from 0.63 to 0.08 nine minutes past the hour).
-    Hard signals the partial hour already shows count at once."""
+    Hard signals the partial hour already shows count at once. ``timings`` gets the seconds
+    spent on ``features`` and on the ``model`` (risk, states, reasons), for the benchmark."""
+    started = time.perf_counter()
     rows = rows_at(panel, t, recent_h=REPORTING_H)
     if len(rows) == 0:
         return pd.DataFrame(columns=list(COLUMNS))
@@ -70,11 +74,13 @@ def _score_rows(
         meta = meta_all.iloc[n:].reset_index(drop=True)
         X_now = X_all.iloc[n:].reset_index(drop=True)
         X = X_all.iloc[:n].reset_index(drop=True)
+        featured = time.perf_counter()
         risk = model.risk(X)
         hard = hard_signal(X_now)
         X.loc[hard] = X_now.loc[hard]  # an unhealthy GPU's reasons name the signal seen now
     else:
         meta, X = compute_features(panel, rows)
+        featured = time.perf_counter()
         risk = model.risk(X)
         hard = hard_signal(X)
     state = states(risk, hard, model.threshold)
@@ -91,6 +97,9 @@ def _score_rows(
             "reasons": explain(model.estimator, X, meta, np.asarray(which)),
         }
     )
+    if timings is not None:
+        timings["features"] = featured - started
+        timings["model"] = time.perf_counter() - featured
     return out
 
 
@@ -113,9 +122,23 @@ def score_store(
             raise InputError(f"{store.url} holds no telemetry to score")
         at = newest + 1.0
     panel = load_panel(store, start=at - HISTORY_S, end=at)
+    return score_panel(panel, model, at=at, explain_all=explain_all)
+
+
+def score_panel(
+    panel: HourlyPanel,
+    model: RiskModel,
+    *,
+    at: float,
+    explain_all: bool = False,
+    timings: dict[str, float] | None = None,
+) -> pd.DataFrame:
+    """``score_store`` on a panel already read, ending at ``at``."""
     last = panel.shape[0] - 1
     partial = bool(at < panel.hours[last] + HOUR_S) if last >= 0 else False
-    out = _score_rows(panel, [last], model, explain_all=explain_all, partial=partial)
+    out = _score_rows(
+        panel, [last], model, explain_all=explain_all, partial=partial, timings=timings
+    )
     out["at"] = float(at)
     return _order(out)
 
