@@ -23,6 +23,18 @@ from typing import Any
 logger = logging.getLogger("gpuwarden.scheduler.agent")
 
 Key = tuple[str, int, int]
+SECRET_ENV = frozenset(
+    {
+        "GPUWARDEN_AGENT_TOKEN",
+        "GPUWARDEN_SCHEDULER_TOKEN",
+        "GPUWARDEN_SCHEDULER_TOKENS",
+        "GPUWARDEN_SCHEDULER_TOKENS_JSON",
+        "GPUWARDEN_SCHEDULER_ADMIN_TOKEN",
+        "GPUWARDEN_API_TOKEN",
+        "GPUWARDEN_SERVE_TOKEN",
+        "GPUWARDEN_SLACK_WEBHOOK_URL",
+    }
+)
 MAX_LOG_CHUNK = 64 * 1024  # bytes shipped per task per sync, so one chatty job cannot stall it
 
 
@@ -81,7 +93,10 @@ class TaskTable:
         ckdir = self.workdir / "checkpoints" / _safe(job_id)
         ckdir.mkdir(parents=True, exist_ok=True)
         log = self.workdir / "logs" / f"{_safe(job_id)}.{attempt}.{index}.log"
-        env = {**os.environ, **{k: str(v) for k, v in order.get("env", {}).items()}}
+        # the agent's own secrets (its token above all: with it a job could act as any node)
+        # never reach a tenant's task, nor the saved task table
+        own = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+        env = {**own, **{k: str(v) for k, v in order.get("env", {}).items()}}
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in order.get("gpus", []))
         env["GPUWARDEN_CHECKPOINT_DIR"] = str(ckdir)
         task = Task(job_id, attempt, index, None, str(log), str(ckdir),

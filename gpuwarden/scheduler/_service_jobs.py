@@ -59,11 +59,17 @@ def normalise_spec(body: Mapping[str, Any]) -> dict[str, Any]:
     for attr in ("interruptible",):
         if not isinstance(spec[attr], bool):
             raise InputError(f"{attr}: must be true or false")
-    if not isinstance(spec["grace_period_s"], int | float) or isinstance(
-        spec["grace_period_s"], bool
-    ):
+    grace = spec["grace_period_s"]
+    if not isinstance(grace, int | float) or isinstance(grace, bool):
         raise InputError("grace_period_s: must be a number of seconds")
+    if not 0 <= grace <= MAX_GRACE_S:  # NaN and inf fail too: a job must not keep its GPUs
+        raise InputError(f"grace_period_s: must be within 0..{MAX_GRACE_S:g} s, got {grace!r}")
     return spec
+
+
+#: The longest a preempted job may take to checkpoint before it is stopped; past it a tenant
+#: could hold GPUs that inference is waiting for.
+MAX_GRACE_S = 3600.0
 
 
 def job_of(job_id: str, tenant: str, spec: Mapping[str, Any]) -> Job:

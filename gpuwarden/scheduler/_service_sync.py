@@ -165,6 +165,10 @@ def maybe_finish_stop(svc: SchedulerService, job_id: str, now: float) -> None:
 
 
 def checkpointed(svc: SchedulerService, row: JobRow, at: float, actor: str, now: float) -> None:
+    """Record a checkpoint, its time kept within this attempt and now: a time from before the
+    attempt started would make the job look dear to preempt (and shield it), one from the
+    future would hide every real checkpoint after it."""
+    at = _agent_time(at, row.started_at if row.started_at is not None else now, now)
     if row.last_checkpoint_at is not None and at <= row.last_checkpoint_at:
         return
     svc.db.update_job(row.job_id, last_checkpoint_at=at)

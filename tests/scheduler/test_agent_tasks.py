@@ -103,3 +103,17 @@ def test_inventory_from_a_recorded_nvml_host():
     assert all(g["memory_mib"] and g["memory_mib"] > 70000 for g in inv.gpus)
     fakes = host_inventory("n1", fake_gpus=3, gpu_model="A100-80GB")
     assert [g["memory_mib"] for g in fakes.gpus] == [81920] * 3 and fakes.cpu_milli > 0
+
+
+def test_the_agents_own_tokens_never_reach_a_task(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUWARDEN_AGENT_TOKEN", "agent-secret-123")
+    monkeypatch.setenv("GPUWARDEN_SCHEDULER_ADMIN_TOKEN", "admin-secret-456")
+    monkeypatch.setenv("SOME_SETTING", "kept")
+    table = TaskTable(tmp_path)
+    script = "import os; print(sorted(k for k in os.environ if 'TOKEN' in k), os.environ['SOME_SETTING'])"
+    table.start(_order("j9", [sys.executable, "-c", script]))
+    _until(table, ("j9", 1, 0), "exited")
+    (chunk,) = table.report()["logs"]
+    assert chunk["text"] == "[] kept\n"
+    saved = (tmp_path / "agent-state.json").read_text()
+    assert "secret" not in saved

@@ -219,3 +219,23 @@ def test_a_node_registers_once_and_refuses_mixed_models(svc):
         svc.register("n2", {"cpu_milli": 1000, "memory_mib": 1024, "gpus": mixed})
     assert [n["node"] for n in svc.nodes()] == ["n1"]
     assert agent.sync() == {"start": [], "checkpoint": [], "stop": []}
+
+
+def test_a_grace_period_that_would_hold_gpus_forever_is_refused(svc):
+    for grace in (1e12, float("inf"), float("nan"), -1, 3601):
+        with pytest.raises(InputError, match="grace_period_s"):
+            submit(svc, interruptible=True, checkpoint=HOOK, grace_period_s=grace)
+    assert submit(svc, interruptible=True, checkpoint=HOOK, grace_period_s=3600)
+
+
+def test_a_checkpoint_time_outside_the_attempt_is_kept_within_it(svc, clock):
+    agent = PlayAgent(svc)
+    job_id = train(svc)
+    agent.sync()
+    agent.sync()
+    started = svc.job(A, job_id)["started_at"]
+    clock.t += 600
+    svc.report_checkpoint(A, job_id, 0.0)  # "checkpointed in 1970": would shield it from preemption
+    assert svc.job(A, job_id)["last_checkpoint_at"] == pytest.approx(started)
+    svc.report_checkpoint(A, job_id, clock.t + 86400)  # in the future: would hide real ones
+    assert svc.job(A, job_id)["last_checkpoint_at"] == pytest.approx(clock.t)
