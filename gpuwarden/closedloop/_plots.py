@@ -28,7 +28,7 @@ def interruptions(frame: pd.DataFrame, path: Path) -> Path:
     shares = sorted(frame["sudden_fraction"].unique())
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     width = 0.8 / len(ARMS)
-    colors = {"none": "#9e9e9e", "rules": "#e69f00", "model": "#0072b2"}
+    colors = {"none": "#9e9e9e", "hard": "#cc79a7", "rules": "#e69f00", "model": "#0072b2"}
     for i, arm in enumerate(ARMS):
         g = frame[frame["arm"] == arm].groupby("sudden_fraction")
         pre = g["interruptions_with_precursor"].mean().reindex(shares).to_numpy(float)

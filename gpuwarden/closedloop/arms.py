@@ -1,6 +1,8 @@
-"""The three arms, each driving the bundled scheduler through the real decision path.
+"""The arms, each driving the bundled scheduler through the real decision path.
 
-    none    no prediction: a GPU is taken out only when it fails (its hard signal)
+    none    no prediction: a GPU is taken out only when it fails
+    hard    hard signals only: what ``gpuwarden serve`` does with no model (a double-bit
+            error, remap failure, lost GPU or fatal Xid makes a GPU unhealthy at once)
     rules   the rule baseline (``models.rules``): a rule firing counts as risk 1, else 0
     model   the risk model's calibrated risk
 
@@ -27,8 +29,13 @@ from gpuwarden.scheduler_hooks.base import NodeHealth
 from gpuwarden.scheduler_hooks.bundled import BundledTagger, SchedulerTarget
 from gpuwarden.telemetry import GpuId
 
-ARMS: tuple[str, ...] = ("none", "rules", "model")
-ARM_TITLES = {"none": "no prediction", "rules": "rule baseline", "model": "gpuwarden model"}
+ARMS: tuple[str, ...] = ("none", "hard", "rules", "model")
+ARM_TITLES = {
+    "none": "no prediction",
+    "hard": "hard signals only",
+    "rules": "rule baseline",
+    "model": "gpuwarden model",
+}
 
 
 @dataclass(frozen=True)

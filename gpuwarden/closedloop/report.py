@@ -144,11 +144,29 @@ def check(frame: pd.DataFrame, cuts: pd.DataFrame) -> list[str]:
          every >= TARGET_ALL_CUT),
         ("capacity withheld", withheld, f"< {TARGET_WITHHELD:.0%}", withheld < TARGET_WITHHELD),
     ]  # fmt: skip
-    return [
+    lines = [
         f"Target, model arm at {DEFAULT_SUDDEN:.0%} sudden: {name} {value:.1%} (want {want}): "
-        f"{'met' if ok else 'NOT met'}"
+        f"{'met' if ok else 'NOT met'} on the mean over seeds"
         for name, value, want, ok in marks
     ]
+    for name, metric in (("precursor", "interruptions_with_precursor"), ("all", "interruptions")):
+        row = cuts.loc[(DEFAULT_SUDDEN, "model", metric)]
+        lines.append(
+            f"  95% interval of the {name}-failure cut: [{row['lo']:.0%}, {row['hi']:.0%}]"
+        )
+    at = frame[frame["sudden_fraction"] == DEFAULT_SUDDEN].groupby("arm").mean(numeric_only=True)
+    if {"hard", "model"} <= set(at.index):  # what the model adds to gpuwarden without one
+        for name, metric in (
+            ("precursor", "interruptions_with_precursor"),
+            ("all", "interruptions"),
+        ):
+            hard, model = at.loc["hard", metric], at.loc["model", metric]
+            extra = 1 - model / hard if hard else math.nan
+            lines.append(
+                f"Model vs hard signals only at {DEFAULT_SUDDEN:.0%} sudden: {name}-failure "
+                f"interruptions {hard:.1f} -> {model:.1f} ({extra:.0%} fewer)"
+            )
+    return lines
 
 
 def render_short(result: ClosedLoopResult) -> list[str]:

@@ -15,11 +15,12 @@ def test_closed_loop_writes_the_table_and_the_plots(tmp_path):
     result = CliRunner().invoke(main, [*args, "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "### Sudden share 0%" in result.output and "### Sudden share 30%" in result.output
-    for arm in ("no prediction", "rule baseline", "gpuwarden model"):
+    for arm in ("no prediction", "hard signals only", "rule baseline", "gpuwarden model"):
         assert f"| {arm} |" in result.output
     assert (out / "closed_loop.md").read_text() in result.output
     frame = pd.read_csv(out / "per_seed.csv")
-    assert len(frame) == 2 * 2 * 3  # shares x seeds x arms
+    assert len(frame) == 2 * 2 * 4  # shares x seeds x arms
+    assert "Model vs hard signals only at 30% sudden" in result.output
     assert set(frame["seed"]) == {101, 102}
     # the arms share the fleet: the same failures in each
     assert frame.groupby(["sudden_fraction", "seed"])["failures"].nunique().eq(1).all()
