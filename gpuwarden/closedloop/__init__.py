@@ -4,8 +4,8 @@
     result = run_closed_loop(seeds=5, days=90, gpus=512, sudden=(0.0, 0.3, 0.5))
     print(render(result))                      # gpuwarden.closedloop.report.render
 
-One simulated fleet per (seed, sudden share) is scored once (``fleet``); three arms (no
-prediction, rule baseline, the model: ``arms``) replay it with the same workload (``workload``)
+One simulated fleet per (seed, sudden share) is scored once (``fleet``); four arms (no
+prediction, hard signals only, rule baseline, the model: ``arms``) replay it with the same workload (``workload``)
 through the real decision engine, circuit breaker and bundled-scheduler tagger (``loop``);
 ``run`` drives the seeds and ``report`` aggregates them with confidence intervals and plots.
 docs/closed-loop.md has the method and the figures.

@@ -1,4 +1,4 @@
-"""``gpuwarden evaluate closed-loop``: the three arms over simulated fleets, table and plots.
+"""``gpuwarden evaluate closed-loop``: the four arms over simulated fleets, table and plots.
 
 Registered under the ``evaluate`` group by the main CLI; also runs alone through ``CliRunner``.
 A ``GpuwardenError`` (a bad option value, a model that will not load) becomes one line and exit

@@ -1,4 +1,4 @@
-"""Run the evaluation: every (sudden share, seed) fleet once, the three arms on each.
+"""Run the evaluation: every (sudden share, seed) fleet once, the four arms on each.
 
 Fleets are independent, so ``jobs`` > 1 runs them in worker processes (each pinned to one
 BLAS/OpenMP thread so two workers do not fight over the same cores). Progress is one tqdm bar
@@ -58,7 +58,7 @@ class ClosedLoopResult:
 
 
 def run_seed(seed: int, sudden: float, config: RunConfig, model: Any = None) -> list[ArmResult]:
-    """One fleet, scored once, and the three arms on it."""
+    """One fleet, scored once, and the four arms on it."""
     from gpuwarden.models.artifact import load_model
 
     model = model if model is not None else load_model(config.model_path)
