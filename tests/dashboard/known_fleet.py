@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -31,6 +32,25 @@ import pytest
 
 from gpuwarden.store.sqlite import SqliteStore
 from gpuwarden.telemetry import Event, GpuId
+
+if TYPE_CHECKING:
+    from streamlit.testing.v1 import AppTest
+
+
+def run_app(url: str, scorer: object, monkeypatch: pytest.MonkeyPatch, **query: str) -> AppTest:
+    """Run the dashboard app over ``url`` in ``AppTest`` with ``scorer`` (None: hard signals
+    only; a scorer function or a running ``BackgroundScores``); fails on any exception box."""
+    from streamlit.testing.v1 import AppTest
+
+    from gpuwarden.dashboard import app as app_module  # streamlit only when the extra is there
+
+    monkeypatch.setenv("GPUWARDEN_STORE", url)
+    at = AppTest.from_file(str(Path(app_module.__file__)), default_timeout=30)
+    at.session_state[app_module.SCORER_KEY] = scorer
+    at.query_params.update(query)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
 
 
 def require_extra(*modules: str) -> None:

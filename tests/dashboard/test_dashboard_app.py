@@ -8,7 +8,18 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from known_fleet import DBE, END, LOST, MISSING, REMAP, SBE, UNHEALTHY, require_extra, uuid_of
+from known_fleet import (
+    DBE,
+    END,
+    LOST,
+    MISSING,
+    REMAP,
+    SBE,
+    UNHEALTHY,
+    require_extra,
+    run_app,
+    uuid_of,
+)
 
 require_extra("streamlit", "altair")
 import streamlit as st  # noqa: E402
@@ -31,13 +42,7 @@ def fresh_caches() -> Iterator[None]:
 
 def run(url: str, monkeypatch: pytest.MonkeyPatch, **query: str) -> AppTest:
     """Run the app over ``url`` without a risk model (hard signals only)."""
-    monkeypatch.setenv("GPUWARDEN_STORE", url)
-    at = AppTest.from_file(str(APP), default_timeout=30)
-    at.session_state[app_module.SCORER_KEY] = None
-    at.query_params.update(query)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return run_app(url, None, monkeypatch, **query)
 
 
 def metrics(at: AppTest) -> dict[str, str]:

@@ -12,7 +12,17 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 import pytest
-from known_fleet import END, HOUR, SBE, STEP, hourly_risk, require_extra, risk_at, uuid_of
+from known_fleet import (
+    END,
+    HOUR,
+    SBE,
+    STEP,
+    hourly_risk,
+    require_extra,
+    risk_at,
+    run_app,
+    uuid_of,
+)
 
 require_extra("streamlit", "altair")
 import streamlit as st  # noqa: E402
@@ -48,13 +58,7 @@ def background(known_url) -> Iterator[BackgroundScores]:
 
 
 def run(url: str, given: object, monkeypatch: pytest.MonkeyPatch, **query: str) -> AppTest:
-    monkeypatch.setenv("GPUWARDEN_STORE", url)
-    at = AppTest.from_file(str(APP), default_timeout=30)
-    at.session_state[app_module.SCORER_KEY] = given
-    at.query_params.update(query)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return run_app(url, given, monkeypatch, **query)
 
 
 def captions(at: AppTest) -> str:
