@@ -97,6 +97,15 @@ class Evaluation:
                 f"Ceiling: {_pct(s['ceiling_24h'])} of failures with precursors had "
                 "one that began >= 24 h before the failure (simulator ground truth)."
             )
+        if s.get("oracle_pr_auc") is not None:
+            lines.append(
+                "From the same ground truth: an oracle that flags every GPU from the hour its "
+                f"precursor begins makes {_f(s['oracle_false_flags_per_1000'])} false flags per "
+                "1,000 GPU-days (slow declines flagged more than a horizon ahead); ranking first "
+                "exactly the rows inside a precursor and within the horizon gives PR-AUC "
+                f"{_f(s['oracle_pr_auc'], 3)} on the horizon label, which no model passes "
+                f"({_f(s['oracle_pr_auc_no_sudden'], 3)} without sudden failures' rows)."
+            )
         for name, path in self.plots.items():
             lines.append(f"{name}: {path}")
         return "\n".join(lines)
@@ -171,6 +180,7 @@ def evaluate_dataset(
         for name, flag in (("model", model_flag), ("rules", rules_flag)):
             on, days = M.false_flags(ds.meta, flag, ds.y | degrading, known)
             summary[f"{name}_false_flags_healthy_per_1000"] = on / days * 1000 if days else None
+        summary.update(_oracle(ds, inside, pre, known, sudden))
     m, r = tables["model"], tables["rules"]
     table = pd.DataFrame(
         {
@@ -199,6 +209,34 @@ def evaluate_dataset(
     if out_dir is not None:
         ev.plots = _write_plots(Path(out_dir), ds, known, risk, rules_flag, model, leads, sudden)
     return ev
+
+
+def _oracle(
+    ds: Dataset,
+    inside: np.ndarray,
+    pre: np.ndarray,
+    known: np.ndarray,
+    sudden: tuple[str, ...],
+) -> dict[str, Any]:
+    """What detectors that read the simulator's ground truth score on the same rows.
+
+    One flags every row inside a precursor: it knows when each precursor began but not when it
+    will end, so its flags on slow declines (a board 8 days from failure) are false by the
+    label; a model beats its false flags only by telling how far off a failure is. The other
+    ranks the rows inside a precursor and within the horizon first: the PR-AUC no model passes
+    (sudden failures and the days before a precursor begins show nothing to rank)."""
+    at = ds.meta["at"].to_numpy()
+    not_sudden = ~ds.meta["fail_kind"].isin(sudden).to_numpy()
+    degrading = (at >= pre) & not_sudden
+    on, days = M.false_flags(ds.meta, degrading, ds.y, known)
+    ranked = inside.astype(float)
+    # the acceptance's label counts sudden failures' rows; the second figure leaves them out
+    quiet = known & ~((ds.y == 1) & ~not_sudden)
+    return {
+        "oracle_false_flags_per_1000": on / days * 1000 if days else None,
+        "oracle_pr_auc": M.pr_auc(ds.y, ranked, known),
+        "oracle_pr_auc_no_sudden": M.pr_auc(ds.y, ranked, quiet),
+    }
 
 
 def _write_plots(

@@ -9,8 +9,8 @@ import pytest
 
 from gpuwarden.models import _metrics as M
 from gpuwarden.models.artifact import DEFAULT_DIR, MODEL_FILE, load_model
-from gpuwarden.models.evaluate import evaluate_dataset, failures_of
-from gpuwarden.models.labels import build_dataset, scoring_indices
+from gpuwarden.models.evaluate import _oracle, evaluate_dataset, failures_of
+from gpuwarden.models.labels import Dataset, build_dataset, scoring_indices
 
 H = 3600.0
 
@@ -94,7 +94,28 @@ def test_model_and_rules_side_by_side_on_a_held_out_fleet(eval_sim, tiny_model, 
         "lead_time.png",
     }
     text = ev.render()
-    assert "| ALL sudden |" in text and "Ceiling:" in text
+    assert "| ALL sudden |" in text and "Ceiling:" in text and "which no model passes" in text
+    assert 0 < s["oracle_pr_auc"] <= s["oracle_pr_auc_no_sudden"] <= 1
+
+
+def test_the_ground_truth_bound_counts_slow_declines_and_sudden_failures_against_any_model():
+    meta = _rows({"a": 400, "b": 400, "c": 400})
+    kind = {"a": "hbm", "b": "gsp", "c": ""}
+    meta["fail_kind"] = meta["key"].map(kind)
+    fail_ts = meta["key"].map({"a": 399.5 * H, "b": 399.5 * H}).to_numpy(float)
+    pre = meta["key"].map({"a": 200 * H}).to_numpy(float)  # a precursor of 8.3 days
+    at = meta["at"].to_numpy()
+    y = ((fail_ts > at) & (fail_ts <= at + 7 * 86400)).astype(int)
+    inside = (y == 1) & (at >= pre) & (meta["fail_kind"] != "gsp").to_numpy()
+    ds = Dataset(meta, pd.DataFrame(index=meta.index), y)
+    known = np.ones(len(meta), bool)
+    got = _oracle(ds, inside, pre, known, ("gsp",))
+    # a's precursor is flagged from its first hour, 31 hours before its label turns positive
+    negative_days = (y == 0).sum() / 24
+    assert got["oracle_false_flags_per_1000"] == pytest.approx(1 / negative_days * 1000)
+    # a's 168 positive rows ranked first, b's (sudden) 168 never: half the recall at precision 1
+    assert got["oracle_pr_auc"] == pytest.approx(0.5 + 0.5 * 336 / 1200)
+    assert got["oracle_pr_auc_no_sudden"] == pytest.approx(1.0)
 
 
 @pytest.mark.skipif(not (DEFAULT_DIR / MODEL_FILE).is_file(), reason="run `make model` first")
