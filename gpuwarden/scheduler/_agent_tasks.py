@@ -1,11 +1,14 @@
 """The node agent's process table: tasks keyed by (job_id, attempt, task), never started twice.
 
-Each task runs in its own session (``start_new_session``), so a checkpoint signal or a stop
-reaches the whole process group (a shell and the Python under it alike). Output goes to one file
-per task under ``WORKDIR/logs``; the checkpoint directory ``WORKDIR/checkpoints/JOB_ID`` lives as
-long as the job, across attempts. The table is written to ``WORKDIR/agent-state.json`` after
-every change, so a restarted agent keeps its keys (and so never relaunches a task it already
-ran) and keeps watching the processes it left running by pid.
+Each task runs under ``_task_wrapper`` in its own session (``start_new_session``), so a
+checkpoint signal or a stop reaches the whole process group (the wrapper, a shell and the Python
+under it alike), and its exit status lands in ``WORKDIR/tasks/KEY.exit`` whoever is watching.
+Output goes to one file per task under ``WORKDIR/logs``; the checkpoint directory
+``WORKDIR/checkpoints/JOB_ID`` lives as long as the job, across attempts. The table is written
+to ``WORKDIR/agent-state.json`` after every change, and a task's entry ("launching") before its
+process exists, so a restarted agent keeps its keys (and so never relaunches a task it already
+ran, even one whose launch the crash cut short) and keeps watching the processes it left
+running by pid, reading their exit status from their files.
 """
 
 from __future__ import annotations
@@ -15,10 +18,13 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from gpuwarden.scheduler._task_wrapper import claim
 
 logger = logging.getLogger("gpuwarden.scheduler.agent")
 
@@ -26,6 +32,7 @@ Key = tuple[str, int, int]
 SECRET_ENV = frozenset(
     {
         "GPUWARDEN_AGENT_TOKEN",
+        "GPUWARDEN_AGENT_SECRET",  # the master of every node's token, should a node hold it
         "GPUWARDEN_SCHEDULER_TOKEN",
         "GPUWARDEN_SCHEDULER_TOKENS",
         "GPUWARDEN_SCHEDULER_TOKENS_JSON",
@@ -36,6 +43,8 @@ SECRET_ENV = frozenset(
     }
 )
 MAX_LOG_CHUNK = 64 * 1024  # bytes shipped per task per sync, so one chatty job cannot stall it
+# by path, not ``-m``: the isolated interpreter (-I -S) sees neither PYTHONPATH nor site-packages
+WRAPPER = str(Path(__file__).resolve().with_name("_task_wrapper.py"))
 
 
 @dataclass
@@ -43,11 +52,11 @@ class Task:
     job_id: str
     attempt: int
     task: int
-    pid: int | None
+    pid: int | None  # the wrapper's, which leads the task's process group (pgid == pid)
     log: str
     checkpoint_dir: str
     env: dict[str, str] = field(default_factory=dict)
-    state: str = "running"  # running | exited
+    state: str = "running"  # launching (saved before its process exists) | running | exited
     exit_code: int | None = None
     shipped: int = 0  # bytes of the log the service has acknowledged
     hooked: bool = False
@@ -71,16 +80,24 @@ class TaskTable:
         self.state_path = workdir / "agent-state.json"
         self.tasks: dict[Key, Task] = {}
         self._procs: dict[Key, subprocess.Popen[bytes]] = {}
-        for d in ("logs", "checkpoints"):
+        for d in ("logs", "checkpoints", "tasks"):
             (workdir / d).mkdir(parents=True, exist_ok=True)
         if self.state_path.exists():
             for entry in json.loads(self.state_path.read_text()):
                 t = Task(**entry)
                 self.tasks[t.key] = t
+            launching = [t for t in self.tasks.values() if t.state == "launching"]
+            for t in launching:
+                self._finish_launch(t)
+            if launching:
+                self.save()
 
     def save(self) -> None:
         tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps([asdict(t) for t in self.tasks.values()]))
+        with tmp.open("w") as f:
+            f.write(json.dumps([asdict(t) for t in self.tasks.values()]))
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the rename, or a power cut can leave it empty
         os.replace(tmp, self.state_path)  # atomic: a crash leaves the old table or the new one
 
     # ---- orders ----------------------------------------------------------------------------
@@ -99,23 +116,24 @@ class TaskTable:
         env = {**own, **{k: str(v) for k, v in order.get("env", {}).items()}}
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in order.get("gpus", []))
         env["GPUWARDEN_CHECKPOINT_DIR"] = str(ckdir)
-        task = Task(job_id, attempt, index, None, str(log), str(ckdir),
+        task = Task(job_id, attempt, index, None, str(log), str(ckdir), state="launching",
                     env={k: v for k, v in env.items() if k.startswith(("GPUWARDEN_", "CUDA_"))})  # fmt: skip
+        self.tasks[key] = task
+        self.save()  # before the process exists: killed from here on, we never launch it again
+        argv = [sys.executable, "-I", "-S", WRAPPER, self._stem(task), "--", *order["command"]]
         with log.open("ab") as out:
             try:
                 proc = subprocess.Popen(
-                    order["command"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                    argv, env=env, stdout=out, stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL, cwd=ckdir, start_new_session=True,
                 )  # fmt: skip
-            except OSError as exc:  # no such program: the task fails, the agent goes on
+            except OSError as exc:  # no interpreter for the wrapper: the task fails, not the agent
                 out.write(f"gpuwarden agent: cannot start {order['command'][0]}: {exc}\n".encode())
                 task.state, task.exit_code = "exited", 127
                 task.started_at = task.ended_at = time.time()
             else:
-                task.started_at = time.time()
-                task.pid = proc.pid
+                task.state, task.pid, task.started_at = "running", proc.pid, time.time()
                 self._procs[key] = proc
-        self.tasks[key] = task
         self.save()
         logger.info("started %s attempt %d task %d as pid %s", job_id, attempt, index, task.pid)
 
@@ -133,8 +151,9 @@ class TaskTable:
                 name = hook["target"]
                 self._signal(task, int(name) if name.isdigit() else signal.Signals[name])
             elif hook["kind"] == "command":
+                own = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}  # as start()
                 with open(task.log, "ab") as out:
-                    subprocess.Popen(["/bin/sh", "-c", hook["target"]], env={**os.environ, **task.env},
+                    subprocess.Popen(["/bin/sh", "-c", hook["target"]], env={**own, **task.env},
                                      stdout=out, stderr=subprocess.STDOUT, cwd=task.checkpoint_dir,
                                      start_new_session=True)  # fmt: skip
             elif hook["kind"] == "url":
@@ -177,7 +196,7 @@ class TaskTable:
         """The sync body: every task's state and newest checkpoint, and new log text."""
         tasks, logs = [], []
         for t in self.tasks.values():
-            if t.acked:
+            if t.acked or t.state == "launching":
                 continue
             tasks.append({"job_id": t.job_id, "attempt": t.attempt, "task": t.task,
                           "state": t.state, "exit_code": t.exit_code, "pid": t.pid,
@@ -196,39 +215,103 @@ class TaskTable:
             task = self.tasks.get((chunk["job_id"], chunk["attempt"], chunk["task"]))
             if task is not None:
                 task.shipped = chunk["offset"] + chunk["size"]
+        done = []
         for entry in report["tasks"]:
             task = self.tasks[(entry["job_id"], entry["attempt"], entry["task"])]
             if entry["state"] == "exited" and _size(Path(task.log)) <= task.shipped:
                 task.acked = True
+                done.append(task)
         self.save()
+        for task in done:
+            if task.pid is not None:  # else the file is a given-up claim a late wrapper must see
+                for suffix in (".pid", ".exit"):
+                    Path(self._stem(task) + suffix).unlink(missing_ok=True)
 
     def _exit_code(self, key: Key, task: Task) -> int | None | bool:
-        """The exit status once the task ended (None: unknown), False while it runs."""
+        """The exit status once the task ended (None: unknown), False while it runs. The
+        process first, the file second: the wrapper writes the file before it exits."""
         proc = self._procs.get(key)
         if proc is not None:
             code = proc.poll()
-            return False if code is None else code
-        if task.pid is None:
+            if code is None:
+                return False
+        elif task.pid is None:
             return None
-        try:  # a process left by an earlier agent: not our child, so no status to read
-            os.kill(task.pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
+        elif _alive(task.pid):  # left by an earlier agent: not our child, so no waitpid()
             return False
-        return False
+        else:  # ours was the SIGKILL that took the wrapper with the task, or nobody knows
+            code = -signal.SIGKILL if task.killed else None
+        recorded = _read_exit(self._stem(task) + ".exit")
+        if recorded is not None:
+            return recorded
+        # the wrapper died without writing (SIGKILL): end what is left of the task, so that it
+        # has really exited when the service gives its GPUs to the next job
+        self._signal(task, signal.SIGKILL)
+        return code
+
+    def _finish_launch(self, task: Task) -> None:
+        """A launch an earlier agent died in: adopt its wrapper if it got going, else give the
+        launch up for good (a wrapper that comes late finds the claim taken and starts nothing)
+        and report the task exited with an unknown status, so the service fails its attempt."""
+        pid_file = self._stem(task) + ".pid"
+        if not claim(pid_file, json.dumps({"pid": None, "given_up_at": time.time()})):
+            try:
+                got = json.loads(Path(pid_file).read_text())
+            except (OSError, ValueError):
+                got = {}
+            if isinstance(got.get("pid"), int):
+                task.state, task.pid = "running", got["pid"]
+                task.started_at = got.get("started_at") or time.time()
+                logger.warning("adopted %s attempt %d task %d, launched as pid %d by an agent "
+                               "that died", task.job_id, task.attempt, task.task, task.pid)  # fmt: skip
+                return
+        task.state, task.exit_code = "exited", None
+        task.started_at = task.ended_at = time.time()
+        with open(task.log, "ab") as out:
+            out.write(b"gpuwarden agent: the agent died while starting this task; it did not "
+                      b"start and is not started again\n")  # fmt: skip
+        logger.warning("gave up %s attempt %d task %d: the agent died while starting it",
+                       task.job_id, task.attempt, task.task)  # fmt: skip
+
+    def _stem(self, task: Task) -> str:
+        """``WORKDIR/tasks/JOB.ATTEMPT.TASK``, absolute: the wrapper runs in the checkpoint dir."""
+        name = f"{_safe(task.job_id)}.{task.attempt}.{task.task}"
+        return os.path.abspath(self.workdir / "tasks" / name)
 
     def _signal(self, task: Task, sig: int) -> None:
         if task.pid is None:
             return
         try:
-            os.killpg(task.pid, sig)  # the task leads its own session, so pgid == pid
-        except ProcessLookupError:
+            os.killpg(task.pid, sig)  # its wrapper leads the task's session, so pgid == pid
+        except (ProcessLookupError, PermissionError):  # gone (its pid since another user's)
             pass
 
 
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs; a zombie (exited, not yet reaped by its parent) does not."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc: trust kill()
+    return state not in (b"Z", b"X")
+
+
+def _read_exit(path: str) -> int | None:
+    try:
+        return int(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _newest_mtime(directory: Path) -> float | None:

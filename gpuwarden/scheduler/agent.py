@@ -6,6 +6,9 @@
 Each sync reports every task's state, exit code and newest checkpoint file, plus new log text,
 and gets back what to start, checkpoint and stop (docs/scheduler.md). The agent survives the
 service being down: its tasks keep running and it retries until the service answers again.
+Nor does it need to outlive its tasks: each runs under ``_task_wrapper``, which writes the exit
+status under ``WORKDIR/tasks``, so an agent restarted on the same ``--workdir`` adopts them and
+reports how they ended.
 GPUs come from NVML through ``gpuwarden.collectors`` unless ``--fake-gpus`` is given.
 """
 

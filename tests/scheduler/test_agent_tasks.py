@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import signal
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from gpuwarden.scheduler._agent_tasks import TaskTable
+from gpuwarden.scheduler._agent_tasks import TaskTable, _alive
 from gpuwarden.scheduler.agent import host_inventory
 
 STUBBORN = """
@@ -72,11 +74,59 @@ def test_command_hook_and_stop_escalation(tmp_path):
     assert table.tasks[key].killed and table.tasks[key].exit_code == -9
 
 
+COUNTS_USR1 = """
+import os, signal, time
+seen = []
+signal.signal(signal.SIGUSR1, lambda *_: seen.append(1) or print("usr1", len(seen), flush=True))
+print("up", flush=True)
+while not os.path.exists("go"):
+    time.sleep(0.05)
+"""
+
+
+def test_a_checkpoint_signal_reaches_the_task_once_and_the_task_runs_on(tmp_path):
+    # the task runs under a wrapper in its process group; the signal must neither end the
+    # wrapper (the agent would see the task exit) nor reach the task twice (two checkpoints)
+    table, key = TaskTable(tmp_path), ("j4", 1, 0)
+    table.start(_order("j4", [sys.executable, "-c", COUNTS_USR1]))
+    log, deadline = Path(table.tasks[key].log), time.monotonic() + 10
+    while "up" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    hook = {"kind": "signal", "target": "SIGUSR1"}
+    table.checkpoint({"job_id": "j4", "attempt": 1, "task": 0, "hook": hook})
+    while "usr1" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # time for a second delivery, were there one
+    table.poll()
+    assert table.tasks[key].state == "running"
+    (tmp_path / "checkpoints" / "j4" / "go").touch()
+    _until(table, key, "exited")
+    assert table.tasks[key].exit_code == 0 and log.read_text() == "up\nusr1 1\n"
+
+
+def test_a_wrapper_killed_alone_takes_its_task_with_it(tmp_path):
+    # else the task would hold its GPUs after the agent reported it exited
+    table, key = TaskTable(tmp_path), ("j5", 1, 0)
+    script = "import os, time; print(os.getpid(), flush=True); time.sleep(60)"
+    table.start(_order("j5", [sys.executable, "-c", script]))
+    log, deadline = Path(table.tasks[key].log), time.monotonic() + 10
+    while not log.read_text().endswith("\n") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    task_pid, wrapper_pid = int(log.read_text()), table.tasks[key].pid
+    assert wrapper_pid is not None and task_pid != wrapper_pid
+    os.kill(wrapper_pid, signal.SIGKILL)
+    _until(table, key, "exited")
+    assert table.tasks[key].exit_code == -signal.SIGKILL
+    while _alive(task_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(task_pid)
+
+
 def test_a_missing_program_fails_the_task_not_the_agent(tmp_path):
     table = TaskTable(tmp_path)
     table.start(_order("j3", ["/no/such/program"]))
-    task = table.tasks[("j3", 1, 0)]
-    assert task.state == "exited" and task.exit_code == 127
+    _until(table, ("j3", 1, 0), "exited")
+    assert table.tasks[("j3", 1, 0)].exit_code == 127
     assert "cannot start /no/such/program" in table.report()["logs"][0]["text"]
 
 
@@ -117,3 +167,18 @@ def test_the_agents_own_tokens_never_reach_a_task(tmp_path, monkeypatch):
     assert chunk["text"] == "[] kept\n"
     saved = (tmp_path / "agent-state.json").read_text()
     assert "secret" not in saved
+
+
+def test_a_command_hook_gets_the_tasks_environment_not_the_agents_tokens(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUWARDEN_AGENT_TOKEN", "agent-secret-123")
+    table, key = TaskTable(tmp_path), ("j10", 1, 0)
+    table.start(_order("j10", [sys.executable, "-c", STUBBORN]))
+    hook = {"kind": "command", "target": 'echo "[$GPUWARDEN_AGENT_TOKEN] $GPUWARDEN_ATTEMPT" > env'}
+    table.checkpoint({"job_id": "j10", "attempt": 1, "task": 0, "hook": hook})
+    env, deadline = tmp_path / "checkpoints" / "j10" / "env", time.monotonic() + 10
+    while not (env.exists() and env.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    table.stop({"job_id": "j10", "attempt": 1, "task": 0})
+    table.kill_after_s = 0.0
+    _until(table, key, "exited")
+    assert env.read_text() == "[] 1\n"
