@@ -3,10 +3,10 @@
     gpuwarden dashboard --serve-url http://127.0.0.1:8480 --scheduler-url http://127.0.0.1:8477
 
 Each base URL comes from its option (passed to the app after ``--``), else from the
-environment; tokens come from the environment only and never reach a page, a log or a cache
-key:
+environment; tokens come from the environment only, are used for reads only (a change is sent
+with the token a person pastes, ``_gate``) and never reach a page, a log or a cache key:
 
-    GPUWARDEN_SERVE_URL, GPUWARDEN_SERVE_TOKEN            serve's /v1/gpus, /v1/audit, overrides
+    GPUWARDEN_SERVE_URL, GPUWARDEN_SERVE_TOKEN            serve's /v1/gpus, /v1/audit, /v1/breaker
     GPUWARDEN_SCHEDULER_URL, GPUWARDEN_SCHEDULER_TOKEN    the bundled scheduler (admin token)
 
 A failed call raises ``ApiError`` with one line naming the service and what went wrong.
@@ -89,7 +89,7 @@ def _option(argv: list[str], name: str) -> str | None:
 
 def serve_api(argv: list[str], environ: Mapping[str, str] | None = None) -> Api | None:
     """``gpuwarden serve``'s API from ``--serve-url`` or ``GPUWARDEN_SERVE_URL`` (None: not
-    configured), with ``GPUWARDEN_SERVE_TOKEN`` for overrides."""
+    configured), with ``GPUWARDEN_SERVE_TOKEN`` for its reads (never for an override)."""
     env = os.environ if environ is None else environ
     url = _option(argv, "--serve-url") or env.get("GPUWARDEN_SERVE_URL", "")
     return Api("gpuwarden serve", url, env.get("GPUWARDEN_SERVE_TOKEN") or None) if url else None

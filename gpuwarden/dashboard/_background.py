@@ -89,6 +89,7 @@ class BackgroundScores:
         try:
             store = self._opener(self.url)
         except Exception as exc:  # any store failure: shown on the page, retried next pass
+            logger.warning("scoring %s: cannot open the store: %s", self.url, exc)
             return Scores(self._clock(), None, f"{type(exc).__name__}: {exc}")
         try:
             snap = data.snapshot(store, self._clock())
@@ -100,7 +101,7 @@ class BackgroundScores:
             logger.warning("scoring %s failed: %s", self.url, exc, exc_info=True)
             return Scores(self._clock(), None, f"{type(exc).__name__}: {exc}")
         finally:
-            store.close()
+            _close(store, self.url)
 
     def _extend_history(self) -> None:
         """The hours completed up to the store's "as of" into ``history`` (which keeps the
@@ -118,24 +119,40 @@ class BackgroundScores:
         except Exception as exc:
             logger.warning("risk history: cannot read %s: %s", self.url, exc)
         finally:
-            store.close()
+            _close(store, self.url)
 
     def _run(self) -> None:
         self._stop.wait(self.start_after_s)
         while not self._stop.is_set():
-            result = self.score_once()
-            if result is not None:
-                with self._lock:
-                    # keep the last good scores visible while a pass fails
-                    if (
-                        result.frame is not None
-                        or self._latest is None
-                        or self._latest.frame is None
-                    ):
-                        self._latest = result
-                    else:
-                        self._latest = Scores(self._latest.at, self._latest.frame, result.error)
-            self._done.set()
-            if self.history is not None and result is not None:
-                self._extend_history()
+            result: Scores | None = None
+            try:
+                result = self._round()
+            except Exception:  # a bug here must not end the thread: the next round may work
+                logger.exception("background scoring of %s: the round failed", self.url)
+            finally:
+                self._done.set()
             self._stop.wait(self.every_s if result is not None else min(self.every_s, 30.0))
+
+    def _round(self) -> Scores | None:
+        """One live pass and, after it, the hours the risk history lacks."""
+        result = self.score_once()
+        if result is not None:
+            with self._lock:
+                # keep the last good scores visible while a pass fails
+                if result.frame is not None or self._latest is None or self._latest.frame is None:
+                    self._latest = result
+                else:
+                    self._latest = Scores(self._latest.at, self._latest.frame, result.error)
+        self._done.set()  # the live scores are ready; the history may take longer
+        if self.history is not None and result is not None:
+            self._extend_history()
+        return result
+
+
+def _close(store: Store, url: str) -> None:
+    """Close a pass's connection; a failure to close is logged, never raised (it would end
+    the thread and leave the dashboard without scores)."""
+    try:
+        store.close()
+    except Exception as exc:
+        logger.warning("scoring %s: closing the store failed: %s", url, exc)

@@ -4,25 +4,68 @@ Streamlit re-runs the whole script on every click; without these caches every cl
 re-read the store. Keys are the store URL and the query's arguments (the store object and the
 scorer are not hashable: they are passed with a leading underscore and identified by the URL
 and ``scorer_key``).
+
+A read of serve or the scheduler that fails is remembered for ``FAIL_TTL_S`` (``Failures``):
+a service that does not answer would otherwise cost every render its timeout again.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import pandas as pd
 import streamlit as st
 
 from gpuwarden.dashboard import data
-from gpuwarden.dashboard._api import Api
+from gpuwarden.dashboard._api import Api, ApiError
 from gpuwarden.dashboard._background import BackgroundScores
 from gpuwarden.store import open_store
 from gpuwarden.store.base import Store
 
 TTL_S = 30
 API_TTL_S = 10  # serve and the scheduler change faster than the store's history
+FAIL_TTL_S = 15  # a failed read of serve or the scheduler is asked again after this
+
+
+class Failures:
+    """Failed reads for ``ttl_s`` seconds: key -> the error's message and status, shared by
+    every session of the server (as ``st.cache_data`` is). Keys never hold a token."""
+
+    def __init__(self, ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._held: dict[Hashable, tuple[float, str, int]] = {}
+
+    def get(self, key: Hashable) -> ApiError | None:
+        """The failure remembered for ``key`` (None: none, or it expired)."""
+        with self._lock:
+            held = self._held.get(key)
+            if held is None:
+                return None
+            until, message, status = held
+            if self._clock() >= until:
+                del self._held[key]
+                return None
+        return ApiError(message, status)
+
+    def put(self, key: Hashable, exc: ApiError) -> ApiError:
+        """Remember ``exc`` for ``key``; returns it with "(cached for N s)" added."""
+        message = f"{exc} (cached for {self.ttl_s:g} s)"
+        with self._lock:
+            self._held[key] = (self._clock() + self.ttl_s, message, exc.status)
+        return ApiError(message, exc.status)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._held.clear()
+
+
+_failures = Failures(FAIL_TTL_S)
 
 
 @st.cache_resource(show_spinner=False)
@@ -43,8 +86,9 @@ def background_scores(url: str) -> BackgroundScores | None:
 
 
 def clear() -> None:
-    """Forget every cached query (the "Refresh now" button); the open stores stay."""
+    """Forget every cached query and failure (the "Refresh now" button); the open stores stay."""
     st.cache_data.clear()
+    _failures.clear()
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -98,9 +142,22 @@ def scorer_risk_history(
     return None if history is None else history(store(url), uuid, start, end)
 
 
+def api_get(base_url: str, path: str, params: tuple[tuple[str, Any], ...], api: Api) -> Any:
+    """A GET on serve or the scheduler (``api``, whose token is not part of any key): an answer
+    is kept for ``API_TTL_S``, an ``ApiError`` for ``FAIL_TTL_S`` (raised again meanwhile)."""
+    key = (base_url, path, params)
+    failed = _failures.get(key)
+    if failed is not None:
+        raise failed
+    try:
+        return _api_answer(base_url, path, params, api)
+    except ApiError as exc:
+        raise _failures.put(key, exc) from exc
+
+
 @st.cache_data(ttl=API_TTL_S, show_spinner=False)
-def api_get(base_url: str, path: str, params: tuple[tuple[str, Any], ...], _api: Api) -> Any:
-    """A GET on serve or the scheduler (``_api``, whose token is not part of the key)."""
+def _api_answer(base_url: str, path: str, params: tuple[tuple[str, Any], ...], _api: Api) -> Any:
+    # raises on failure, so st.cache_data keeps only answers; ``api_get`` keeps failures
     return _api.get(path, dict(params))
 
 

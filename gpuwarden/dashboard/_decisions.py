@@ -1,25 +1,28 @@
 """What ``gpuwarden serve`` decided: the Decisions page and the tag status of flagged GPUs.
 
 Both read serve's API (``/v1/audit``, ``/v1/gpus``, ``/v1/breaker``) through ``_cache.api_get``;
-the override form POSTs ``/v1/gpus/{uuid}/state`` with ``GPUWARDEN_SERVE_TOKEN``. Without a
-serve URL the page says how to start one, and the tag status reads "serve not configured".
+the override form POSTs ``/v1/gpus/{uuid}/state`` with a serve token the person pastes for their
+session (``_gate``), never ``GPUWARDEN_SERVE_TOKEN``, which only reads. Without a serve URL the
+page says how to start one, and the tag status reads "serve not configured".
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
 import streamlit as st
 
-from gpuwarden.dashboard import _cache
+from gpuwarden.dashboard import _cache, _gate
 from gpuwarden.dashboard._api import Api, ApiError
 
 STATES = ("ok", "at-risk", "unhealthy")
 AUDIT_LIMIT = 2000
 NOT_CONFIGURED = "serve not configured"
 _DONE_KEY = "_override_done"  # serve's answer to the last override, shown after the rerun
+_CLEAR_TOKEN_KEY = "_override_clear_token"  # empty the token field on the next run
 AUDIT_COLUMNS = ["time", "gpu", "change", "actor", "source", "reasons", "hook", "result", "uuid"]
 
 
@@ -92,11 +95,13 @@ def how_to_start_serve() -> None:
     st.code(
         "export GPUWARDEN_API_TOKEN=$(openssl rand -hex 16)\n"
         "gpuwarden serve --store sqlite:///gpuwarden.db --listen 127.0.0.1:9401\n"
-        "GPUWARDEN_SERVE_TOKEN=$GPUWARDEN_API_TOKEN \\\n"
-        "  gpuwarden dashboard --store sqlite:///gpuwarden.db --serve-url http://127.0.0.1:9401",
+        "gpuwarden dashboard --store sqlite:///gpuwarden.db --serve-url http://127.0.0.1:9401",
         language="sh",
     )
-    st.caption("Without GPUWARDEN_SERVE_TOKEN the page shows the audit log but no override form.")
+    st.caption(
+        "serve's reads need no token. To override a state, a person pastes serve's token into "
+        "the form for their session; the dashboard does not hold it."
+    )
 
 
 def page(serve: Api | None) -> None:
@@ -143,20 +148,21 @@ def page(serve: Api | None) -> None:
 
 
 def _override_form(serve: Api, gpus: list[dict[str, Any]]) -> None:
+    """serve's ``POST /v1/gpus/{uuid}/state`` with the token the person pastes (kept for their
+    browser session), never with the dashboard's own ``GPUWARDEN_SERVE_TOKEN``: whoever can
+    load the page can use that one, so it only reads."""
     st.subheader("Override a GPU's state")
-    if not serve.token:
-        st.caption(
-            "Set GPUWARDEN_SERVE_TOKEN (the GPUWARDEN_API_TOKEN serve runs with) to change "
-            "states from here."
-        )
-        return
     if not gpus:
         st.caption("serve knows no GPU yet.")
         return
     done = st.session_state.pop(_DONE_KEY, None)
     if done:
         st.success(done)
+    if st.session_state.pop(_CLEAR_TOKEN_KEY, False):  # kept by now; empty the field itself
+        st.session_state["override_token"] = ""
+    kept = _gate.session_serve_token()
     labels = {g["uuid"]: f"{g['hostname']}/{g['gpu']} ({g['state']})" for g in gpus}
+    hint = "kept for this session" if kept else "the GPUWARDEN_API_TOKEN serve runs with"
     with st.form("override", clear_on_submit=False):
         uuid = st.selectbox("GPU", list(labels), format_func=labels.__getitem__, key="override_gpu")
         state = st.selectbox("New state", STATES, key="override_state")
@@ -164,22 +170,38 @@ def _override_form(serve: Api, gpus: list[dict[str, Any]]) -> None:
             "Reason", placeholder="reseated; DCGM diag level 3 passed", key="override_reason"
         )
         actor = st.text_input("Your name", key="override_actor")
+        pasted = st.text_input(
+            "Your serve token", type="password", key="override_token", placeholder=hint
+        )
         st.caption(
-            "serve pins a person's decision for its manual hold, then the model and alerts "
-            "decide again."
+            "A change is sent with the serve token you paste here, not with the dashboard's own "
+            "(GPUWARDEN_SERVE_TOKEN only reads). It is kept for this browser session only: "
+            "never shown, logged or stored. serve pins a person's decision for its manual hold, "
+            "then the model and alerts decide again."
         )
         sent = st.form_submit_button("Apply", key="override_apply")
+    if kept and st.button("Forget my serve token", key="override_forget"):
+        _gate.forget_serve_token()
+        st.rerun()
     if not sent:
         return
     body = {"state": state, "reason": reason.strip(), "actor": actor.strip()}
     if not body["reason"] or not body["actor"]:
         st.error("A decision needs a reason and your name.")
         return
+    token = pasted.strip() or kept
+    if not token:
+        st.error("Paste your serve token (the GPUWARDEN_API_TOKEN serve runs with) to apply.")
+        return
     try:
-        answer = serve.post(f"/v1/gpus/{uuid}/state", body)
+        answer = replace(serve, token=token).post(f"/v1/gpus/{uuid}/state", body)
     except ApiError as exc:
+        if exc.status in (401, 403):
+            _gate.forget_serve_token()  # a wrong token is no use for the next try either
         st.error(str(exc))
         return
+    _gate.keep_serve_token(token)
+    st.session_state[_CLEAR_TOKEN_KEY] = True
     t = answer["transition"]
     hooks = "; ".join(f"{h.get('hook')}: {h.get('result')}" for h in answer.get("hooks", []))
     st.session_state[_DONE_KEY] = (

@@ -3,7 +3,10 @@
 Reads ``gpuwarden scheduler serve``'s API (``/v1/jobs``, ``/v1/quota``, ``/v1/billing``,
 ``/v1/audit``) with ``GPUWARDEN_SCHEDULER_TOKEN`` (an admin token sees every tenant) through
 ``_cache.api_get``, so a page rerun does not call the scheduler again within ``API_TTL_S``.
-The frame functions take the API's JSON and are what the tests check.
+The frame functions take the API's JSON and are what the tests check. A job's GPUs count as
+the scheduler bills them (a share or a MIG slice is its fraction of a GPU); the week's
+preemptions come from the newest ``AUDIT_LIMIT`` audit rows, and the page says "at least" when
+those do not reach back to Monday.
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ import streamlit as st
 from gpuwarden.dashboard import _cache
 from gpuwarden.dashboard._api import Api, ApiError
 from gpuwarden.dashboard._decisions import fmt_utc
+from gpuwarden.errors import InputError
+from gpuwarden.scheduler.billing import billed_gpu_milli
+from gpuwarden.scheduler.jobs import Job
+from gpuwarden.scheduler.resources import GPU_MILLI
 
 PRIORITIES = ("inference", "training", "batch", "dev")  # highest first
 WEEK_S = 7 * 86400.0
@@ -48,9 +55,21 @@ def queue_frame(jobs: list[dict[str, Any]], now: float) -> pd.DataFrame:
 
 
 def _gpus(job: dict[str, Any]) -> float:
-    """GPUs a job holds or asks for: tasks x GPUs per task x its share (250 milli: 0.25)."""
-    share = job.get("gpu_milli", 1000) / 1000.0
-    return float(job.get("tasks", 1) * job.get("gpus_per_task", 0) * share)
+    """GPUs a job holds or asks for, all tasks together, counted as the scheduler bills them
+    (``billing.billed_gpu_milli``): a 250-milli share is 0.25, a MIG 1g instance 1/7 of a GPU.
+    NaN for a job whose shape this version does not know (a MIG profile newer than it): the
+    totals it is part of read "unknown" rather than too low."""
+    try:
+        shape = Job(
+            job_id=str(job["job_id"]),
+            tasks=job["tasks"],
+            gpus_per_task=job["gpus_per_task"],
+            gpu_milli=job["gpu_milli"],
+            mig_profile=job.get("mig_profile"),
+        )
+    except (KeyError, InputError):
+        return float("nan")
+    return billed_gpu_milli(shape) / GPU_MILLI
 
 
 def running_frame(jobs: list[dict[str, Any]]) -> pd.DataFrame:
@@ -66,7 +85,9 @@ def running_frame(jobs: list[dict[str, Any]]) -> pd.DataFrame:
         }
     )
     out = frame.groupby("tenant").agg(
-        jobs=("gpus", "size"), gpus=("gpus", "sum"), interruptible=("interruptible", "sum")
+        jobs=("gpus", "size"),
+        gpus=("gpus", lambda g: g.sum(skipna=False)),  # a job of unknown shape: unknown, not 0
+        interruptible=("interruptible", "sum"),
     )
     return out.reset_index().sort_values(["gpus", "tenant"], ascending=[False, True])
 
@@ -88,6 +109,13 @@ def billing_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     out = frame.groupby("tenant").agg(gpu_hours=("gpu_hours", "sum"), jobs=("job_id", "nunique"))
     return out.reset_index().sort_values("gpu_hours", ascending=False).reset_index(drop=True)
+
+
+def audit_reaches(audit: list[dict[str, Any]], since: float, limit: int) -> bool:
+    """Whether ``audit`` (the newest ``limit`` rows ``/v1/audit`` gave) holds every row since
+    ``since``: the log had fewer rows, or they reach back before ``since``. ``/v1/audit`` has
+    no cursor to read further back, so when this is False a count from it is a lower bound."""
+    return len(audit) < limit or any(r["at"] < since for r in audit)
 
 
 def preemptions_frame(audit: list[dict[str, Any]], since: float) -> pd.DataFrame:
@@ -140,11 +168,15 @@ def page(api: Api | None, now: float) -> None:
     st.caption(f"`{api.base_url}` · this week from {fmt_utc(since, '%a %Y-%m-%d')} · UTC")
     queue, running = queue_frame(jobs, now), running_frame(jobs)
     preempted = preemptions_frame(audit, since)
+    whole = audit_reaches(audit, since, AUDIT_LIMIT)
+    in_use = float(running["gpus"].sum(skipna=False)) if len(running) else 0.0
     cols = st.columns(4)
     cols[0].metric("Queued jobs", f"{int(queue['jobs'].sum()):,}")
     cols[1].metric("Running jobs", f"{int(running['jobs'].sum()) if len(running) else 0:,}")
-    cols[2].metric("GPUs in use", f"{running['gpus'].sum() if len(running) else 0:,.2f}")
-    cols[3].metric("Preemptions this week", f"{len(preempted):,}")
+    cols[2].metric("GPUs in use", f"{in_use:,.2f}" if in_use == in_use else "unknown")
+    cols[3].metric(
+        "Preemptions this week", f"{len(preempted):,}" if whole else f"at least {len(preempted):,}"
+    )
 
     st.subheader("Queue")
     st.dataframe(queue, hide_index=True, key="sched_queue", column_config={
@@ -168,9 +200,15 @@ def page(api: Api | None, now: float) -> None:
         "gpu_hours": st.column_config.NumberColumn("GPU-hours", format="%.2f"),
     })  # fmt: skip
     st.subheader("Preemptions this week")
-    if preempted.empty:
+    if not whole:
+        st.caption(
+            f"At least {len(preempted):,}: only the newest {AUDIT_LIMIT:,} audit events were "
+            "read (the scheduler's /v1/audit cannot page further back), and they do not reach "
+            f"back to {fmt_utc(since, '%a %Y-%m-%d %H:%M UTC')}."
+        )
+    if preempted.empty and whole:
         st.success("No job was preempted this week.")
-    else:
+    elif not preempted.empty:
         st.dataframe(preempted, hide_index=True, key="sched_preemptions")
 
 

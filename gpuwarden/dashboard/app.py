@@ -7,7 +7,8 @@ The store URL comes from ``--store`` after ``--``, else the ``store`` setting
 that need attention (``?view=attention``), one GPU's history (``?view=gpu&gpu=<UUID>``),
 ``gpuwarden serve``'s decisions (``?view=decisions``, with ``--serve-url``) and the bundled
 scheduler (``?view=scheduler``, with ``--scheduler-url``); see ``_api`` for their settings. The
-page re-reads the store on a timer (sidebar); every query is cached for ``_cache.TTL_S``.
+page re-reads the store on a timer (sidebar); every query is cached for ``_cache.TTL_S``. With
+``GPUWARDEN_DASHBOARD_PASSWORD`` set, every page first asks for it (``_gate``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 import streamlit as st
 
 from gpuwarden.config import load_settings
-from gpuwarden.dashboard import _api, _cache, _decisions, _pages, _scheduler_page
+from gpuwarden.dashboard import _api, _cache, _decisions, _gate, _pages, _scheduler_page
 from gpuwarden.dashboard._background import BackgroundScores
 from gpuwarden.errors import GpuwardenError
 
@@ -84,6 +85,8 @@ def _on_view_change() -> None:
 
 def main() -> None:
     st.set_page_config(page_title="gpuwarden · GPU fleet health", page_icon="🟩", layout="wide")
+    if not _gate.unlocked():  # before anything else: not even the store URL is shown
+        return
     try:
         url = store_url(sys.argv[1:])
     except GpuwardenError as exc:  # a broken settings file: say so, no traceback

@@ -6,15 +6,21 @@
 The command runs ``python -m streamlit run gpuwarden/dashboard/app.py`` in a child process with
 the store URL passed through, and stops it on Ctrl-C. ``start_dashboard`` / ``wait_ready`` do
 the same for the demo, the screenshot script and the browser test.
+
+It refuses to listen beyond loopback while a service token is in its environment and no
+``GPUWARDEN_DASHBOARD_PASSWORD`` is (``check_exposure``): every visitor would read with the
+token, an admin token showing every tenant's jobs.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +31,9 @@ from gpuwarden.errors import ConfigError, GpuwardenError
 
 APP = Path(__file__).with_name("app.py")
 DEFAULT_LISTEN = "127.0.0.1:8501"
+PASSWORD_ENV = "GPUWARDEN_DASHBOARD_PASSWORD"
+TOKEN_ENVS = ("GPUWARDEN_SCHEDULER_TOKEN", "GPUWARDEN_SERVE_TOKEN")
+INSECURE_FLAG = "--insecure-no-password"
 
 
 def require_streamlit() -> None:
@@ -33,6 +42,32 @@ def require_streamlit() -> None:
         raise ConfigError(
             "the dashboard needs Streamlit and Altair: pip install 'gpuwarden[dashboard]'"
         )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (as ``--listen`` gives it) is reachable from this machine only:
+    ``localhost``, 127.0.0.0/8 or ``::1``. Any other name may resolve to a public address."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, environ: Mapping[str, str], *, insecure: bool = False) -> None:
+    """Raise a one-line ``ConfigError`` when the dashboard would listen beyond loopback with a
+    service token in ``environ`` and no ``GPUWARDEN_DASHBOARD_PASSWORD`` (unless ``insecure``)."""
+    tokens = [name for name in TOKEN_ENVS if environ.get(name)]
+    if insecure or not tokens or environ.get(PASSWORD_ENV) or is_loopback(host):
+        return
+    where = "every address" if host in ("0.0.0.0", "::", "") else host
+    one = len(tokens) == 1
+    raise ConfigError(
+        f"refusing to serve on {where} without a password: {' and '.join(tokens)} "
+        f"{'is' if one else 'are'} set, so anyone who reaches the page would use "
+        f"{'it' if one else 'them'}; set {PASSWORD_ENV}, or pass {INSECURE_FLAG}"
+    )
 
 
 def streamlit_argv(
@@ -129,6 +164,13 @@ def stop_dashboard(proc: subprocess.Popen[bytes]) -> None:
     envvar="GPUWARDEN_SCHEDULER_URL",
     help="The bundled scheduler's API, for the Scheduler page (token: $GPUWARDEN_SCHEDULER_TOKEN).",
 )
+@click.option(
+    INSECURE_FLAG,
+    "insecure",
+    is_flag=True,
+    help=f"Listen beyond loopback with a service token set but no ${PASSWORD_ENV}: anyone who "
+    "reaches the page reads with the token.",
+)
 @click.pass_context
 def dashboard(
     ctx: click.Context,
@@ -136,13 +178,16 @@ def dashboard(
     listen: str,
     serve_url: str | None,
     scheduler_url: str | None,
+    insecure: bool,
 ) -> None:
     """Serve the health dashboard (fleet overview, GPUs needing attention, GPU detail,
-    serve's decisions, the scheduler)."""
+    serve's decisions, the scheduler). With $GPUWARDEN_DASHBOARD_PASSWORD set, every page
+    asks for it first."""
     try:
         cfg = ctx.find_root().obj or load_settings()
         url = store_url or str(cfg["store"])
         host, port = parse_listen(listen)
+        check_exposure(host, os.environ, insecure=insecure)
         require_streamlit()
     except GpuwardenError as exc:
         raise click.ClickException(str(exc)) from exc

@@ -16,8 +16,8 @@ from known_fleet import require_extra
 
 from gpuwarden.dashboard._api import scheduler_api, serve_api
 from gpuwarden.dashboard._browser import _free_port
-from gpuwarden.dashboard.cli import APP, dashboard, streamlit_argv, wait_ready
-from gpuwarden.errors import GpuwardenError
+from gpuwarden.dashboard.cli import APP, check_exposure, dashboard, streamlit_argv, wait_ready
+from gpuwarden.errors import ConfigError, GpuwardenError
 
 require_extra("streamlit", "altair")
 
@@ -48,6 +48,37 @@ def test_a_bad_listen_address_is_one_line():
     result = CliRunner().invoke(dashboard, ["--store", "x.db", "--listen", "nowhere"])
     assert result.exit_code == 1
     assert "HOST:PORT" in result.output and "Traceback" not in result.output
+
+
+NO_SECRETS = {"GPUWARDEN_DASHBOARD_PASSWORD": None, "GPUWARDEN_SCHEDULER_TOKEN": None,
+              "GPUWARDEN_SERVE_TOKEN": None}  # fmt: skip
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0:8599", ":8599", "10.1.2.3:8599", "[::]:8599",
+                                    "dash.example.org:8599"])  # fmt: skip
+def test_a_token_is_not_served_to_the_network_without_a_password(listen):
+    env = {**NO_SECRETS, "GPUWARDEN_SCHEDULER_TOKEN": "admin-t0ken"}
+    result = CliRunner().invoke(dashboard, ["--store", "x.db", "--listen", listen], env=env)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    (line,) = result.output.strip().splitlines()
+    assert "refusing to serve" in line and "GPUWARDEN_SCHEDULER_TOKEN is set" in line
+    assert "set GPUWARDEN_DASHBOARD_PASSWORD, or pass --insecure-no-password" in line
+    assert "admin-t0ken" not in line
+
+
+def test_what_may_listen_beyond_loopback():
+    token = {"GPUWARDEN_SERVE_TOKEN": "t"}
+    for host in ("127.0.0.1", "127.0.1.1", "localhost", "::1"):  # loopback: always
+        check_exposure(host, token)
+    check_exposure("0.0.0.0", {})  # no token to leak
+    check_exposure("0.0.0.0", {**token, "GPUWARDEN_DASHBOARD_PASSWORD": "pw"})
+    check_exposure("0.0.0.0", token, insecure=True)
+    both = {**token, "GPUWARDEN_SCHEDULER_TOKEN": "s"}
+    with pytest.raises(ConfigError, match="on every address .* GPUWARDEN_SCHEDULER_TOKEN and "
+                       "GPUWARDEN_SERVE_TOKEN are set, so anyone .* would use them"):  # fmt: skip
+        check_exposure("0.0.0.0", both)
+    with pytest.raises(ConfigError, match="on 192.168.0.5 "):
+        check_exposure("192.168.0.5", {**token, "GPUWARDEN_DASHBOARD_PASSWORD": ""})
 
 
 def test_wait_ready_names_a_server_that_exited():

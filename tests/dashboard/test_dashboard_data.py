@@ -319,3 +319,45 @@ def test_risk_bands_never_hide_a_state():
     assert data.risk_band("ok", float("nan")) == "not scored"
     assert data.risk_band("ok", 0.1) == "< 0.3" and data.risk_band("ok", 0.6) == "0.5-0.7"
     assert data.risk_band("at-risk", 0.7) == "at risk (>= 0.7)"
+
+
+def test_background_scores_go_on_when_closing_the_store_fails(known_url, caplog):
+    """A store whose close raises (a locked database at shutdown) is logged; the thread keeps
+    scoring, and every connection it opened was closed."""
+    import logging
+    import sqlite3
+
+    from gpuwarden.dashboard._background import BackgroundScores
+
+    opened: list[SqliteStore] = []
+
+    class CloseFails(SqliteStore):
+        def close(self) -> None:
+            super().close()
+            if len(opened) <= 2:  # the first two passes' connections
+                raise sqlite3.OperationalError("database is locked")
+
+    def opener(url: str) -> SqliteStore:
+        opened.append(CloseFails.from_url(url))
+        return opened[-1]
+
+    calls: list[float] = []
+
+    def scorer(store, at):
+        calls.append(at)
+        return pd.DataFrame({"uuid": [uuid_of(SBE)], "risk": [0.9]})
+
+    caplog.set_level(logging.WARNING, logger="gpuwarden.dashboard._background")
+    bg = BackgroundScores(known_url, scorer, every_s=0.05, opener=opener)
+    try:
+        first = bg.wait(10)
+        assert first is not None and first.frame is not None  # the pass's scores, not lost
+        deadline = time.monotonic() + 30
+        while len(calls) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(calls) >= 4 and bg._thread.is_alive()
+        assert "closing the store failed: database is locked" in caplog.text
+    finally:
+        bg.stop()
+    assert not bg._thread.is_alive()
+    assert all(s._conn is None for s in opened)  # closed, even where close() raised

@@ -92,20 +92,32 @@ def test_the_audit_log_lists_each_decision_with_filters(serve, known_url, monkey
     at.checkbox(key="decisions_hooks").check().run()  # each hook's action on the decision too
     hooks = audit_table(at)
     assert len(hooks) == 2 and set(hooks["hook"]) == {"", "recording"}
-    # no token: the log, but no form
-    assert not [b for b in at.button if b.key == "override_apply"]
-    assert any("GPUWARDEN_SERVE_TOKEN" in c.value for c in at.caption)
+    # no token in the dashboard's environment: the log, and a form that asks for one
+    assert at.text_input(key="override_token").value == ""
+    assert any("not with the dashboard's own" in c.value for c in at.caption)
 
 
-def test_the_override_form_posts_and_shows_the_answer(serve, known_url, monkeypatch):
-    handle, tagger = serve
-    at = run(monkeypatch, known_url, "decisions", GPUWARDEN_SERVE_URL=handle.url,
-             GPUWARDEN_SERVE_TOKEN=TOKEN)  # fmt: skip
-    at.selectbox(key="override_gpu").set_value(uuid_of(REMAP))
-    at.selectbox(key="override_state").set_value("ok")
-    at.text_input(key="override_reason").input("remap failure cleared after reset; diag passed")
-    at.text_input(key="override_actor").input("sam")
+def texts(at: AppTest) -> list[str]:
+    """Every message, caption and markdown on the page (where a token must never appear)."""
+    kinds = (at.success, at.error, at.warning, at.info, at.caption, at.markdown, at.code)
+    return [str(e.value) for kind in kinds for e in kind]
+
+
+def override(at: AppTest, uuid: str, state: str, reason: str, actor: str, token: str = "") -> None:
+    at.selectbox(key="override_gpu").set_value(uuid)
+    at.selectbox(key="override_state").set_value(state)
+    at.text_input(key="override_reason").input(reason)
+    at.text_input(key="override_actor").input(actor)
+    if token:
+        at.text_input(key="override_token").input(token)
     at.button(key="override_apply").click().run()
+
+
+def test_the_override_form_posts_with_the_pasted_token(serve, known_url, monkeypatch):
+    handle, tagger = serve
+    at = run(monkeypatch, known_url, "decisions", GPUWARDEN_SERVE_URL=handle.url)
+    override(at, uuid_of(REMAP), "ok", "remap failure cleared after reset; diag passed", "sam",
+             token=TOKEN)  # fmt: skip
     assert not at.error, [e.value for e in at.error]
     (done,) = at.success
     assert done.value.startswith("node002/0: at-risk -> ok by sam")
@@ -114,25 +126,51 @@ def test_the_override_form_posts_and_shows_the_answer(serve, known_url, monkeypa
     assert audit_table(at).loc[0, ["gpu", "change", "actor"]].tolist() == [
         "node002/0", "at-risk -> ok", "sam",
     ]  # fmt: skip
+    # the token is kept for the session, out of the field, and shown nowhere
+    assert at.text_input(key="override_token").value == ""
+    assert not [t for t in texts(at) if TOKEN in t]
     # no reason: refused here, nothing sent
     before = handle.service.audit.count()
     at.text_input(key="override_reason").input("   ")
     at.button(key="override_apply").click().run()
     assert any("needs a reason" in e.value for e in at.error)
     assert handle.service.audit.count() == before
+    # the next change in the same session needs no second paste
+    override(at, uuid_of(REMAP), "at-risk", "fans loud again", "sam")
+    assert not at.error, [e.value for e in at.error]
+    assert handle.service.engine.status(uuid_of(REMAP)).state is GpuState.AT_RISK
+    # ... until the person forgets it
+    at.button(key="override_forget").click().run()
+    override(at, uuid_of(REMAP), "ok", "cleared", "sam")
+    assert any("Paste your serve token" in e.value for e in at.error)
+    assert handle.service.engine.status(uuid_of(REMAP)).state is GpuState.AT_RISK
+
+
+def test_the_dashboards_own_token_never_changes_a_state(serve, known_url, monkeypatch):
+    """GPUWARDEN_SERVE_TOKEN is whoever loads the page's: it reads, it does not override."""
+    handle, _ = serve
+    at = run(monkeypatch, known_url, "decisions", GPUWARDEN_SERVE_URL=handle.url,
+             GPUWARDEN_SERVE_TOKEN=TOKEN)  # fmt: skip
+    before = handle.service.audit.count()
+    override(at, uuid_of(REMAP), "ok", "looks fine to me", "visitor")
+    (error,) = at.error
+    assert "Paste your serve token" in error.value
+    assert handle.service.audit.count() == before
+    assert handle.service.engine.status(uuid_of(REMAP)).state is GpuState.AT_RISK
 
 
 def test_a_wrong_token_shows_the_servers_answer(serve, known_url, monkeypatch):
     handle, _ = serve
-    at = run(monkeypatch, known_url, "decisions", GPUWARDEN_SERVE_URL=handle.url,
-             GPUWARDEN_SERVE_TOKEN="guessed-token")  # fmt: skip
-    at.text_input(key="override_reason").input("try")
-    at.text_input(key="override_actor").input("mallory")
-    at.button(key="override_apply").click().run()
+    at = run(monkeypatch, known_url, "decisions", GPUWARDEN_SERVE_URL=handle.url)
+    override(at, uuid_of(SBE), "ok", "try", "mallory", token="guessed-token")
     (error,) = at.error
     assert "answered 401" in error.value and "missing or wrong bearer token" in error.value
-    assert "guessed-token" not in error.value
+    assert not [t for t in texts(at) if "guessed-token" in t]
     assert handle.service.engine.status(uuid_of(SBE)).source == "manual"  # still erin's
+    # a refused token is not kept for the next try
+    at.text_input(key="override_token").input("")
+    override(at, uuid_of(SBE), "ok", "try again", "mallory")
+    assert any("Paste your serve token" in e.value for e in at.error)
 
 
 def test_without_serve_the_page_says_how_to_start_it(known_url, monkeypatch):

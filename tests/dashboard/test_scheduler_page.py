@@ -4,7 +4,9 @@ scheduler's contract (fixed JSON, bearer token checked): the numbers the page sh
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -33,7 +35,7 @@ def job(job_id: str, tenant: str, state: str, priority: str, **kw: Any) -> dict[
         "job_id": job_id, "tenant": tenant, "name": job_id, "priority": priority,
         "interruptible": kw.get("interruptible", False), "state": state, "attempt": 1,
         "tasks": kw.get("tasks", 1), "gpus_per_task": kw.get("gpus", 1),
-        "gpu_milli": kw.get("milli", 1000), "mig_profile": None, "command": ["train.py"],
+        "gpu_milli": kw.get("milli", 1000), "mig_profile": kw.get("mig"), "command": ["train.py"],
         "submitted_at": kw.get("submitted", NOW - 3600), "started_at": None, "ended_at": None,
         "exit_code": None, "reason": "", "last_checkpoint_at": None, "preemptions": 0,
         "placement": [],
@@ -47,6 +49,9 @@ JOBS = [
     job("j4", "team-a", "running", "training", tasks=2, gpus=8),
     job("j5", "team-b", "running", "inference", gpus=1, milli=500, interruptible=True),
     job("j6", "team-b", "checkpointing", "batch", gpus=2, interruptible=True),
+    # MIG instances count their compute slices out of 7, as the scheduler bills them
+    job("j7", "team-c", "running", "inference", mig="1g.10gb"),
+    job("j8", "team-c", "queued", "batch", tasks=2, mig="3g.40gb", submitted=NOW - 600),
 ]
 QUOTA = [
     {"tenant": "team-a", "gpus": 32, "gpu_memory_mib": 0, "guaranteed_gpus": 8,
@@ -77,6 +82,7 @@ class FakeScheduler:
 
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict[str, list[str]]]] = []
+        self.audit = AUDIT  # newest first, as /v1/audit gives them; ?limit= applies
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -85,8 +91,9 @@ class FakeScheduler:
                 owner.requests.append((parts.path, parse_qs(parts.query)))
                 if self.headers.get("Authorization") != f"Bearer {TOKEN}":
                     return self._send(401, {"detail": "missing or wrong bearer token"})
+                limit = int(parse_qs(parts.query).get("limit", ["100"])[0])
                 body = {"/v1/jobs": JOBS, "/v1/quota": QUOTA, "/v1/billing": BILLING,
-                        "/v1/audit": AUDIT}.get(parts.path)  # fmt: skip
+                        "/v1/audit": owner.audit[:limit]}.get(parts.path)  # fmt: skip
                 if body is None:
                     return self._send(404, {"detail": "no such path"})
                 self._send(200, body)
@@ -148,20 +155,21 @@ def test_the_page_shows_queue_tenants_quota_hours_and_preemptions(scheduler, mon
     assert at.title[0].value == "Scheduler"
     m = {x.label: x.value for x in at.metric}
     assert m == {
-        "Queued jobs": "3",
-        "Running jobs": "3",  # checkpointing still holds its GPUs
-        "GPUs in use": "18.50",  # 2 x 8 + 0.5 + 2
+        "Queued jobs": "4",
+        "Running jobs": "4",  # checkpointing still holds its GPUs
+        "GPUs in use": "18.64",  # 2 x 8 + 0.5 + 2 + 1/7 (a 1g MIG instance)
         "Preemptions this week": "2",
     }
     queue = table(at, "oldest_wait_h")
     assert queue["priority"].tolist() == ["inference", "training", "batch", "dev"]
-    assert queue["jobs"].tolist() == [0, 2, 1, 0]
-    assert queue["gpus"].tolist() == [0.0, 16.0, 0.25, 0.0]
+    assert queue["jobs"].tolist() == [0, 2, 2, 0]
+    assert queue["gpus"].tolist() == pytest.approx([0.0, 16.0, 0.25 + 6 / 7, 0.0])  # 2 x 3g
     assert queue.loc[1, "oldest_wait_h"] == pytest.approx(5.0)
     running = table(at, "interruptible")
-    assert running.to_dict("list") == {
-        "tenant": ["team-a", "team-b"], "jobs": [1, 2], "gpus": [16.0, 2.5], "interruptible": [0, 2],
+    assert running[["tenant", "jobs", "interruptible"]].to_dict("list") == {
+        "tenant": ["team-a", "team-b", "team-c"], "jobs": [1, 2, 1], "interruptible": [0, 2, 0],
     }  # fmt: skip
+    assert running["gpus"].tolist() == pytest.approx([16.0, 2.5, 1 / 7])
     quota = table(at, "use_pct")
     assert quota[["tenant", "used_gpus", "gpus", "use_pct"]].to_dict("list") == {
         "tenant": ["team-a", "team-b"], "used_gpus": [16.0, 2.5], "gpus": [32, 10],
@@ -172,6 +180,7 @@ def test_the_page_shows_queue_tenants_quota_hours_and_preemptions(scheduler, mon
     assert billing["gpu_hours"].tolist() == pytest.approx([332.5, 0.25 + 3 / 7])
     preempted = table(at, "job_id")
     assert preempted["job_id"].tolist() == ["j4", "j6"]  # newest first; last week's left out
+    assert not [c for c in at.caption if "At least" in c.value]  # the log was read whole
     assert preempted["time"].tolist()[0] == "2026-12-02 11:59:00 UTC"
     # GPU-hours "this week": from Monday 00:00 UTC
     (billing_query,) = [q for p, q in scheduler.requests if p == "/v1/billing"]
@@ -199,3 +208,77 @@ def test_a_missing_or_wrong_token_is_said_plainly(scheduler, monkeypatch, tmp_pa
     (error,) = at.error
     assert "answered 401" in error.value and "wrong bearer token" in error.value
     assert "not-the-t0ken" not in error.value  # the token is never shown
+
+
+def preempt(at: float, job_id: str) -> dict[str, Any]:
+    return {"at": at, "actor": "scheduler", "action": "preempt", "job_id": job_id, "node": "n1",
+            "gpu": 0, "reason": "inference needs the GPU"}  # fmt: skip
+
+
+def test_a_busy_weeks_preemptions_are_a_lower_bound(scheduler, monkeypatch, tmp_path):
+    """/v1/audit gives only the newest rows (no cursor): when the 5,000 read are all this
+    week, the page says "at least" instead of undercounting quietly."""
+    scheduler.audit = [preempt(NOW - 60 - i, f"b{i}") for i in range(6000)]  # all this week
+    at = run(monkeypatch, tmp_path, GPUWARDEN_SCHEDULER_URL=scheduler.url,
+             GPUWARDEN_SCHEDULER_TOKEN=TOKEN)  # fmt: skip
+    m = {x.label: x.value for x in at.metric}
+    assert m["Preemptions this week"] == "at least 5,000"
+    assert any("At least 5,000: only the newest 5,000 audit events" in c.value for c in at.caption)
+    (audit_query,) = [q for p, q in scheduler.requests if p == "/v1/audit"]
+    assert audit_query["limit"] == ["5000"]
+    assert len(table(at, "job_id")) == 5000
+
+
+def test_a_full_read_that_reaches_last_week_is_an_exact_count(scheduler, monkeypatch, tmp_path):
+    this_week = [preempt(NOW - 60 - i, f"b{i}") for i in range(4999)]
+    scheduler.audit = [*this_week, preempt(MONDAY - 1, "old"), preempt(MONDAY - 2, "older")]
+    at = run(monkeypatch, tmp_path, GPUWARDEN_SCHEDULER_URL=scheduler.url,
+             GPUWARDEN_SCHEDULER_TOKEN=TOKEN)  # fmt: skip
+    m = {x.label: x.value for x in at.metric}
+    assert m["Preemptions this week"] == "4,999"
+    assert not [c for c in at.caption if "At least" in c.value]
+
+
+def test_a_scheduler_that_does_not_answer_is_asked_once_per_15_s(monkeypatch, tmp_path):
+    """A scheduler that accepts connections but never answers costs one timeout, not one per
+    render: the failure is kept for 15 s and said so; the token is in no message."""
+    from gpuwarden.dashboard import _api, _cache
+
+    monkeypatch.setattr(_api, "TIMEOUT_S", 1.0)
+    silent = socket.create_server(("127.0.0.1", 0))  # the kernel accepts; nobody answers
+    url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    st.cache_data.clear()
+    _cache.clear()
+    try:
+        started = time.monotonic()
+        at = run(monkeypatch, tmp_path, GPUWARDEN_SCHEDULER_URL=url,
+                 GPUWARDEN_SCHEDULER_TOKEN=TOKEN)  # fmt: skip
+        first_s = time.monotonic() - started
+        (error,) = at.error
+        assert f"the scheduler at {url} did not answer" in error.value
+        assert "(cached for 15 s)" in error.value and TOKEN not in error.value
+        started = time.monotonic()
+        at.run()
+        again_s = time.monotonic() - started
+        (error,) = at.error
+        assert "did not answer" in error.value and "(cached for 15 s)" in error.value
+        assert first_s >= 1.0 and again_s < 1.0, (first_s, again_s)
+    finally:
+        silent.close()
+        _cache.clear()
+
+
+def test_a_failure_is_forgotten_after_15_s():
+    from gpuwarden.dashboard._api import ApiError
+    from gpuwarden.dashboard._cache import Failures
+
+    now = [100.0]
+    failures = Failures(15, clock=lambda: now[0])
+    key = ("http://s:1", "/v1/jobs", ())
+    shown = failures.put(key, ApiError("the scheduler at http://s:1 did not answer: timed out"))
+    assert str(shown).endswith("did not answer: timed out (cached for 15 s)")
+    now[0] = 114.9
+    held = failures.get(key)
+    assert held is not None and str(held) == str(shown) and held.status == 0
+    now[0] = 115.0
+    assert failures.get(key) is None
