@@ -64,7 +64,11 @@ def test_decisions_and_scheduler_pages_render(chromium: str, tmp_path: Path) -> 
     # the fleet's hard signals, decided by serve (the table itself is drawn on a canvas)
     shown = re.search(r"(\d+) of the last (\d+) audit rows", decisions.text)
     assert shown is not None and int(shown.group(1)) > 0, decisions.text[-500:]
-    assert "GPUWARDEN_SERVE_TOKEN" in decisions.text  # no token: no override form
+    # the override form asks for a token of the person's own; the dashboard's only reads
+    assert (
+        "Your serve token" in decisions.text
+        and "GPUWARDEN_SERVE_TOKEN only reads" in decisions.text
+    )
     assert "No scheduler is configured" in scheduler.text
     assert blank_reason(decisions.path) is None
 
