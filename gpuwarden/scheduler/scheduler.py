@@ -22,6 +22,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from gpuwarden.errors import InputError
 from gpuwarden.scheduler import preempt as _preempt
@@ -187,30 +188,45 @@ class Scheduler:
 
     def _allocate(self, job: Job, *, probe: bool = False) -> _Allocated | str:
         """Apply every task of ``job`` (the policy chooses, or first fit when ``probe``, which
-        leaves the policy's learnt state alone); undo all and return why when one does not fit."""
+        leaves the policy's learnt state alone); undo all and return why when one does not fit.
+
+        At-risk GPUs are the last resort of interruptible work: it goes to healthy GPUs when
+        they can take all of it, so a GPU that does fail costs as little work as it can."""
         admission = self.quotas.admit(job)
         if not admission.ok:
             return admission.reason
         room = self.quotas.memory_room(job.tenant)
+        if job.interruptible and not probe and bool((self.cluster.health == 1).any()):
+            got = self._apply_tasks(job, replace(job, interruptible=False), room, probe)
+            if not isinstance(got, str):
+                return (*got, admission)
+        got = self._apply_tasks(job, job, room, probe)
+        return got if isinstance(got, str) else (*got, admission)
+
+    def _apply_tasks(
+        self, job: Job, view: Job, room: float, probe: bool
+    ) -> tuple[list[TaskAlloc], float] | str:
+        """Choose the GPUs of each task as ``view`` (``job``, or ``job`` kept off at-risk GPUs)
+        and apply them as ``job``; all undone, and why, when one task does not fit."""
         cluster, charged = self.cluster, 0.0
         allocs: list[TaskAlloc] = []
         for _ in range(job.tasks):
-            feasible = cluster.feasible(job, room - charged)
+            feasible = cluster.feasible(view, room - charged)
             if not feasible.any():
-                reason = why_not(self.cluster, job, room - charged, placed_tasks=len(allocs))
+                reason = why_not(self.cluster, view, room - charged, placed_tasks=len(allocs))
                 for alloc in reversed(allocs):
                     cluster.undo(alloc)
                 return reason
             if probe:
                 node = int(feasible.argmax())
-                gpus, start = cluster.default_gpus(job, node)
+                gpus, start = cluster.default_gpus(view, node)
             else:
-                choice = self.policy.choose(cluster, job, feasible)
+                choice = self.policy.choose(cluster, view, feasible)
                 node, gpus, start = choice.node, choice.gpus, choice.mig_start
             alloc = cluster.apply(job, node, gpus, start)
             allocs.append(alloc)
             charged += _memory_charged([alloc])
-        return allocs, charged, admission
+        return allocs, charged
 
     def _commit(
         self,

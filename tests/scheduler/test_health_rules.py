@@ -23,6 +23,27 @@ def test_at_risk_gpu_takes_interruptible_work_only() -> None:
     assert b.placed and b.placement.tasks[0].gpus == (0,)  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("policy", ["warden", "bestfit", "fgd"])
+def test_interruptible_work_goes_to_at_risk_gpus_last(policy: str) -> None:
+    # best fit alone would pack the share onto the busy at-risk GPU 0
+    s = one_node([Health.AT_RISK, Health.OK, Health.OK], policy)
+    first = s.place(Job("train", gpus_per_task=2, interruptible=True))
+    assert first.placed and first.placement.tasks[0].gpus == (1, 2)  # type: ignore[union-attr]
+    # with no healthy GPU left, the at-risk one still takes interruptible work
+    second = s.place(Job("batch", gpus_per_task=1, interruptible=True))
+    assert second.placed and second.placement.tasks[0].gpus == (0,)  # type: ignore[union-attr]
+
+
+def test_a_gang_is_not_split_onto_at_risk_gpus_while_it_fits_on_healthy_ones() -> None:
+    nodes = [
+        NodeSpec("a", 64000, 262144, "H100-80GB", (GpuSpec(0, health=Health.AT_RISK),)),
+        NodeSpec("b", 64000, 262144, "H100-80GB", (GpuSpec(0), GpuSpec(1))),
+    ]
+    s = Scheduler(nodes, "bestfit")
+    d = s.place(Job("gang", tasks=2, gpus_per_task=1, interruptible=True))
+    assert d.placed and {t.node for t in d.placement.tasks} == {"b"}  # type: ignore[union-attr]
+
+
 def test_unhealthy_gpu_takes_nothing() -> None:
     s = one_node([Health.UNHEALTHY, Health.UNHEALTHY])
     assert not s.place(Job("a", gpu_milli=100, interruptible=True)).placed
