@@ -6,12 +6,14 @@ scheduler core refuses, with the core's message naming the field.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpuwarden.errors import InputError
 from gpuwarden.scheduler.jobs import CheckpointHook, Job, Placement, TaskPlacement
 from gpuwarden.scheduler.mig import MigInstance
+from gpuwarden.scheduler.resources import GPU_MILLI
 from gpuwarden.scheduler.state import JobRow
 
 #: spec fields a submission may carry, with their defaults (the ``Job`` defaults, plus name,
@@ -37,34 +39,98 @@ SPEC_FIELDS: dict[str, Any] = {
 FINISHED = ("succeeded", "failed", "cancelled")
 
 
+#: The largest whole number a request may carry: exact as a JSON number (a double) and far
+#: inside SQLite's int64, so no count, size or id overflows on its way into the database.
+MAX_INT = 2**53 - 1
+#: Tasks in one gang: a placement tries each in turn under the service's lock.
+MAX_TASKS = 4096
+#: A command's characters in all: one exec argument must stay under Linux's 128 KiB.
+MAX_COMMAND_CHARS = 65_536
+
+#: The whole-number spec fields and their ranges; only ``gpu_memory_mib`` may be null. A node
+#: registers at most 64 GPUs, so a task never needs more.
+_WHOLE = {
+    "tasks": (1, MAX_TASKS),
+    "gpus_per_task": (0, 64),
+    "gpu_milli": (0, GPU_MILLI),
+    "cpu_milli": (0, MAX_INT),
+    "memory_mib": (0, MAX_INT),
+    "gpu_memory_mib": (1, MAX_INT),
+}
+
+
 def normalise_spec(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The stored spec of a submission: known fields only, defaults filled, command checked."""
+    """The stored spec of a submission: known fields only, defaults filled, every field's type
+    and range checked (the ``Job`` checks the rules between fields)."""
     unknown = set(body) - set(SPEC_FIELDS) - {"tenant", "idempotency_key"}
     if unknown:
-        raise InputError(f"unknown job fields: {', '.join(sorted(unknown))}")
+        names = ", ".join(sorted(k if is_utf8(k) else repr(k) for k in unknown))
+        raise InputError(f"unknown job fields: {names}")
     spec = {k: body.get(k, default) for k, default in SPEC_FIELDS.items()}
     if spec["priority"] is None:
         spec["priority"] = "batch"
-    name = spec["name"]
-    if not isinstance(name, str) or not name.strip() or len(name) > 200:
-        raise InputError("name: a job needs a name of 1..200 characters")
+    check_text("name", spec["name"], max_chars=200)
     command = spec["command"]
     if isinstance(command, str):
-        if not command.strip():
-            raise InputError("command: must not be empty")
+        check_text("command", command, max_chars=MAX_COMMAND_CHARS)
     elif not (isinstance(command, list) and command and all(isinstance(c, str) for c in command)):
         raise InputError("command: must be a string or a non-empty list of strings")
-    if isinstance(spec["gpu_models"], str):
-        spec["gpu_models"] = [m for m in spec["gpu_models"].split("|") if m]
-    for attr in ("interruptible",):
-        if not isinstance(spec[attr], bool):
-            raise InputError(f"{attr}: must be true or false")
+    else:
+        check_text("command", "".join(command), max_chars=MAX_COMMAND_CHARS)
+    check_text("priority", spec["priority"], max_chars=20)
+    if spec["mig_profile"] is not None:
+        check_text("mig_profile", spec["mig_profile"], max_chars=20)
+    models = spec["gpu_models"]
+    if isinstance(models, str):
+        models = spec["gpu_models"] = [m for m in models.split("|") if m]
+    if not isinstance(models, list) or len(models) > 64:
+        raise InputError("gpu_models: must be a list of up to 64 model names, or 'A|B'")
+    for model in models:
+        check_text("gpu_models", model, max_chars=100)
+    for attr, (lo, hi) in _WHOLE.items():
+        value = spec[attr]
+        if value is None and attr == "gpu_memory_mib":
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+            raise InputError(f"{attr} must be a whole number in {lo}..{hi}, got {value!r}")
+    if not isinstance(spec["interruptible"], bool):
+        raise InputError("interruptible: must be true or false")
+    hook = spec["checkpoint"]
+    if hook is not None:
+        if not isinstance(hook, Mapping) or set(hook) != {"kind", "target"}:
+            raise InputError('checkpoint: must be {"kind": "signal|command|url", "target": ...}')
+        check_text("checkpoint kind", hook["kind"], max_chars=20)
+        check_text("checkpoint target", hook["target"], max_chars=4096)
     grace = spec["grace_period_s"]
     if not isinstance(grace, int | float) or isinstance(grace, bool):
         raise InputError("grace_period_s: must be a number of seconds")
     if not 0 <= grace <= MAX_GRACE_S:  # NaN and inf fail too: a job must not keep its GPUs
         raise InputError(f"grace_period_s: must be within 0..{MAX_GRACE_S:g} s, got {grace!r}")
     return spec
+
+
+def check_text(field: str, value: object, *, max_chars: int) -> str:
+    """``value`` as a non-blank string of at most ``max_chars`` characters without NUL (a task's
+    name, tenant and command reach its argv and environment, where NUL cannot go) or lone
+    surrogates (SQLite stores UTF-8)."""
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(f"{field}: must be a non-empty string")
+    if len(value) > max_chars:
+        raise InputError(f"{field}: at most {max_chars} characters, got {len(value)}")
+    if "\0" in value:
+        raise InputError(f"{field}: must not contain NUL characters")
+    if not is_utf8(value):
+        raise InputError(f"{field}: must be valid Unicode text, not a lone surrogate")
+    return value
+
+
+def is_utf8(value: str) -> bool:
+    """Whether ``value`` can be stored: JSON's "\\ud800" decodes to a string SQLite refuses."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 #: The longest a preempted job may take to checkpoint before it is stopped; past it a tenant
@@ -99,6 +165,32 @@ def job_of(job_id: str, tenant: str, spec: Mapping[str, Any]) -> Job:
         )
     except TypeError as exc:  # e.g. a list where a number belongs
         raise InputError(f"job {job_id}: {exc}") from exc
+
+
+#: The reason a job preempted for another tenant's job shows its own tenant.
+PREEMPTED_BY_OTHER_TENANT = "preempted by a higher-priority inference job of another tenant"
+
+_JOB_ID = re.compile(r"\bj-[0-9a-f]{12}\b")
+
+
+def preempted_reason(victim: Job, by_job_id: str, by_tenant: str | None) -> str:
+    """What the preempted job's tenant reads: the id of the job that took its GPUs only when
+    that job is its own (tenants must not learn each other's jobs)."""
+    if by_tenant == victim.tenant:
+        return f"preempted by inference job {by_job_id}"
+    return PREEMPTED_BY_OTHER_TENANT
+
+
+def for_tenant(text: str, tenant: str, tenant_of: Callable[[str], str | None]) -> str:
+    """``text`` with the id of every other tenant's job replaced, for a reason or audit line
+    that ``tenant`` reads (the core's messages name jobs, e.g. "GPU(s) [0] of n1 busy with
+    j-..." when a restart cannot adopt a placement). ``tenant_of`` looks a job id up."""
+
+    def hide(m: re.Match[str]) -> str:
+        owner = tenant_of(m.group(0))
+        return m.group(0) if owner in (None, tenant) else "another tenant's job"
+
+    return _JOB_ID.sub(hide, text)
 
 
 def argv_of(command: str | Sequence[str]) -> list[str]:
@@ -178,12 +270,18 @@ def task_env(row: JobRow, task: int) -> dict[str, str]:
 
 __all__ = [
     "FINISHED",
+    "MAX_INT",
+    "MAX_TASKS",
     "SPEC_FIELDS",
     "argv_of",
+    "check_text",
+    "for_tenant",
+    "is_utf8",
     "job_json",
     "job_of",
     "normalise_spec",
     "placement_json",
+    "preempted_reason",
     "task_env",
     "task_placements",
 ]

@@ -18,8 +18,10 @@ from gpuwarden.errors import InputError
 from gpuwarden.scheduler import mig
 from gpuwarden.scheduler._service_jobs import (
     argv_of,
+    for_tenant,
     job_of,
     placement_json,
+    preempted_reason,
     task_env,
     task_placements,
 )
@@ -46,8 +48,13 @@ def rebuild(svc: SchedulerService, now: float) -> None:
     if not nodes:
         svc.scheduler = None
         return
-    quotas = [quota_of(r["tenant"], r["gpus"], r["gpu_memory_mib"], r["guaranteed_gpus"])
-              for r in svc.db.quotas()]  # fmt: skip
+    quotas = []
+    for r in svc.db.quotas():
+        try:
+            quotas.append(quota_of(r["tenant"], r["gpus"], r["gpu_memory_mib"],
+                                   r["guaranteed_gpus"]))  # fmt: skip
+        except InputError as exc:  # stored before values were bounded: serve on, unlimited
+            logger.error("ignoring the stored quota of %s: %s", r["tenant"], exc)
     s = Scheduler([node_spec(n) for n in nodes], svc.policy, quotas)
     lost = []
     for row in svc.db.jobs(states=("running",)):
@@ -100,9 +107,16 @@ def run_round(svc: SchedulerService, now: float, *, preempt: bool) -> None:
 
 
 def apply_decision(svc: SchedulerService, d: Decision, now: float) -> None:
-    for e in getattr(d, "evictions", ()):
-        evicted(svc, e.job.job_id, e.reason, now, "scheduler")
     row = svc.db.job(d.job_id)
+    for e in getattr(d, "evictions", ()):
+        # the victim's tenant reads this reason: another tenant's job stays unnamed there and
+        # is named in a row only the admin sees (no tenant)
+        victim = e.job
+        by_tenant = None if row is None else row.tenant
+        evicted(svc, victim.job_id, preempted_reason(victim, d.job_id, by_tenant), now, "scheduler")
+        if by_tenant not in (None, victim.tenant):
+            svc.db.audit(now, "scheduler", "preempt", job_id=d.job_id, node=e.node,
+                         reason=f"took the GPUs of job {victim.job_id} of tenant {victim.tenant}")  # fmt: skip
     if row is None:
         return
     if d.placement is None:
@@ -133,6 +147,10 @@ def evicted(svc: SchedulerService, job_id: str, reason: str, now: float, actor: 
     row = svc.db.job(job_id)
     if row is None or row.state != "running" or row.stop_reason is not None:
         return
+    shown = for_tenant(reason, row.tenant, lambda j: _tenant_of(svc, j))
+    if shown != reason:  # the admin still learns which job it was, from the log
+        logger.warning("job %s evicted: %s", job_id, reason)
+    reason = shown
     forget(svc, job_id)  # it comes back with the next attempt, after its tasks have stopped
     grace = float(row.spec["grace_period_s"]) if row.spec.get("checkpoint") else 0.0
     svc.db.update_job(job_id, state="checkpointing", stop_reason="preempt", stop_after=now + grace,
@@ -224,7 +242,9 @@ def agent_sync(svc: SchedulerService, node: str, body: Mapping[str, Any], now: f
             continue
         _take_report(svc, row, t, node, now)
     for chunk in body.get("logs", ()):
-        if svc.db.job(chunk["job_id"]) is not None:
+        # only output of a task this node was told to run: an agent speaks for its node alone
+        known = _task(svc, (chunk["job_id"], int(chunk["attempt"]), int(chunk["task"])))
+        if known is not None and known.node == node:
             svc.db.append_log(chunk["job_id"], int(chunk["attempt"]), int(chunk["task"]),
                               int(chunk.get("offset") or 0), chunk["text"])  # fmt: skip
     for row in svc.db.tasks(node=node, live=True):
@@ -357,6 +377,11 @@ def _current(job: JobRow | None, row: TaskRow) -> bool:
         and job.stop_reason is None
         and row.attempt == job.attempt
     )
+
+
+def _tenant_of(svc: SchedulerService, job_id: str) -> str | None:
+    row = svc.db.job(job_id)
+    return None if row is None else row.tenant
 
 
 def _task(svc: SchedulerService, key: Key) -> TaskRow | None:

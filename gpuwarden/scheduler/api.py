@@ -6,11 +6,13 @@
     GET  /v1/nodes   POST /v1/nodes/{node}/gpus/{i}/health (admin)
     GET  /v1/quota   PUT /v1/quota/{tenant} (admin)
     GET  /v1/billing?since=&until=[&format=csv]     GET /v1/audit?limit=
-    POST /v1/agents/{node}/register   POST /v1/agents/{node}/sync   (agent token)
+    POST /v1/agents/{node}/register   POST /v1/agents/{node}/sync   (that node's agent token)
 
 Every route but /healthz needs a bearer token (401 without). A tenant sees only its own jobs:
-another tenant's job is 404, so job ids do not leak. Bad input is a 400 naming the field;
-handlers run one at a time under the service's lock, so a bad request changes nothing.
+another tenant's job is 404, so job ids do not leak. An agent route takes only the token of the
+node in its path (``_auth``); any other token, the agents' master secret included, is a 403.
+Bad input is a 400 naming the field; handlers run one at a time under the service's lock, so a
+bad request changes nothing.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from fastapi import Body, Depends, FastAPI, HTTPException, Query, Request
+from fastapi import Body, Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpuwarden.errors import GpuwardenError, InputError, StoreError
-from gpuwarden.scheduler._auth import TokenBook
+from gpuwarden.scheduler._auth import NODE_NAME, TokenBook, bearer
+from gpuwarden.scheduler._service_jobs import MAX_INT, MAX_TASKS
 from gpuwarden.scheduler.billing import to_csv
 from gpuwarden.scheduler.service import (
     ConflictError,
@@ -37,70 +40,102 @@ from gpuwarden.serve.server import ServeHandle
 _STATES = ("queued", "running", "checkpointing", "succeeded", "failed", "cancelled")
 
 
+# ---- request bodies: every number bounded where it comes in, so none reaches SQLite (int64)
+# or a placement loop too big, and no field takes inf or NaN (JSON's 1e400 parses as inf).
+# Job specs are free-form JSON checked by ``normalise_spec``, quotas by ``quota_of``.
+
+Whole = Annotated[int, Field(ge=0, le=MAX_INT)]
+Attempt = Annotated[int, Field(ge=1, le=MAX_INT)]
+TaskIndex = Annotated[int, Field(ge=0, lt=MAX_TASKS)]
+#: Times an agent reports, unix seconds on its clock (the service clamps them, ``_agent_time``).
+AgentTime = Annotated[float | None, Field(ge=-MAX_INT, le=MAX_INT)]
+#: What ``Popen.returncode`` can be: an exit status, or minus the signal that killed the task.
+ExitCode = Annotated[int | None, Field(ge=-(2**31), lt=2**31)]
+NodeName = Annotated[str, Path(pattern=NODE_NAME)]
+
+#: Task reports and log chunks in one sync: far above what a node's tasks send.
+MAX_SYNC_ITEMS = 10_000
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class HealthChange(_Strict):
-    health: str = Field(description="ok, at-risk or unhealthy")
+    health: str = Field(description="ok, at-risk or unhealthy", max_length=20)
     reason: str = Field("", max_length=2000)
 
 
 class QuotaLimits(_Strict):
-    gpus: float | None = Field(None, ge=0)
-    gpu_memory_mib: int | None = Field(None, ge=0)
-    guaranteed_gpus: float | None = Field(None, ge=0)
+    gpus: float | None = None
+    gpu_memory_mib: int | None = None
+    guaranteed_gpus: float | None = None
 
 
 class AgentGpu(_Strict):
     index: int = Field(ge=0, le=63)
-    uuid: str = ""
-    model: str = Field(min_length=1)
-    memory_mib: int | None = Field(None, gt=0)
+    uuid: str = Field("", max_length=200)
+    model: str = Field(min_length=1, max_length=100)
+    memory_mib: int | None = Field(None, gt=0, le=MAX_INT)
     mode: Literal["whole", "fractional", "mig"] | None = None
 
 
 class Registration(_Strict):
-    cpu_milli: int = Field(ge=0)
-    memory_mib: int = Field(ge=0)
+    cpu_milli: Whole
+    memory_mib: Whole
     gpus: list[AgentGpu] = Field(max_length=64)
 
 
 class TaskReport(_Strict):
-    job_id: str
-    attempt: int = Field(ge=1)
-    task: int = Field(ge=0)
+    job_id: str = Field(max_length=200)
+    attempt: Attempt
+    task: TaskIndex
     state: Literal["running", "exited"]
-    exit_code: int | None = None
-    pid: int | None = None
-    checkpoint_at: float | None = None
-    started_at: float | None = Field(None, description="when the agent launched it (its clock)")
-    ended_at: float | None = Field(None, description="when the agent saw it exit (its clock)")
+    exit_code: ExitCode = None
+    pid: int | None = Field(None, ge=0, lt=2**31)
+    checkpoint_at: AgentTime = None
+    started_at: AgentTime = Field(None, description="when the agent launched it (its clock)")
+    ended_at: AgentTime = Field(None, description="when the agent saw it exit (its clock)")
 
 
 class LogChunk(_Strict):
-    job_id: str
-    attempt: int = Field(ge=1)
-    task: int = Field(ge=0)
+    job_id: str = Field(max_length=200)
+    attempt: Attempt
+    task: TaskIndex
     text: str = Field(max_length=1 << 20)
-    offset: int | None = Field(None, ge=0)
+    offset: Whole | None = None
 
 
 class Sync(_Strict):
-    tasks: list[TaskReport] = []
-    logs: list[LogChunk] = []
+    tasks: list[TaskReport] = Field([], max_length=MAX_SYNC_ITEMS)
+    logs: list[LogChunk] = Field([], max_length=MAX_SYNC_ITEMS)
 
 
 class CheckpointReport(_Strict):
-    at: float | None = None
+    at: float | None = Field(None, ge=-MAX_INT, le=MAX_INT)
+
+
+# ---- who is asking ------------------------------------------------------------------------
+
+_SECRET_REFUSED = (
+    "this is the agents' master secret, which authenticates no one; give each node its own "
+    "token: use `gpuwarden scheduler agent-token NODE` on the service host"
+)
+
+
+def _token(request: Request) -> str:
+    token = bearer(request.headers.get("authorization", ""))
+    if token is None:
+        raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
+    if request.app.state.tokens.is_secret(token):
+        raise HTTPException(403, _SECRET_REFUSED)
+    return token
 
 
 def _principal(request: Request) -> Principal:
-    who = request.app.state.tokens.who(request.headers.get("authorization", ""))
+    who = request.app.state.tokens.who(_token(request))
     if who is None:
-        raise HTTPException(
-            401, "missing or unknown bearer token", headers={"WWW-Authenticate": "Bearer"}
-        )
+        raise HTTPException(401, "unknown bearer token", headers={"WWW-Authenticate": "Bearer"})
     return who
 
 
@@ -113,11 +148,26 @@ def _role(*kinds: str) -> Callable[[Principal], Principal]:
     return check
 
 
+def _node_agent(request: Request, node: NodeName) -> Principal:
+    """The agent of the node the path names, by that node's own token (``_auth``)."""
+    tokens: TokenBook = request.app.state.tokens
+    token = _token(request)
+    if tokens.is_node(token, node):
+        return Principal("agent", node)
+    if tokens.who(token) is not None:
+        raise HTTPException(403, f"this needs the agent token of node {node}")
+    # a token of another node looks like any unknown token: say what would work
+    raise HTTPException(
+        403,
+        f"this is not the agent token of node {node}: each node has its own, printed by "
+        f"`gpuwarden scheduler agent-token {node}`",
+    )
+
+
 # module level: FastAPI resolves these annotations by name (``from __future__ import annotations``)
 Person = Annotated[Principal, Depends(_role("tenant", "admin"))]
 Admin = Annotated[Principal, Depends(_role("admin"))]
-Agent = Annotated[Principal, Depends(_role("agent"))]
-Anyone = Annotated[Principal, Depends(_role("tenant", "admin", "agent"))]
+NodeAgent = Annotated[Principal, Depends(_node_agent)]
 
 
 def create_app(service: SchedulerService, tokens: TokenBook) -> FastAPI:
@@ -186,19 +236,21 @@ def create_app(service: SchedulerService, tokens: TokenBook) -> FastAPI:
     def logs(
         job_id: str,
         who: Person,
-        task: Annotated[int | None, Query(ge=0)] = None,
-        attempt: Annotated[int | None, Query(ge=1)] = None,
+        task: Annotated[int | None, Query(ge=0, lt=MAX_TASKS)] = None,
+        attempt: Annotated[int | None, Query(ge=1, le=MAX_INT)] = None,
     ) -> PlainTextResponse:
         return PlainTextResponse(service.logs(who, job_id, attempt=attempt, task=task))
 
     # ---- cluster, quotas, billing, audit ---------------------------------------------------
 
     @app.get("/v1/nodes")
-    def nodes(who: Anyone) -> list[dict[str, Any]]:
+    def nodes(who: Person) -> list[dict[str, Any]]:
         return service.nodes()
 
     @app.post("/v1/nodes/{node}/gpus/{index}/health")
-    def health(node: str, index: int, change: HealthChange, who: Admin) -> dict[str, Any]:
+    def health(
+        node: str, index: Annotated[int, Path(ge=0, le=63)], change: HealthChange, who: Admin
+    ) -> dict[str, Any]:
         return service.set_health(who, node, index, change.health, change.reason)
 
     @app.get("/v1/quota")
@@ -206,15 +258,17 @@ def create_app(service: SchedulerService, tokens: TokenBook) -> FastAPI:
         return service.quota_rows(who)
 
     @app.put("/v1/quota/{tenant}")
-    def set_quota(tenant: str, limits: QuotaLimits, who: Admin) -> dict[str, Any]:
+    def set_quota(
+        tenant: Annotated[str, Path(max_length=200)], limits: QuotaLimits, who: Admin
+    ) -> dict[str, Any]:
         return service.set_quota(
             who, tenant, limits.gpus, limits.gpu_memory_mib, limits.guaranteed_gpus
         )
 
     @app.get("/v1/billing", response_model=None)
     def billing(
-        since: float,
-        until: float,
+        since: Annotated[float, Query(allow_inf_nan=False)],
+        until: Annotated[float, Query(allow_inf_nan=False)],
         who: Person,
         format: Literal["json", "csv"] = "json",
     ) -> Response | list[dict[str, Any]]:
@@ -235,12 +289,12 @@ def create_app(service: SchedulerService, tokens: TokenBook) -> FastAPI:
     # ---- node agents -----------------------------------------------------------------------
 
     @app.post("/v1/agents/{node}/register")
-    def register(node: str, body: Registration, who: Agent) -> dict[str, Any]:
-        return service.register(node, body.model_dump())
+    def register(body: Registration, who: NodeAgent) -> dict[str, Any]:
+        return service.register(who.name, body.model_dump())
 
     @app.post("/v1/agents/{node}/sync")
-    def agent_sync(node: str, body: Sync, who: Agent) -> dict[str, Any]:
-        return service.agent_sync(node, body.model_dump())
+    def agent_sync(body: Sync, who: NodeAgent) -> dict[str, Any]:
+        return service.agent_sync(who.name, body.model_dump())
 
     return app
 

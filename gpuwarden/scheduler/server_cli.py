@@ -57,7 +57,8 @@ def serve(
 
     Tokens come from the environment: $GPUWARDEN_SCHEDULER_TOKENS (a TOML file with a
     [tenants] table) or $GPUWARDEN_SCHEDULER_TOKENS_JSON, $GPUWARDEN_SCHEDULER_ADMIN_TOKEN,
-    $GPUWARDEN_AGENT_TOKEN.
+    and $GPUWARDEN_AGENT_SECRET (or, from older setups, $GPUWARDEN_AGENT_TOKEN), the master
+    secret each node's agent token is derived from (see `agent-token`).
     """
     from gpuwarden._lifecycle import wait_for_stop
     from gpuwarden.scheduler._auth import TokenBook
@@ -89,6 +90,37 @@ def serve(
     finally:
         server.stop()
         db.close()
+
+
+@scheduler.command("agent-token")
+@click.argument("node")
+def agent_token(node: str) -> None:
+    """Print the agent token of NODE, for $GPUWARDEN_AGENT_TOKEN on that node.
+
+    Derived from the master secret in $GPUWARDEN_AGENT_SECRET (or $GPUWARDEN_AGENT_TOKEN) as
+    the service derives it, so run it where the service's environment is. The token works for
+    NODE only; the master secret itself is refused by the service.
+    """
+    import re
+
+    from gpuwarden.scheduler._auth import (
+        ENV_AGENT_SECRET,
+        MIN_SECRET_CHARS,
+        NODE_NAME,
+        agent_secret_from_env,
+        node_token,
+    )
+
+    if not re.fullmatch(NODE_NAME, node):
+        raise click.ClickException(
+            f"{node!r} is not a node name: letters, digits, '.', '_' and '-', 253 at most"
+        )
+    secret = agent_secret_from_env()
+    if secret is None:
+        raise click.ClickException(f"set {ENV_AGENT_SECRET} to the service's master secret")
+    if len(secret) < MIN_SECRET_CHARS:
+        raise click.ClickException(f"{ENV_AGENT_SECRET} must be {MIN_SECRET_CHARS}+ characters")
+    click.echo(node_token(secret, node))
 
 
 def load_quotas(path: str) -> dict[str, dict[str, Any]]:
@@ -137,7 +169,8 @@ def agent(
 ) -> None:
     """Run a node agent: register this node's GPUs, start, checkpoint and stop tasks.
 
-    Needs $GPUWARDEN_AGENT_TOKEN. Tasks keep running when the service is down.
+    Needs $GPUWARDEN_AGENT_TOKEN: this node's own token, from `gpuwarden scheduler
+    agent-token NODE`. Tasks keep running when the service is down.
     """
     import socket
 
@@ -166,4 +199,4 @@ def agent(
         runner.close()
 
 
-__all__ = ["agent", "load_quotas", "scheduler"]
+__all__ = ["agent", "agent_token", "load_quotas", "scheduler"]

@@ -29,7 +29,14 @@ from typing import Any
 from gpuwarden.errors import ConfigError, InputError
 from gpuwarden.scheduler import _service_nodes as liveness
 from gpuwarden.scheduler import _service_sync as sync
-from gpuwarden.scheduler._service_jobs import FINISHED, job_json, job_of, normalise_spec
+from gpuwarden.scheduler._service_jobs import (
+    FINISHED,
+    MAX_INT,
+    check_text,
+    job_json,
+    job_of,
+    normalise_spec,
+)
 from gpuwarden.scheduler.billing import BillRow, UsageInterval, gpu_hours
 from gpuwarden.scheduler.quota import Quota
 from gpuwarden.scheduler.resources import GPU_MILLI, Health
@@ -130,8 +137,8 @@ class SchedulerService:
         tenant returns the first job and creates nothing."""
         tenant = self._tenant_for(who, body.get("tenant"))
         key = body.get("idempotency_key")
-        if key is not None and (not isinstance(key, str) or not 0 < len(key) <= 200):
-            raise InputError("idempotency_key: must be a string of 1..200 characters")
+        if key is not None:
+            check_text("idempotency_key", key, max_chars=200)
         spec = normalise_spec(body)
         job_id = "j-" + uuid.uuid4().hex[:12]
         job = job_of(job_id, tenant, spec)  # checks every field before anything is stored
@@ -321,17 +328,39 @@ class SchedulerService:
         if who.kind == "admin":
             if not isinstance(named, str) or not named:
                 raise InputError("tenant: the admin token must name the tenant of the job")
-            return named
+            return check_text("tenant", named, max_chars=200)
         if named not in (None, who.name):
             raise InputError("tenant: a tenant token submits for its own tenant only")
         return who.name
+
+
+#: The most GPUs a quota may name: far beyond any cluster, and small enough that its GPU
+#: thousandths stay exact integers.
+MAX_QUOTA_GPUS = 1_000_000.0
 
 
 def quota_of(
     tenant: str, gpus: float | None, gpu_memory_mib: int | None, guaranteed_gpus: float | None
 ) -> Quota:
     """The scheduler's ``Quota``: ``guaranteed_gpus`` is the guarantee, ``gpus`` the limit up to
-    which interruptible jobs may borrow (no guarantee given: ``gpus`` is both)."""
+    which interruptible jobs may borrow (no guarantee given: ``gpus`` is both). Every value is
+    checked here, whether it came over HTTP, from ``--quotas`` or from the database."""
+    check_text("tenant", tenant, max_chars=200)
+    for name, value in (("gpus", gpus), ("guaranteed_gpus", guaranteed_gpus)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InputError(f"quota of {tenant}: {name} must be a number of GPUs, got {value!r}")
+        if not 0 <= value <= MAX_QUOTA_GPUS:  # NaN and inf fail too
+            raise InputError(
+                f"quota of {tenant}: {name} must be within 0..{MAX_QUOTA_GPUS:g}, got {value!r}"
+            )
+    mem = gpu_memory_mib
+    if mem is not None and (isinstance(mem, bool) or not isinstance(mem, int)
+                            or not 0 <= mem <= MAX_INT):  # fmt: skip
+        raise InputError(
+            f"quota of {tenant}: gpu_memory_mib must be a whole number in 0..{MAX_INT}, got {mem!r}"
+        )
     if gpus is not None and guaranteed_gpus is not None and guaranteed_gpus > gpus:
         raise InputError(f"quota of {tenant}: guaranteed_gpus {guaranteed_gpus} > gpus {gpus}")
     guarantee = guaranteed_gpus if guaranteed_gpus is not None else gpus

@@ -1,4 +1,5 @@
-"""The scheduler service and a node agent as real processes on 127.0.0.1.
+"""The scheduler service and a node agent as real processes on 127.0.0.1, the agent with its
+node's own token from `gpuwarden scheduler agent-token`.
 
 A checkpointing training job fills both fake GPUs, an inference job preempts it (SIGUSR1, grace,
 stop, requeue), the training job resumes from its checkpoint once the inference job is done.
@@ -67,7 +68,8 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[st
     tokens.write_text(f'[tenants]\nteam-a = "{TEAM}"\n')
     monkeypatch.setenv("GPUWARDEN_SCHEDULER_TOKENS", str(tokens))
     monkeypatch.setenv("GPUWARDEN_SCHEDULER_ADMIN_TOKEN", ADMIN)
-    monkeypatch.setenv("GPUWARDEN_AGENT_TOKEN", AGENT)
+    monkeypatch.setenv("GPUWARDEN_AGENT_SECRET", AGENT)
+    monkeypatch.delenv("GPUWARDEN_AGENT_TOKEN", raising=False)
     port, db = free_port(), tmp_path / "sched.db"
     argv = [sys.executable, "-m", "gpuwarden.cli", "scheduler", "serve", "--db", str(db),
             "--port", str(port), "--round-every", "0.5"]  # fmt: skip
@@ -76,13 +78,19 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[st
         return start_daemon("scheduler", argv, port=port, workdir=tmp_path, ready_path="/healthz")
 
     state: dict[str, Any] = {"service": start_service(), "restart": start_service}
+    # the node's own token, as an operator gets it on the service host; the agent has no secret
+    token = subprocess.run(
+        [sys.executable, "-m", "gpuwarden.cli", "scheduler", "agent-token", "n1"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    agent_env = {k: v for k, v in os.environ.items() if k != "GPUWARDEN_AGENT_SECRET"}
     workdir = tmp_path / "agent"
     with (tmp_path / "agent.log").open("wb") as out:
         agent = subprocess.Popen(
             [sys.executable, "-m", "gpuwarden.cli", "agent", "--node", "n1", "--service",
              state["service"].url, "--fake-gpus", "2", "--workdir", str(workdir),
              "--interval", "0.3"],
-            stdout=out, stderr=subprocess.STDOUT,
+            stdout=out, stderr=subprocess.STDOUT, env={**agent_env, "GPUWARDEN_AGENT_TOKEN": token},
         )  # fmt: skip
     state["url"] = state["service"].url
     try:
@@ -118,6 +126,10 @@ def test_preempt_resume_and_survive_kill_9(cluster: dict[str, Any], tmp_path: Pa
         return r.json()["job_id"]
 
     _wait("the agent to register", lambda: team.get("/v1/nodes").json())
+    # the master secret speaks for no node: an agent given it is told what to use instead
+    secret = httpx.post(f"{cluster['url']}/v1/agents/n1/sync", json={},
+                        headers={"Authorization": f"Bearer {AGENT}"})  # fmt: skip
+    assert secret.status_code == 403 and "agent-token NODE" in secret.json()["detail"]
     train = submit(name="train", priority="training", interruptible=True, gpus_per_task=2,
                    command=[sys.executable, str(script), "150"], grace_period_s=1.5,
                    checkpoint={"kind": "signal", "target": "SIGUSR1"}, idempotency_key="t1")  # fmt: skip

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from gpuwarden.scheduler._auth import node_token
 from gpuwarden.scheduler.service import Principal, SchedulerService
 
 ADMIN = Principal("admin")
 A = Principal("tenant", "a")
 B = Principal("tenant", "b")
 HOOK = {"kind": "signal", "target": "SIGUSR1"}
+
+#: The agents' master secret of the HTTP tests (``TokenBook(agent=...)``); nodes get their own.
+AGENT_SECRET = "the-agents-master-secret"
+
+
+def agent_token(node: str) -> str:
+    """The token a real agent on ``node`` sends, as `gpuwarden scheduler agent-token` prints it."""
+    return node_token(AGENT_SECRET, node)
 
 
 class Clock:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from service_helpers import AGENT_SECRET, agent_token  # this directory's helpers, by path
 
 from gpuwarden.scheduler._auth import TokenBook
 from gpuwarden.scheduler.api import SchedulerServer
@@ -12,18 +13,19 @@ from gpuwarden.scheduler.service import SchedulerService
 from gpuwarden.scheduler.state import SchedulerDB
 
 TOKENS = {"team-a": "token-of-team-a", "team-b": "token-of-team-b"}
-ADMIN, AGENT = "the-admin-token", "the-agent-token"
+ADMIN = "the-admin-token"
 
 
 @pytest.fixture
 def api(tmp_path):
     db = SchedulerDB(tmp_path / "s.db")
     service = SchedulerService(db)
-    server = SchedulerServer(service, TokenBook(TOKENS, admin=ADMIN, agent=AGENT)).start(port=0)
+    tokens = TokenBook(TOKENS, admin=ADMIN, agent=AGENT_SECRET)
+    server = SchedulerServer(service, tokens).start(port=0)
     clients = {
         who: httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {tok}"}, timeout=10)
         for who, tok in [("a", TOKENS["team-a"]), ("b", TOKENS["team-b"]), ("admin", ADMIN),
-                         ("agent", AGENT)]
+                         ("agent", agent_token("n1"))]
     }  # fmt: skip
     clients["none"] = httpx.Client(base_url=server.url, timeout=10)
     gpus = [{"index": i, "uuid": f"GPU-{i}", "model": "A100-80GB"} for i in range(2)]

@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner, Result
+from service_helpers import AGENT_SECRET, agent_token  # this directory's helpers, by path
 
 from gpuwarden.cli import main
 from gpuwarden.scheduler._auth import TokenBook
@@ -26,7 +27,7 @@ from gpuwarden.scheduler.service import SchedulerService
 from gpuwarden.scheduler.state import SchedulerDB
 
 TOKENS = {"team-a": "token-of-team-a", "team-b": "token-of-team-b"}
-ADMIN, AGENT = "the-admin-token", "the-agent-token"
+ADMIN = "the-admin-token"
 
 
 @dataclass
@@ -61,9 +62,11 @@ class Service:
 def service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Service]:
     db = SchedulerDB(tmp_path / "sched.db")
     svc = SchedulerService(db, round_every_s=0.2)
-    server = SchedulerServer(svc, TokenBook(TOKENS, admin=ADMIN, agent=AGENT)).start(port=0)
+    server = SchedulerServer(svc, TokenBook(TOKENS, admin=ADMIN, agent=AGENT_SECRET)).start(port=0)
     inventory = host_inventory("n1", fake_gpus=2, gpu_model="H100-80GB")
-    agent = Agent("n1", server.url, tmp_path / "agent", inventory, token=AGENT, interval_s=0.2)
+    agent = Agent(
+        "n1", server.url, tmp_path / "agent", inventory, token=agent_token("n1"), interval_s=0.2
+    )
     stop = threading.Event()
     thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
     thread.start()

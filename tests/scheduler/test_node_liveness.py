@@ -16,7 +16,17 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from service_helpers import ADMIN, HOOK, A, Clock, PlayAgent, submit, train
+from service_helpers import (
+    ADMIN,
+    AGENT_SECRET,
+    HOOK,
+    A,
+    Clock,
+    PlayAgent,
+    agent_token,
+    submit,
+    train,
+)
 
 from gpuwarden.cli import main
 from gpuwarden.errors import ConfigError
@@ -201,7 +211,7 @@ def test_a_shorter_node_timeout(tmp_path, clock):
 
 # ---- the same with a real server, real agents and real task processes ---------------------
 
-TEAM, ADMIN_TOKEN, AGENT_TOKEN = "token-of-team-a", "the-admin-token", "the-agent-token"
+TEAM, ADMIN_TOKEN = "token-of-team-a", "the-admin-token"
 
 
 class AgentThread:
@@ -209,7 +219,7 @@ class AgentThread:
 
     def __init__(self, url: str, node: str, workdir: Path) -> None:
         inventory = host_inventory(node, fake_gpus=1, gpu_model="H100-80GB")
-        self.agent = Agent(node, url, workdir, inventory, token=AGENT_TOKEN, interval_s=0.1)
+        self.agent = Agent(node, url, workdir, inventory, token=agent_token(node), interval_s=0.1)
         self.stop_event = threading.Event()
         self.thread: threading.Thread | None = None
 
@@ -236,7 +246,7 @@ def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 20.0) -> An
 def cluster(tmp_path: Path) -> Iterator[tuple[SchedulerClient, dict[str, AgentThread]]]:
     db = SchedulerDB(tmp_path / "sched.db")
     svc = SchedulerService(db, round_every_s=0.1, node_timeout_s=2.0)
-    tokens = TokenBook({"team-a": TEAM}, admin=ADMIN_TOKEN, agent=AGENT_TOKEN)
+    tokens = TokenBook({"team-a": TEAM}, admin=ADMIN_TOKEN, agent=AGENT_SECRET)
     server = SchedulerServer(svc, tokens).start(port=0)
     agents = {n: AgentThread(server.url, n, tmp_path / n) for n in ("n1", "n2")}
     for a in agents.values():

@@ -187,7 +187,7 @@ def test_quota_holds_jobs_back(svc):
     ("spec", "problem"),
     [
         ({"priority": "urgent"}, "priority must be one of"),
-        ({"gpus_per_task": -1}, "gpus_per_task must be a whole number >= 0"),
+        ({"gpus_per_task": -1}, "gpus_per_task must be a whole number in 0..64, got -1"),
         ({"mig_profile": "9g.99gb"}, "unknown MIG profile"),
         ({"command": []}, "command"),
         ({"checkpoint": {"kind": "carrier-pigeon", "target": "x"}}, "checkpoint hook kind"),
