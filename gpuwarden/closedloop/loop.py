@@ -158,7 +158,7 @@ class _Loop:
         for job in self.sched.pending:
             if job.total_gpu_milli > free:
                 continue
-            shape = _shape(job)
+            shape = job.shape
             if shape in failed:
                 continue
             if self.sched.place(job).placed:
@@ -268,23 +268,6 @@ class _Loop:
         for run in self.runs.values():  # still waiting for a GPU when the period ends
             if run.down_since is not None:
                 self.down_gpu_s += run.gpus * self._clip(run.down_since, end)
-
-
-def _shape(job: Job) -> tuple[object, ...]:
-    """Everything about ``job`` that placement looks at; two jobs of one shape fit alike."""
-    return (
-        job.tenant,
-        job.priority,
-        job.interruptible,
-        job.tasks,
-        job.gpus_per_task,
-        job.gpu_milli,
-        job.mig_profile,
-        job.gpu_models,
-        job.gpu_memory_mib,
-        job.cpu_milli,
-        job.memory_mib,
-    )
 
 
 def run_arm(fleet: ScoredFleet, workload: Workload, arm: str, *, start_ts: float) -> ArmResult:

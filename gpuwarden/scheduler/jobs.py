@@ -117,6 +117,24 @@ class Job:
             raise InputError(f"job {name}: only a one-GPU task may take a share of a GPU")
 
     @property
+    def shape(self) -> tuple[object, ...]:
+        """Everything about the job that placement reads: on one cluster state, two jobs of
+        one shape fit alike (the id, checkpoint hook and grace period play no part)."""
+        return (
+            self.tenant,
+            self.priority,
+            self.interruptible,
+            self.tasks,
+            self.gpus_per_task,
+            self.gpu_milli,
+            self.mig_profile,
+            self.gpu_models,
+            self.gpu_memory_mib,
+            self.cpu_milli,
+            self.memory_mib,
+        )
+
+    @property
     def kind(self) -> JobKind:
         if self.mig_profile is not None:
             return "mig"

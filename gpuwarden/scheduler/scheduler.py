@@ -125,9 +125,29 @@ class Scheduler:
         """One placement round over the queue: inference, training, batch, dev, each first come
         first served. A job that does not fit waits; smaller ones behind it may still start.
         With ``preempt``, inference jobs may preempt (see ``place``); the jobs they push out
-        wait for the next round."""
+        wait for the next round.
+
+        Placement is deterministic, so after a job is refused, later jobs of the same shape
+        (``Job.shape``) are refused with the same reason without asking again until something
+        is placed: a queue of thousands of alike jobs on a full cluster costs one try per shape.
+        """
         now = self._clock() if now is None else now
-        return [self.place(job, now=now, preempt=preempt) for job in self.pending]
+        decisions: list[Decision] = []
+        refused: dict[tuple[object, ...], tuple[str, str]] = {}  # shape -> (job id, reason)
+        for job in self.pending:
+            seen = refused.get(job.shape)
+            if seen is not None:
+                first, reason = seen
+                reason = reason.replace(f"job {first}: ", f"job {job.job_id}: ", 1)
+                decisions.append(Decision(job.job_id, reason=reason))
+                continue
+            decision = self.place(job, now=now, preempt=preempt)
+            decisions.append(decision)
+            if decision.placed:
+                refused.clear()
+            else:
+                refused[job.shape] = (job.job_id, decision.reason)
+        return decisions
 
     def release(self, job_id: str) -> Placement | None:
         """A job finished or was cancelled: free what it holds (or drop it from the queue)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuwarden.errors import InputError
-from gpuwarden.scheduler import CheckpointHook, Job, PriorityClass
+from gpuwarden.scheduler import CheckpointHook, Job, NodeSpec, PriorityClass, Scheduler
 
 
 def test_kinds_and_gpu_thousandths() -> None:
@@ -50,3 +50,24 @@ def test_checkpoint_hooks() -> None:
         CheckpointHook("url", "ftp://x")
     with pytest.raises(InputError, match="kind must be"):
         CheckpointHook("email", "a@b")  # type: ignore[arg-type]
+
+
+def test_a_round_tries_each_refused_shape_once_and_names_each_job_in_its_reason() -> None:
+    s = Scheduler([NodeSpec.uniform("n", 64000, 262144, 2, "H100")], "bestfit")
+    for i in range(50):
+        s.submit(Job(f"big{i}", gpus_per_task=4))  # never fits on 2 GPUs
+    s.submit(Job("small", gpus_per_task=1))
+    tried: list[str] = []
+    allocate = s._allocate
+
+    def counting(job: Job, **kw: bool):  # type: ignore[no-untyped-def]
+        tried.append(job.job_id)
+        return allocate(job, **kw)
+
+    s._allocate = counting  # type: ignore[method-assign]
+    decisions = s.schedule()
+    assert tried == ["big0", "small"]
+    assert [d.job_id for d in decisions] == [f"big{i}" for i in range(50)] + ["small"]
+    for d in decisions[:50]:
+        assert not d.placed and d.reason.startswith(f"job {d.job_id}: no node has 4 fitting")
+    assert decisions[-1].placed
