@@ -4,6 +4,7 @@
     .venv/bin/python bench/bench_model.py --model my-model   # another model folder
     .venv/bin/python bench/bench_model.py --seeds 2          # one held-out fleet only
     .venv/bin/python bench/bench_model.py --no-robustness    # skip the four robustness runs
+    .venv/bin/python bench/bench_model.py --seeds 2 --shifted --no-robustness   # unlike fleets
 
 Each held-out fleet is ``simdata.held_out_spec(seed=...)``: 1,024 GPUs, scored every hour for
 37 days from 200 days after the training fleet's start (the last 7 days' labels run past the
@@ -100,6 +101,32 @@ def pooled_table(runs: dict[int, Evaluation]) -> str:
     return "\n".join(lines)
 
 
+def shifted(nodes: int, days: float, seed: int, model) -> None:
+    """The model and the rules on fleets that differ from the one the model learnt from."""
+    spec, first = held_out_spec(nodes, days, seed=seed)
+    cases = {
+        "3x the look-alike boards (30% of boards)": replace(spec, lookalike_fraction=0.3),
+        "60 s samples instead of 600 s (half the nodes)": replace(
+            spec, step_s=60, nodes=max(1, nodes // 2)
+        ),
+        "half the failures sudden": replace(spec, sudden_fraction=0.5),
+    }
+    print(
+        f"\nshifted fleets, seed {seed}:\n| fleet | failures with precursors | model caught "
+        ">= 24 h | rules caught | model false flags /1,000 GPU-days | rules false flags "
+        "| model PR-AUC | rules PR-AUC |\n|---|" + "---:|" * 7
+    )
+    for name, case in cases.items():
+        ev = run(case, first, model)
+        t, s = ev.table.set_index("mode").loc["ALL with precursors"], ev.summary
+        print(
+            f"| {name} | {int(t['failures'])} | {t['model_recall']:.0%} | {t['rules_recall']:.0%} "
+            f"| {s['model_false_flags_per_1000']:.2f} | {s['rules_false_flags_per_1000']:.2f} "
+            f"| {s['model_pr_auc']:.3f} | {s['rules_pr_auc']:.3f} |",
+            flush=True,
+        )
+
+
 def _figures(ev: Evaluation) -> dict[str, float]:
     t = ev.table.set_index("mode")
     s = ev.summary
@@ -129,6 +156,12 @@ def main() -> None:
         "--seeds", default="2,3,4", help="held-out fleets' seeds, comma-separated (default 2,3,4)"
     )
     ap.add_argument("--no-robustness", action="store_true")
+    ap.add_argument(
+        "--shifted",
+        action="store_true",
+        help="also fleets unlike the training one: 3x the look-alike boards, 60 s samples, "
+        "half the failures sudden",
+    )
     args = ap.parse_args()
     model = load_model(args.model)
     seeds = [int(x) for x in args.seeds.split(",")]
@@ -145,6 +178,8 @@ def main() -> None:
         )
         print(runs[seed].render() + "\n", flush=True)
     print(pooled_table(runs))
+    if args.shifted:
+        shifted(args.nodes, args.days, seeds[0], model)
     if args.no_robustness:
         return
     spec, first = held_out_spec(args.nodes, args.days, seed=seeds[0])
