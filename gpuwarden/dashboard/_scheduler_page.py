@@ -4,13 +4,17 @@ Reads ``gpuwarden scheduler serve``'s API (``/v1/jobs``, ``/v1/quota``, ``/v1/bi
 ``/v1/audit``) with ``GPUWARDEN_SCHEDULER_TOKEN`` (an admin token sees every tenant) through
 ``_cache.api_get``, so a page rerun does not call the scheduler again within ``API_TTL_S``.
 The frame functions take the API's JSON and are what the tests check. A job's GPUs count as
-the scheduler bills them (a share or a MIG slice is its fraction of a GPU); the week's
-preemptions come from the newest ``AUDIT_LIMIT`` audit rows, and the page says "at least" when
-those do not reach back to Monday.
+the scheduler bills them (a share or a MIG slice is its fraction of a GPU). The week's
+preemptions are counted exactly: ``/v1/audit?action=preempt&since=MONDAY``, paged back with
+``before_id`` while a page is full, at most ``AUDIT_PAGES`` pages (then "at least N"). A
+scheduler older than paging ignores those parameters and sends rows without ``id``: then the
+count comes from its newest ``AUDIT_LIMIT`` rows, "at least" when they do not reach Monday.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import altair as alt
@@ -27,7 +31,8 @@ from gpuwarden.scheduler.resources import GPU_MILLI
 
 PRIORITIES = ("inference", "training", "batch", "dev")  # highest first
 WEEK_S = 7 * 86400.0
-AUDIT_LIMIT = 5000
+AUDIT_LIMIT = 5000  # rows per /v1/audit request
+AUDIT_PAGES = 20  # requests for one week's preemptions, at most
 
 
 def week_start(now: float) -> float:
@@ -112,10 +117,38 @@ def billing_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def audit_reaches(audit: list[dict[str, Any]], since: float, limit: int) -> bool:
-    """Whether ``audit`` (the newest ``limit`` rows ``/v1/audit`` gave) holds every row since
-    ``since``: the log had fewer rows, or they reach back before ``since``. ``/v1/audit`` has
-    no cursor to read further back, so when this is False a count from it is a lower bound."""
+    """Whether ``audit`` (the newest ``limit`` rows an older ``/v1/audit`` gave) holds every row
+    since ``since``: the log had fewer rows, or they reach back before ``since``. Such a
+    scheduler has no cursor to read further back, so when this is False a count is a bound."""
     return len(audit) < limit or any(r["at"] < since for r in audit)
+
+
+@dataclass(frozen=True)
+class AuditRead:
+    """Audit rows read for a count. ``whole``: every matching row is in ``rows``; ``paged``:
+    the scheduler pages (its rows carry ``id``), so when not whole the page cap was hit."""
+
+    rows: list[dict[str, Any]]
+    whole: bool
+    paged: bool
+
+
+def read_preemptions(get: Callable[..., Any], since: float) -> AuditRead:
+    """The preempt rows since ``since`` through ``get(path, *params)``: page after page while
+    pages are full, up to ``AUDIT_PAGES``. An older scheduler ignores the filters (FastAPI
+    drops unknown query parameters) and its rows have no ``id``: its newest ``AUDIT_LIMIT``
+    rows of any action are all there is, whole only when they reach back to ``since``."""
+    query = (("limit", AUDIT_LIMIT), ("action", "preempt"), ("since", since))
+    page = get("/v1/audit", *query)
+    if page and "id" not in page[0]:
+        return AuditRead(page, audit_reaches(page, since, AUDIT_LIMIT), paged=False)
+    rows = list(page)
+    for _ in range(AUDIT_PAGES - 1):
+        if len(page) < AUDIT_LIMIT:
+            return AuditRead(rows, True, paged=True)
+        page = get("/v1/audit", *query, ("before_id", rows[-1]["id"]))
+        rows += page
+    return AuditRead(rows, len(page) < AUDIT_LIMIT, paged=True)
 
 
 def preemptions_frame(audit: list[dict[str, Any]], since: float) -> pd.DataFrame:
@@ -161,14 +194,14 @@ def page(api: Api | None, now: float) -> None:
         jobs = get("/v1/jobs", ("state", "queued,running,checkpointing"))
         quota = get("/v1/quota")
         billing = get("/v1/billing", ("since", since), ("until", _cache.bucket(now)))
-        audit = get("/v1/audit", ("limit", AUDIT_LIMIT))
+        audit = read_preemptions(get, since)
     except ApiError as exc:
         st.error(f"Cannot read the scheduler: {exc}")
         return
     st.caption(f"`{api.base_url}` · this week from {fmt_utc(since, '%a %Y-%m-%d')} · UTC")
     queue, running = queue_frame(jobs, now), running_frame(jobs)
-    preempted = preemptions_frame(audit, since)
-    whole = audit_reaches(audit, since, AUDIT_LIMIT)
+    preempted = preemptions_frame(audit.rows, since)
+    whole = audit.whole
     in_use = float(running["gpus"].sum(skipna=False)) if len(running) else 0.0
     cols = st.columns(4)
     cols[0].metric("Queued jobs", f"{int(queue['jobs'].sum()):,}")
@@ -200,10 +233,15 @@ def page(api: Api | None, now: float) -> None:
         "gpu_hours": st.column_config.NumberColumn("GPU-hours", format="%.2f"),
     })  # fmt: skip
     st.subheader("Preemptions this week")
-    if not whole:
+    if not whole and audit.paged:
+        st.caption(
+            f"At least {len(preempted):,}: the page reads at most {AUDIT_PAGES} pages of "
+            f"{AUDIT_LIMIT:,} preemptions, and this week has more."
+        )
+    elif not whole:
         st.caption(
             f"At least {len(preempted):,}: only the newest {AUDIT_LIMIT:,} audit events were "
-            "read (the scheduler's /v1/audit cannot page further back), and they do not reach "
+            "read (this scheduler's /v1/audit cannot page further back), and they do not reach "
             f"back to {fmt_utc(since, '%a %Y-%m-%d %H:%M UTC')}."
         )
     if preempted.empty and whole:

@@ -25,6 +25,7 @@ from gpuwarden.scheduler._service_jobs import (
     task_env,
     task_placements,
 )
+from gpuwarden.scheduler._service_logs import store_logs
 from gpuwarden.scheduler.billing import billed_gpu_milli
 from gpuwarden.scheduler.jobs import Decision
 from gpuwarden.scheduler.resources import GPU_MEMORY_MIB, GpuSpec, NodeSpec, SharingMode
@@ -241,12 +242,11 @@ def agent_sync(svc: SchedulerService, node: str, body: Mapping[str, Any], now: f
                 strangers.append(key)
             continue
         _take_report(svc, row, t, node, now)
-    for chunk in body.get("logs", ()):
-        # only output of a task this node was told to run: an agent speaks for its node alone
-        known = _task(svc, (chunk["job_id"], int(chunk["attempt"]), int(chunk["task"])))
-        if known is not None and known.node == node:
-            svc.db.append_log(chunk["job_id"], int(chunk["attempt"]), int(chunk["task"]),
-                              int(chunk.get("offset") or 0), chunk["text"])  # fmt: skip
+    # only output of a task this node was told to run: an agent speaks for its node alone
+    ours = [c for c in body.get("logs", ())
+            if (k := _task(svc, (c["job_id"], int(c["attempt"]), int(c["task"])))) is not None
+            and k.node == node]  # fmt: skip
+    store_logs(svc.db, node, ours)
     for row in svc.db.tasks(node=node, live=True):
         key = (row.job_id, row.attempt, row.task)
         if row.state == "starting" and row.ordered_seq < seq and key not in reported:
@@ -284,7 +284,8 @@ def _take_report(svc: SchedulerService, row: TaskRow, t: dict, node: str, now: f
             svc.db.update_job(job.job_id, started_at=began)
             if svc.scheduler is not None and job.job_id in svc.scheduler.placements:
                 svc.scheduler.note_started(job.job_id, began)
-            total = billed_gpu_milli(job_of(job.job_id, job.tenant, job.spec))
+            total = billed_gpu_milli(job_of(job.job_id, job.tenant, job.spec),
+                                     _gpu_memory(svc, job.placement or []))  # fmt: skip
             svc.db.open_usage(job.job_id, job.tenant, job.name, total, began)
             if job.attempt > 1:
                 svc.db.audit(now, f"agent:{node}", "resume", job_id=job.job_id, tenant=job.tenant,
@@ -367,6 +368,19 @@ def _orders(
             svc.db.upsert_task(TaskRow(job.job_id, job.attempt, i, node, list(t["gpus"]),
                                        "starting", None, None, seq))  # fmt: skip
     return {"start": start, "checkpoint": hooks, "stop": stop}
+
+
+def _gpu_memory(svc: SchedulerService, placement: list[dict[str, Any]]) -> list[float | None]:
+    """Framebuffer (MiB) of the first GPU of each placed task, as the scheduler counts it
+    (``node_spec``); None where unknown."""
+    specs = {n: node_spec(row) for n in {t["node"] for t in placement}
+             if (row := svc.db.node(n)) is not None}  # fmt: skip
+    out: list[float | None] = []
+    for t in placement:
+        gpus = specs[t["node"]].gpus if t["node"] in specs and t["gpus"] else ()
+        mem = next((g.memory_mib for g in gpus if g.index == t["gpus"][0]), None)
+        out.append(None if mem is None else float(mem))
+    return out
 
 
 def _current(job: JobRow | None, row: TaskRow) -> bool:

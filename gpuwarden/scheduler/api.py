@@ -5,18 +5,20 @@
     GET  /v1/jobs/{id}/logs[?task=&attempt=]        POST /v1/jobs/{id}/checkpoint
     GET  /v1/nodes   POST /v1/nodes/{node}/gpus/{i}/health (admin)
     GET  /v1/quota   PUT /v1/quota/{tenant} (admin)
-    GET  /v1/billing?since=&until=[&format=csv]     GET /v1/audit?limit=
+    GET  /v1/billing?since=&until=[&format=csv]     GET /v1/audit?limit=&before_id=&since=&action=
     POST /v1/agents/{node}/register   POST /v1/agents/{node}/sync   (that node's agent token)
 
 Every route but /healthz needs a bearer token (401 without). A tenant sees only its own jobs:
 another tenant's job is 404, so job ids do not leak. An agent route takes only the token of the
 node in its path (``_auth``); any other token, the agents' master secret included, is a 403.
 Bad input is a 400 naming the field; handlers run one at a time under the service's lock, so a
-bad request changes nothing.
+bad request changes nothing. A database failure (disk full, locked) is a 503 and changes nothing
+either: the transaction rolls back and the in-memory scheduler is rebuilt from the file.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
@@ -197,6 +199,12 @@ def create_app(service: SchedulerService, tokens: TokenBook) -> FastAPI:
             code = 503
         return JSONResponse({"detail": str(exc)}, status_code=code)
 
+    @app.exception_handler(sqlite3.Error)
+    async def _db_error(request: Request, exc: sqlite3.Error) -> JSONResponse:
+        # the transaction rolled back and the in-memory scheduler was rebuilt: nothing changed
+        detail = f"the scheduler's database failed ({exc}); nothing was changed, try again"
+        return JSONResponse({"detail": detail}, status_code=503)
+
     @app.get("/healthz")
     def healthz() -> JSONResponse:
         ok, why = service.health()
@@ -282,9 +290,13 @@ def create_app(service: SchedulerService, tokens: TokenBook) -> FastAPI:
 
     @app.get("/v1/audit")
     def audit(
-        who: Person, limit: Annotated[int, Query(ge=1, le=10_000)] = 100
+        who: Person,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+        before_id: Annotated[int | None, Query(ge=1, le=MAX_INT)] = None,
+        since: Annotated[float | None, Query(allow_inf_nan=False)] = None,
+        action: Annotated[str | None, Query(max_length=40, pattern=r"^[a-z][a-z-]*$")] = None,
     ) -> list[dict[str, Any]]:
-        return service.audit(who, limit)
+        return service.audit(who, limit, before_id=before_id, since=since, action=action)
 
     # ---- node agents -----------------------------------------------------------------------
 

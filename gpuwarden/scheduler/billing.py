@@ -5,7 +5,9 @@ stops (finished, cancelled, preempted, evicted). A bill is the GPU-hours inside 
 ``[since, until)``: each interval is clipped to the window, and an open one counts up to ``now``.
 Shares count fractionally: a 250-milli share for one hour is 0.25 GPU-hours, a MIG 3g instance
 3/7 GPU-hours per hour (``billed_gpu_milli`` gives the exact fraction; ``Job.total_gpu_milli``
-rounds it to whole thousandths).
+rounds it to whole thousandths). A share that reserves GPU memory (``gpu_memory_mib``) bills
+the larger of its compute share and its share of the GPU's memory: 100 milli with 60,000 MiB of
+an 80 GB GPU (81,920 MiB) keeps others off most of that GPU and bills 0.732 GPU, not 0.1.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import csv
 import io
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -58,13 +60,29 @@ class BillRow:
     gpu_hours: float
 
 
-def billed_gpu_milli(job: Job) -> float:
+def billed_gpu_milli(job: Job, gpu_memory_mib: Sequence[float | None] = ()) -> float:
     """GPU thousandths ``job`` holds while it runs, all tasks together, without rounding: a MIG
-    instance is its compute slices out of 7 (3g = 428.57...)."""
+    instance is its compute slices out of 7 (3g = 428.57...).
+
+    A share of a GPU (``job.kind`` "fractional") that declares ``gpu_memory_mib`` bills, per
+    task, the larger of its compute share and that memory over the framebuffer of the GPU the
+    task runs on (``gpu_memory_mib[i]`` for task ``i``, MiB; None or missing: unknown, compute
+    share only), at most a whole GPU: the dominant share. Whole-GPU and MIG jobs already hold
+    their GPU's or instance's memory with their compute and bill as before."""
     if job.mig_profile is not None:
         compute = int(job.mig_profile.split("g.", 1)[0])
         return job.tasks * GPU_MILLI * compute / mig.COMPUTE_SLICES
-    return float(job.total_gpu_milli)
+    need = job.gpu_memory_mib
+    if job.kind != "fractional" or need is None:
+        return float(job.total_gpu_milli)
+    total = 0.0
+    for i in range(job.tasks):
+        cap = gpu_memory_mib[i] if i < len(gpu_memory_mib) else None
+        share = float(job.gpu_milli)
+        if cap is not None and math.isfinite(cap) and cap > 0:
+            share = max(share, min(float(GPU_MILLI), GPU_MILLI * need / cap))
+        total += share
+    return total
 
 
 def gpu_hours(

@@ -119,8 +119,21 @@ class SchedulerClient:
         params = {"since": since, "until": until, "format": "csv"}
         return self._call("GET", "/v1/billing", params=params, text=True)
 
-    def audit(self, limit: int = 100) -> list[dict[str, Any]]:
-        return self._call("GET", "/v1/audit", params={"limit": limit})
+    def audit(
+        self,
+        limit: int = 100,
+        *,
+        before_id: int | None = None,
+        since: float | None = None,
+        action: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Audit rows newest first, each with its ``id``: the next page of a full one is
+        ``before_id=rows[-1]["id"]``; ``since`` (unix s) and ``action`` ("preempt") filter."""
+        params: dict[str, Any] = {"limit": limit}
+        for name, value in (("before_id", before_id), ("since", since), ("action", action)):
+            if value is not None:
+                params[name] = value
+        return self._call("GET", "/v1/audit", params=params)
 
     # ---- plumbing --------------------------------------------------------------------------
 

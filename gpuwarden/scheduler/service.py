@@ -1,8 +1,9 @@
 """The scheduler as a service: one lock around a ``Scheduler``, every transition in one transaction.
 
 The SQLite file (``state.SchedulerDB``) is the truth; the in-memory ``Scheduler`` is rebuilt
-from it at start and whenever a node registers with a changed inventory, through the same code,
-so a restart after ``kill -9`` is not a special case. A job moves
+from it at start, whenever a node registers with a changed inventory and after a transition
+that failed (``_service_tx``: all or nothing in memory too), through the same code, so a
+restart after ``kill -9`` is not a special case. A job moves
 
     queued -> running -> succeeded | failed | cancelled
     running -> checkpointing (hook sent, grace running) -> queued (attempt + 1) -> running
@@ -23,12 +24,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpuwarden.errors import ConfigError, InputError
 from gpuwarden.scheduler import _service_nodes as liveness
 from gpuwarden.scheduler import _service_sync as sync
+from gpuwarden.scheduler import _service_tx as tx
 from gpuwarden.scheduler._service_jobs import (
     FINISHED,
     MAX_INT,
@@ -91,12 +93,26 @@ class SchedulerService:
         self.clock = clock
         self.started_at = clock()  # silence before this (the service was down) does not count
         self.lock = threading.RLock()
-        self.scheduler: Scheduler | None = None
+        self._scheduler: Scheduler | None = None
+        self.touched = False  # the scheduler was reached in this transition (``_service_tx``)
+        self.stale = ""  # why memory could not be rebuilt after a failed transition
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_round_error = ""
         with self.lock, db.transaction():
             sync.rebuild(self, self.clock())
+
+    @property
+    def scheduler(self) -> Scheduler | None:
+        """The in-memory scheduler, a cache of the database. Every change to it goes through
+        this attribute, so a transition that never read it cannot have changed it."""
+        self.touched = True
+        return self._scheduler
+
+    @scheduler.setter
+    def scheduler(self, value: Scheduler | None) -> None:
+        self.touched = True
+        self._scheduler = value
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -122,13 +138,16 @@ class SchedulerService:
 
     def tick(self) -> None:
         """One placement round with preemption."""
-        with self.lock, self.db.transaction():
+        with tx.transition(self):
             sync.run_round(self, self.clock(), preempt=True)
 
     def health(self) -> tuple[bool, str]:
+        if self.stale:
+            return False, f"scheduler state not rebuilt after a failed transaction: {self.stale}"
         if self.last_round_error:
             return False, f"last placement round failed: {self.last_round_error}"
-        return True, "" if self.scheduler else "no live node: none registered or all lost"
+        # _scheduler: this runs without the lock, and must not mark a transition as touching it
+        return True, "" if self._scheduler else "no live node: none registered or all lost"
 
     # ---- jobs ------------------------------------------------------------------------------
 
@@ -142,7 +161,7 @@ class SchedulerService:
         spec = normalise_spec(body)
         job_id = "j-" + uuid.uuid4().hex[:12]
         job = job_of(job_id, tenant, spec)  # checks every field before anything is stored
-        with self.lock, self.db.transaction():
+        with tx.transition(self):
             if key is not None and (old := self.db.job_by_key(tenant, key)) is not None:
                 return job_json(old), False
             now = self.clock()
@@ -173,7 +192,7 @@ class SchedulerService:
 
     def cancel(self, who: Principal, job_id: str) -> dict[str, Any]:
         """Cancel a job: a queued one at once, a running one once its agent stopped it."""
-        with self.lock, self.db.transaction():
+        with tx.transition(self):
             row = self._visible(who, job_id)
             if row.state in FINISHED:
                 raise ConflictError(f"job {job_id} has already {row.state}; nothing to cancel")
@@ -195,7 +214,7 @@ class SchedulerService:
 
     def report_checkpoint(self, who: Principal, job_id: str, at: float | None) -> dict[str, Any]:
         """The job says it wrote a checkpoint (``POST /v1/jobs/{id}/checkpoint``)."""
-        with self.lock, self.db.transaction():
+        with tx.transition(self):
             row = self._visible(who, job_id)
             if row.state not in ("running", "checkpointing"):
                 raise ConflictError(f"job {job_id} is {row.state}, not running")
@@ -207,11 +226,11 @@ class SchedulerService:
 
     def register(self, node: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """An agent says what its node has; rebuilds the scheduler when the inventory changed."""
-        with self.lock, self.db.transaction():
+        with tx.transition(self):
             return sync.register(self, node, body, self.clock())
 
     def agent_sync(self, node: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        with self.lock, self.db.transaction():
+        with tx.transition(self):
             return sync.agent_sync(self, node, body, self.clock())
 
     def set_health(
@@ -223,7 +242,7 @@ class SchedulerService:
             health = str(Health(health))
         except ValueError:
             raise InputError(f"health must be ok, at-risk or unhealthy, got {health!r}") from None
-        with self.lock, self.db.transaction():
+        with tx.transition(self):
             row = self.db.node(node)
             if row is None:
                 raise NotFoundError(f"no node {node!r} is registered")
@@ -249,7 +268,7 @@ class SchedulerService:
     def nodes(self) -> list[dict[str, Any]]:
         """Every node with its state (ok / lost) and seconds since its agent last synced; a node
         silent past the timeout is written off here, before it is shown."""
-        with self.lock, self.db.transaction():
+        with tx.transition(self):
             now = self.clock()
             liveness.check_nodes(self, now)
             return liveness.nodes_json(self, now)
@@ -265,7 +284,7 @@ class SchedulerService:
         guaranteed_gpus: float | None,
     ) -> dict[str, Any]:
         quota = quota_of(tenant, gpus, gpu_memory_mib, guaranteed_gpus)
-        with self.lock, self.db.transaction():
+        with tx.transition(self):
             now = self.clock()
             self.db.set_quota(tenant, gpus, gpu_memory_mib, guaranteed_gpus)
             if self.scheduler is not None:
@@ -278,6 +297,7 @@ class SchedulerService:
 
     def quota_rows(self, who: Principal) -> list[dict[str, Any]]:
         with self.lock:
+            tx.fresh(self)  # usage comes from memory
             limits = {r["tenant"]: r for r in self.db.quotas()}
             tenants = set(limits) | {r.tenant for r in self.db.jobs()}
             out = []
@@ -304,10 +324,23 @@ class SchedulerService:
         intervals = [UsageInterval(*r) for r in rows]
         return gpu_hours(intervals, since, until, self.clock())
 
-    def audit(self, who: Principal, limit: int) -> list[dict[str, Any]]:
+    def audit(
+        self,
+        who: Principal,
+        limit: int,
+        *,
+        before_id: int | None = None,
+        since: float | None = None,
+        action: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Audit rows newest first, each with its ``id``; a tenant gets only its own jobs'
+        rows. Page back with ``before_id`` = the last id of a full page."""
         tenant = None if who.kind == "admin" else who.name
         with self.lock:
-            return [r.__dict__ for r in self.db.audit_rows(limit=limit, tenant=tenant)]
+            rows = self.db.audit_rows(
+                limit=limit, tenant=tenant, before_id=before_id, since=since, action=action
+            )
+        return [asdict(r) for r in rows]
 
     # ---- helpers ---------------------------------------------------------------------------
 

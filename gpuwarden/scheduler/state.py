@@ -20,6 +20,7 @@ writes. The schema version lives in ``PRAGMA user_version``; a newer file is ref
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -28,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuwarden.errors import SchemaError, StoreError
+
+logger = logging.getLogger("gpuwarden.scheduler.state")
 
 SCHEMA_VERSION = 2  # 2: nodes.lost_at
 
@@ -54,6 +57,7 @@ CREATE TABLE IF NOT EXISTS audit (
     id INTEGER PRIMARY KEY, at REAL NOT NULL, actor TEXT NOT NULL, action TEXT NOT NULL,
     job_id TEXT, tenant TEXT, node TEXT, gpu INTEGER, reason TEXT NOT NULL DEFAULT ''
 );
+CREATE INDEX IF NOT EXISTS audit_action ON audit (action, id);
 CREATE TABLE IF NOT EXISTS usage (
     id INTEGER PRIMARY KEY, job_id TEXT NOT NULL, tenant TEXT NOT NULL, name TEXT NOT NULL,
     gpu_milli REAL NOT NULL, start_s REAL NOT NULL, end_s REAL
@@ -121,6 +125,9 @@ class TaskRow:
 
 @dataclass(frozen=True)
 class AuditRow:
+    """One audit row; ``id`` grows with every row written (a cursor for ``before_id``)."""
+
+    id: int
     at: float
     actor: str
     action: str
@@ -187,23 +194,49 @@ class SchedulerDB:
             self.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the scheduler database {self.path}: {exc}") from exc
+        self._depth = 0  # transaction() nesting
 
     def close(self) -> None:
         self.conn.close()
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """All writes inside commit together or not at all; nested calls join the outer one."""
-        if self.conn.in_transaction:
-            yield
+        """All writes inside commit together or not at all; nested calls join the outer one.
+
+        A COMMIT can fail too (``database is locked``, disk full, a deferred constraint): the
+        transaction is rolled back then as well and the error raised, so the connection never
+        stays inside a transaction that a later call would silently join. Nesting is counted
+        here, not read from ``in_transaction``, for the same reason."""
+        if self._depth:
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
             return
+        if self.conn.in_transaction:  # left open by a ROLLBACK that failed: end it first
+            self._rollback()
         self.conn.execute("BEGIN IMMEDIATE")
+        self._depth = 1
         try:
             yield
+            self.conn.execute("COMMIT")
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            self._rollback()
             raise
-        self.conn.execute("COMMIT")
+        finally:
+            self._depth = 0
+
+    def _rollback(self) -> None:
+        # SQLite ends the transaction itself after some failures (SQLITE_FULL, SQLITE_IOERR)
+        # and keeps it open after others (SQLITE_BUSY, a deferred foreign key at COMMIT)
+        if not self.conn.in_transaction:
+            return
+        try:
+            self.conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:  # the error that got us here is the one to raise
+            logger.error("%s: ROLLBACK failed (%s); retried before the next transaction",
+                         self.path, exc)  # fmt: skip
 
     # ---- jobs ------------------------------------------------------------------------------
 
@@ -285,11 +318,25 @@ class SchedulerDB:
             (at, actor, action, job_id, tenant, node, gpu, reason),
         )
 
-    def audit_rows(self, *, limit: int = 100, tenant: str | None = None) -> list[AuditRow]:
-        """The newest ``limit`` rows, newest first; a tenant sees only rows of its own jobs."""
-        sql, args = "SELECT at, actor, action, job_id, node, gpu, reason FROM audit", []
-        if tenant is not None:
-            sql, args = sql + " WHERE tenant = ?", [tenant]
+    def audit_rows(
+        self,
+        *,
+        limit: int = 100,
+        tenant: str | None = None,
+        before_id: int | None = None,
+        since: float | None = None,
+        action: str | None = None,
+    ) -> list[AuditRow]:
+        """The newest ``limit`` rows, newest first; a tenant sees only rows of its own jobs.
+        ``before_id``: only rows older than that row (the next page is ``before_id`` = the last
+        id of this one); ``since``: only rows at or after that time (unix s); ``action``: only
+        that action (``preempt``)."""
+        sql = "SELECT id, at, actor, action, job_id, node, gpu, reason FROM audit WHERE 1"
+        args: list[Any] = []
+        for clause, value in (("tenant = ?", tenant), ("id < ?", before_id),
+                              ("at >= ?", since), ("action = ?", action)):  # fmt: skip
+            if value is not None:
+                sql, args = f"{sql} AND {clause}", [*args, value]
         rows = self.conn.execute(sql + " ORDER BY id DESC LIMIT ?", [*args, limit])
         return [AuditRow(*r) for r in rows]
 

@@ -83,6 +83,7 @@ class FakeScheduler:
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict[str, list[str]]]] = []
         self.audit = AUDIT  # newest first, as /v1/audit gives them; ?limit= applies
+        self.pages = True  # False: a scheduler from before audit paging (no ids, no filters)
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -91,9 +92,8 @@ class FakeScheduler:
                 owner.requests.append((parts.path, parse_qs(parts.query)))
                 if self.headers.get("Authorization") != f"Bearer {TOKEN}":
                     return self._send(401, {"detail": "missing or wrong bearer token"})
-                limit = int(parse_qs(parts.query).get("limit", ["100"])[0])
                 body = {"/v1/jobs": JOBS, "/v1/quota": QUOTA, "/v1/billing": BILLING,
-                        "/v1/audit": owner.audit[:limit]}.get(parts.path)  # fmt: skip
+                        "/v1/audit": owner.audit_page(parse_qs(parts.query))}.get(parts.path)  # fmt: skip
                 if body is None:
                     return self._send(404, {"detail": "no such path"})
                 self._send(200, body)
@@ -113,6 +113,21 @@ class FakeScheduler:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
+
+    def audit_page(self, query: dict[str, list[str]]) -> list[dict[str, Any]]:
+        """``/v1/audit`` as the scheduler answers it: ids counting up from the oldest row, and
+        ``action``, ``since`` and ``before_id`` applied; an old one ignores them all."""
+        limit = int(query.get("limit", ["100"])[0])
+        if not self.pages:
+            return self.audit[:limit]
+        rows = [{"id": len(self.audit) - i, **r} for i, r in enumerate(self.audit)]
+        if "action" in query:
+            rows = [r for r in rows if r["action"] == query["action"][0]]
+        if "since" in query:
+            rows = [r for r in rows if r["at"] >= float(query["since"][0])]
+        if "before_id" in query:
+            rows = [r for r in rows if r["id"] < int(query["before_id"][0])]
+        return rows[:limit]
 
     def close(self) -> None:
         self.server.shutdown()
@@ -215,9 +230,45 @@ def preempt(at: float, job_id: str) -> dict[str, Any]:
             "gpu": 0, "reason": "inference needs the GPU"}  # fmt: skip
 
 
-def test_a_busy_weeks_preemptions_are_a_lower_bound(scheduler, monkeypatch, tmp_path):
-    """/v1/audit gives only the newest rows (no cursor): when the 5,000 read are all this
-    week, the page says "at least" instead of undercounting quietly."""
+def test_a_busy_week_is_counted_exactly_page_by_page(scheduler, monkeypatch, tmp_path):
+    """6,000 preemptions this week among other rows: two pages of this week's preemptions
+    only, the second from the first one's last id, and an exact count."""
+    this_week = [preempt(NOW - 60 - 2 * i, f"b{i}") for i in range(6000)]
+    places = [{**p, "action": "place", "at": p["at"] - 1} for p in this_week[:3000]]
+    scheduler.audit = [*this_week, *places, preempt(MONDAY - 1, "old")]
+    scheduler.audit.sort(key=lambda r: r["at"], reverse=True)
+    at = run(monkeypatch, tmp_path, GPUWARDEN_SCHEDULER_URL=scheduler.url,
+             GPUWARDEN_SCHEDULER_TOKEN=TOKEN)  # fmt: skip
+    m = {x.label: x.value for x in at.metric}
+    assert m["Preemptions this week"] == "6,000"
+    assert not [c for c in at.caption if "At least" in c.value]
+    queries = [q for p, q in scheduler.requests if p == "/v1/audit"]
+    assert len(queries) == 2
+    assert all(q["action"] == ["preempt"] and float(q["since"][0]) == MONDAY for q in queries)
+    first = scheduler.audit_page(queries[0])
+    assert "before_id" not in queries[0] and queries[1]["before_id"] == [str(first[-1]["id"])]
+    assert len(table(at, "job_id")) == 6000
+
+
+def test_the_page_cap_says_at_least(scheduler, monkeypatch, tmp_path):
+    from gpuwarden.dashboard import _scheduler_page
+
+    monkeypatch.setattr(_scheduler_page, "AUDIT_LIMIT", 50)
+    monkeypatch.setattr(_scheduler_page, "AUDIT_PAGES", 3)
+    scheduler.audit = [preempt(NOW - 60 - i, f"b{i}") for i in range(500)]
+    at = run(monkeypatch, tmp_path, GPUWARDEN_SCHEDULER_URL=scheduler.url,
+             GPUWARDEN_SCHEDULER_TOKEN=TOKEN)  # fmt: skip
+    m = {x.label: x.value for x in at.metric}
+    assert m["Preemptions this week"] == "at least 150"
+    assert any("at most 3 pages of 50 preemptions" in c.value for c in at.caption)
+    assert len([p for p, _ in scheduler.requests if p == "/v1/audit"]) == 3
+
+
+def test_an_older_schedulers_busy_week_is_a_lower_bound(scheduler, monkeypatch, tmp_path):
+    """A scheduler from before audit paging ignores the filters and gives only its newest
+    rows, without ids: when the 5,000 read are all this week, the page says "at least"
+    instead of undercounting quietly."""
+    scheduler.pages = False
     scheduler.audit = [preempt(NOW - 60 - i, f"b{i}") for i in range(6000)]  # all this week
     at = run(monkeypatch, tmp_path, GPUWARDEN_SCHEDULER_URL=scheduler.url,
              GPUWARDEN_SCHEDULER_TOKEN=TOKEN)  # fmt: skip
@@ -230,6 +281,7 @@ def test_a_busy_weeks_preemptions_are_a_lower_bound(scheduler, monkeypatch, tmp_
 
 
 def test_a_full_read_that_reaches_last_week_is_an_exact_count(scheduler, monkeypatch, tmp_path):
+    scheduler.pages = False
     this_week = [preempt(NOW - 60 - i, f"b{i}") for i in range(4999)]
     scheduler.audit = [*this_week, preempt(MONDAY - 1, "old"), preempt(MONDAY - 2, "older")]
     at = run(monkeypatch, tmp_path, GPUWARDEN_SCHEDULER_URL=scheduler.url,

@@ -109,6 +109,7 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[st
 
 
 def test_preempt_resume_and_survive_kill_9(cluster: dict[str, Any], tmp_path: Path) -> None:
+    began = time.time()
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
     team = httpx.Client(base_url=cluster["url"], headers={"Authorization": f"Bearer {TEAM}"},
@@ -177,5 +178,12 @@ def test_preempt_resume_and_survive_kill_9(cluster: dict[str, Any], tmp_path: Pa
                       headers={"Authorization": f"Bearer {ADMIN}"}).json()  # fmt: skip
     actions = {a["action"] for a in audit if a["job_id"] == train}
     assert {"submit", "place", "preempt", "checkpoint", "requeue", "resume", "finish"} <= actions
+    # the team reads its preemptions since the test began by action and time, and pages back
+    # from any row by its id, across the kill -9
+    (preempted,) = team.get("/v1/audit", params={"action": "preempt", "since": began}).json()
+    assert preempted["job_id"] == train and preempted["at"] >= began
+    mine = team.get("/v1/audit", params={"limit": 1000}).json()
+    (row,) = team.get("/v1/audit", params={"limit": 1, "before_id": mine[0]["id"]}).json()
+    assert row == mine[1]
     bill = team.get("/v1/billing", params={"since": 0, "until": time.time() + 1}).json()
     assert {r["job_id"] for r in bill} >= {train, infer}

@@ -1,9 +1,11 @@
-"""A scheduler service to drive by hand: a clock we move, a node agent we play, job shortcuts."""
+"""A scheduler service to drive by hand: a clock we move, a node agent we play, job shortcuts,
+and a real SQLite COMMIT failure to arm (``trap_commit``)."""
 
 from __future__ import annotations
 
 from gpuwarden.scheduler._auth import node_token
 from gpuwarden.scheduler.service import Principal, SchedulerService
+from gpuwarden.scheduler.state import SchedulerDB
 
 ADMIN = Principal("admin")
 A = Principal("tenant", "a")
@@ -70,3 +72,20 @@ def submit(svc: SchedulerService, who: Principal = A, **spec) -> str:
 def train(svc: SchedulerService) -> str:
     return submit(svc, name="train", priority="training", interruptible=True, gpus_per_task=2,
                   checkpoint=HOOK, grace_period_s=30)  # fmt: skip
+
+
+def trap_commit(db: SchedulerDB, action: str) -> None:
+    """Every transaction that writes an audit row with ``action`` fails at COMMIT: the row
+    adds a child whose deferred foreign key has no parent, which SQLite checks at COMMIT and
+    then keeps the transaction open."""
+    db.conn.execute("PRAGMA foreign_keys = ON")
+    db.conn.executescript(f"""
+        CREATE TEMP TABLE parent (id INTEGER PRIMARY KEY);
+        CREATE TEMP TABLE child (p INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED);
+        CREATE TEMP TRIGGER trap AFTER INSERT ON main.audit WHEN NEW.action = '{action}'
+        BEGIN INSERT INTO child VALUES (1); END;
+    """)
+
+
+def untrap(db: SchedulerDB) -> None:
+    db.conn.execute("DROP TRIGGER temp.trap")

@@ -42,6 +42,49 @@ def test_gang_of_whole_gpus_counts_every_gpu() -> None:
     assert row.gpu_hours == 12.0
 
 
+def test_a_share_that_reserves_most_of_a_gpus_memory_bills_its_memory_share() -> None:
+    """Dominant share: 100 milli of compute with 60,000 MiB of an 81,920 MiB GPU keeps others
+    off 73 % of it and bills that, not 10 %."""
+    job = Job("kv", gpu_milli=100, gpu_memory_mib=60_000)
+    assert billed_gpu_milli(job, [81_920]) == pytest.approx(1000 * 60_000 / 81_920)
+    assert billed_gpu_milli(job, [163_840]) == pytest.approx(366.2, abs=0.1)  # a bigger GPU
+    assert billed_gpu_milli(job) == 100.0  # GPU memory unknown: compute only
+    assert billed_gpu_milli(job, [None]) == 100.0
+    assert billed_gpu_milli(job, [float("nan")]) == 100.0
+    assert billed_gpu_milli(job, [40_960]) == 1000.0  # never more than the whole GPU
+    # compute the larger share: compute
+    assert billed_gpu_milli(Job("c", gpu_milli=500, gpu_memory_mib=8192), [81_920]) == 500.0
+    # a gang of shares on GPUs of different sizes: each task against its own GPU
+    gang = Job("g", tasks=2, gpu_milli=100, gpu_memory_mib=40_960)
+    assert billed_gpu_milli(gang, [81_920, 40_960]) == pytest.approx(500 + 1000)
+
+
+def test_whole_gpu_mig_and_undeclared_memory_bill_as_before() -> None:
+    assert billed_gpu_milli(Job("w", gpus_per_task=2, gpu_memory_mib=60_000), [81_920]) == 2000
+    assert billed_gpu_milli(Job("m", mig_profile="1g.10gb", gpu_memory_mib=9000), [81_920]) == (
+        pytest.approx(1000 / 7)
+    )
+    assert billed_gpu_milli(Job("s", gpu_milli=250), [81_920]) == 250.0  # its share of memory
+
+
+def test_the_service_bills_a_memory_heavy_share_by_its_memory(svc, clock) -> None:
+    from service_helpers import A, PlayAgent, submit
+
+    agent = PlayAgent(svc)  # H100s of 81,920 MiB
+    heavy = submit(svc, gpu_milli=100, gpu_memory_mib=60_000)
+    light = submit(svc, gpu_milli=100)
+    agent.sync()  # ordered started
+    agent.sync()  # reported running: billed from here
+    clock.t += H
+    agent.exit((heavy, 1, 0), 0)
+    agent.exit((light, 1, 0), 0)
+    agent.sync()
+    bills = {r.job_id: r.gpu_hours for r in svc.billing(A, 0, clock.t)}
+    assert bills == {heavy: pytest.approx(60_000 / 81_920, abs=1e-6), light: pytest.approx(0.1)}
+    # the GPU quota still counts compute; the memory is in the GPU-memory quota's count
+    assert svc.quota_rows(A)[0]["used_gpus"] == 0
+
+
 def test_intervals_are_clipped_to_the_window() -> None:
     ivs = [
         UsageInterval("a", "t", "a", 1000, 0.0, 10 * H),  # 2 h inside [4 h, 6 h)
