@@ -108,6 +108,11 @@ def run_round(svc: SchedulerService, now: float, *, preempt: bool) -> None:
 
 
 def apply_decision(svc: SchedulerService, d: Decision, now: float) -> None:
+    if d.placement is None and not d.evictions:
+        # most of a long queue on a full cluster: one UPDATE that touches the row only when
+        # the reason changed, not a read and decode of every waiting job each round
+        svc.db.set_reason(d.job_id, d.reason)
+        return
     row = svc.db.job(d.job_id)
     for e in getattr(d, "evictions", ()):
         # the victim's tenant reads this reason: another tenant's job stays unnamed there and

@@ -256,6 +256,13 @@ class SchedulerDB:
         values = [_encode(c, v) for c, v in changes.items()]
         self.conn.execute(f"UPDATE jobs SET {sets} WHERE job_id = ?", [*values, job_id])
 
+    def set_reason(self, job_id: str, reason: str) -> None:
+        """Why a job waits; no write at all when the reason is the one stored."""
+        self.conn.execute(
+            "UPDATE jobs SET reason = ? WHERE job_id = ? AND reason IS NOT ?",
+            (reason, job_id, reason),
+        )
+
     def job(self, job_id: str) -> JobRow | None:
         row = self.conn.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
         return None if row is None else _decode(JobRow, row)
