@@ -1,5 +1,6 @@
-"""The evaluation's PNG plots: PR curve, reliability curve, lead-time histogram (matplotlib,
-Agg backend: no display needed)."""
+"""The evaluation's PNG plots: PR curve, reliability curve, lead-time histogram, and the
+trade-off between failures caught a day ahead and false flags (matplotlib, Agg backend: no
+display needed)."""
 
 from __future__ import annotations
 
@@ -92,6 +93,43 @@ def lead_times(path: Path, leads: dict[str, np.ndarray], horizon_h: float) -> Pa
         title="How early failures were flagged",
     )
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def tradeoff(
+    path: Path,
+    curve: list[tuple[float, float, float]],
+    points: dict[str, tuple[float, float]],
+    threshold: float,
+) -> Path:
+    """Failures with precursors caught >= 24 h ahead against false flags per 1,000 GPU-days:
+    the model at each risk threshold in ``curve`` (threshold, caught, false flags), its own
+    threshold marked, and other detectors (the rules; a ground-truth oracle) as points."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 4.5))
+    ths, caught, false = (np.asarray(v, dtype=float) for v in zip(*curve, strict=True))
+    ax.plot(false, caught, "o-", markersize=4, label="model, by risk threshold")
+    for th, c, f in curve:
+        ax.annotate(f"{th:g}", (f, c), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    at = np.flatnonzero(np.isclose(ths, threshold))
+    if at.size:
+        i = int(at[0])
+        ax.plot(
+            [false[i]], [caught[i]], "o", markersize=9, mfc="none", label=f"at-risk ({threshold:g})"
+        )
+    for (name, (c, f)), marker in zip(points.items(), ("s", "*", "D"), strict=False):
+        ax.plot([f], [c], marker, markersize=8, label=name)
+    ax.set_xscale("symlog", linthresh=1.0)
+    ax.set(
+        xlabel="false flags per 1,000 GPU-days",
+        ylabel="failures with precursors caught >= 24 h ahead",
+        ylim=(0, 1),
+        title="Caught a day ahead vs false flags",
+    )
+    ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

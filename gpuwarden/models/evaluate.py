@@ -208,6 +208,19 @@ def evaluate_dataset(
     ev = Evaluation(table, summary, failures=per_failure)
     if out_dir is not None:
         ev.plots = _write_plots(Path(out_dir), ds, known, risk, rules_flag, model, leads, sudden)
+        curve = _tradeoff(ds, failures, risk, hard, known, horizon_s, sudden)
+        slow = table.set_index("mode").loc["ALL with precursors"]
+        points = {
+            "rule baseline": (float(slow["rules_recall"]), summary["rules_false_flags_per_1000"])
+        }
+        if summary.get("oracle_false_flags_per_1000") is not None and ceiling is not None:
+            points["oracle: flags from each precursor's start"] = (
+                ceiling,
+                float(summary["oracle_false_flags_per_1000"]),
+            )
+        ev.plots["trade-off"] = _plots.tradeoff(
+            Path(out_dir) / "tradeoff.png", curve, points, model.threshold
+        )
     return ev
 
 
@@ -237,6 +250,44 @@ def _oracle(
         "oracle_pr_auc": M.pr_auc(ds.y, ranked, known),
         "oracle_pr_auc_no_sudden": M.pr_auc(ds.y, ranked, quiet),
     }
+
+
+#: Risk thresholds the trade-off plot draws the model at (its own is marked).
+TRADEOFF_THRESHOLDS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+
+
+def _caught_and_false(
+    ds: Dataset,
+    failures: pd.DataFrame,
+    flag: np.ndarray,
+    known: np.ndarray,
+    horizon_s: float,
+    sudden: tuple[str, ...],
+) -> tuple[float, float]:
+    """(share of failures with precursors caught >= 24 h ahead, false flags per 1,000
+    GPU-days) of one flag column."""
+    ft = M.failure_table(ds.meta, flag, failures, horizon_s=horizon_s, lead_s=LEAD_S)
+    slow = ft[~ft["fail_kind"].isin(sudden)]
+    on, days = M.false_flags(ds.meta, flag, ds.y, known)
+    caught = float(slow["caught"].mean()) if len(slow) else float("nan")
+    return caught, on / days * 1000 if days else float("nan")
+
+
+def _tradeoff(
+    ds: Dataset,
+    failures: pd.DataFrame,
+    risk: np.ndarray,
+    hard: np.ndarray,
+    known: np.ndarray,
+    horizon_s: float,
+    sudden: tuple[str, ...],
+) -> list[tuple[float, float, float]]:
+    """(threshold, caught share, false flags per 1,000 GPU-days) of the model at each of
+    ``TRADEOFF_THRESHOLDS``, hard signals always flagging."""
+    return [
+        (th, *_caught_and_false(ds, failures, (risk >= th) | hard, known, horizon_s, sudden))
+        for th in TRADEOFF_THRESHOLDS
+    ]
 
 
 def _write_plots(

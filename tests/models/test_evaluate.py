@@ -92,6 +92,7 @@ def test_model_and_rules_side_by_side_on_a_held_out_fleet(eval_sim, tiny_model, 
         "pr_curve.png",
         "reliability.png",
         "lead_time.png",
+        "tradeoff.png",
     }
     text = ev.render()
     assert "| ALL sudden |" in text and "Ceiling:" in text and "which no model passes" in text

@@ -153,7 +153,13 @@ def test_evaluate_prints_both_and_writes_plots(store_url, model_dir, tmp_path):
     assert result.exit_code == 0, result.output
     assert "ALL with precursors" in result.output and "ALL sudden" in result.output
     assert "false flags per 1,000 GPU-days" in result.output
-    for name in ("pr_curve.png", "reliability.png", "lead_time.png", "failures.csv"):
+    for name in (
+        "pr_curve.png",
+        "reliability.png",
+        "lead_time.png",
+        "tradeoff.png",
+        "failures.csv",
+    ):
         assert (out / name).stat().st_size > 1000 or name == "failures.csv"
     assert (out / "pr_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
