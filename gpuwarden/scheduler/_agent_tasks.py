@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuwarden.scheduler._task_wrapper import claim
+from gpuwarden.scheduler._task_wrapper import claim, write_atomic
 
 logger = logging.getLogger("gpuwarden.scheduler.agent")
 
@@ -93,12 +93,8 @@ class TaskTable:
                 self.save()
 
     def save(self) -> None:
-        tmp = self.state_path.with_suffix(".tmp")
-        with tmp.open("w") as f:
-            f.write(json.dumps([asdict(t) for t in self.tasks.values()]))
-            f.flush()
-            os.fsync(f.fileno())  # on disk before the rename, or a power cut can leave it empty
-        os.replace(tmp, self.state_path)  # atomic: a crash leaves the old table or the new one
+        """On disk before it returns; a crash leaves the old table or the new one."""
+        write_atomic(str(self.state_path), json.dumps([asdict(t) for t in self.tasks.values()]))
 
     # ---- orders ----------------------------------------------------------------------------
 
@@ -112,8 +108,7 @@ class TaskTable:
         log = self.workdir / "logs" / f"{_safe(job_id)}.{attempt}.{index}.log"
         # the agent's own secrets (its token above all: with it a job could act as any node)
         # never reach a tenant's task, nor the saved task table
-        own = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
-        env = {**own, **{k: str(v) for k, v in order.get("env", {}).items()}}
+        env = {**_own_env(), **{k: str(v) for k, v in order.get("env", {}).items()}}
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in order.get("gpus", []))
         env["GPUWARDEN_CHECKPOINT_DIR"] = str(ckdir)
         task = Task(job_id, attempt, index, None, str(log), str(ckdir), state="launching",
@@ -151,9 +146,8 @@ class TaskTable:
                 name = hook["target"]
                 self._signal(task, int(name) if name.isdigit() else signal.Signals[name])
             elif hook["kind"] == "command":
-                own = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}  # as start()
                 with open(task.log, "ab") as out:
-                    subprocess.Popen(["/bin/sh", "-c", hook["target"]], env={**own, **task.env},
+                    subprocess.Popen(["/bin/sh", "-c", hook["target"]], env={**_own_env(), **task.env},
                                      stdout=out, stderr=subprocess.STDOUT, cwd=task.checkpoint_dir,
                                      start_new_session=True)  # fmt: skip
             elif hook["kind"] == "url":
@@ -211,17 +205,20 @@ class TaskTable:
     def acknowledged(self, report: dict[str, Any]) -> None:
         """The service took ``report``: do not send its log text again, and stop reporting
         tasks whose exit and whole output it now has (their keys stay, so never started again)."""
+        changed = False
         for chunk in report["logs"]:
             task = self.tasks.get((chunk["job_id"], chunk["attempt"], chunk["task"]))
-            if task is not None:
+            if task is not None and task.shipped != chunk["offset"] + chunk["size"]:
                 task.shipped = chunk["offset"] + chunk["size"]
+                changed = True
         done = []
         for entry in report["tasks"]:
             task = self.tasks[(entry["job_id"], entry["attempt"], entry["task"])]
             if entry["state"] == "exited" and _size(Path(task.log)) <= task.shipped:
                 task.acked = True
                 done.append(task)
-        self.save()
+        if changed or done:  # a sync a second: rewrite the table only when it says more
+            self.save()
         for task in done:
             if task.pid is not None:  # else the file is a given-up claim a late wrapper must see
                 for suffix in (".pid", ".exit"):
@@ -230,6 +227,7 @@ class TaskTable:
     def _exit_code(self, key: Key, task: Task) -> int | None | bool:
         """The exit status once the task ended (None: unknown), False while it runs. The
         process first, the file second: the wrapper writes the file before it exits."""
+        exit_file = self._stem(task) + ".exit"
         proc = self._procs.get(key)
         if proc is not None:
             code = proc.poll()
@@ -237,11 +235,16 @@ class TaskTable:
                 return False
         elif task.pid is None:
             return None
-        elif _alive(task.pid):  # left by an earlier agent: not our child, so no waitpid()
-            return False
-        else:  # ours was the SIGKILL that took the wrapper with the task, or nobody knows
-            code = -signal.SIGKILL if task.killed else None
-        recorded = _read_exit(self._stem(task) + ".exit")
+        else:  # left by an earlier agent: not our child, so no waitpid()
+            # its file first: the wrapper writes it as its last act, and once the wrapper is
+            # gone its pid may belong to another process that would look like the task
+            recorded = _read_exit(exit_file)
+            if recorded is not None:
+                return recorded
+            if _alive(task.pid):
+                return False
+            code = -signal.SIGKILL if task.killed else None  # ours was the SIGKILL, or unknown
+        recorded = _read_exit(exit_file)
         if recorded is not None:
             return recorded
         # the wrapper died without writing (SIGKILL): end what is left of the task, so that it
@@ -285,6 +288,11 @@ class TaskTable:
             os.killpg(task.pid, sig)  # its wrapper leads the task's session, so pgid == pid
         except (ProcessLookupError, PermissionError):  # gone (its pid since another user's)
             pass
+
+
+def _own_env() -> dict[str, str]:
+    """The agent's environment without its secrets: what a task or a hook starts from."""
+    return {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
 
 
 def _safe(name: str) -> str:

@@ -121,7 +121,7 @@ def apply_decision(svc: SchedulerService, d: Decision, now: float) -> None:
         by_tenant = None if row is None else row.tenant
         evicted(svc, victim.job_id, preempted_reason(victim, d.job_id, by_tenant), now, "scheduler")
         if by_tenant not in (None, victim.tenant):
-            svc.db.audit(now, "scheduler", "preempt", job_id=d.job_id, node=e.node,
+            svc.db.audit(now, "scheduler", "preempt-for", job_id=d.job_id, node=e.node,
                          reason=f"took the GPUs of job {victim.job_id} of tenant {victim.tenant}")  # fmt: skip
     if row is None:
         return

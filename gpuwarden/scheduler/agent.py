@@ -77,6 +77,24 @@ def host_inventory(
     return Inventory(cpu, memory, tuple(seen[i] for i in sorted(seen)))
 
 
+#: prctl(2) option that makes a process's /proc files root's (and stops core dumps, ptrace)
+PR_SET_DUMPABLE = 4
+
+
+def hide_environment() -> bool:
+    """Make this process non-dumpable, so a task running as the same user cannot read the
+    agent token from ``/proc/<agent pid>/environ`` (stripping it from the task's own
+    environment does not hide the parent's). Linux only; False where it cannot be done. A task
+    running as root still can: run tasks as another user where that matters."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 class Agent:
     """Registers ``node`` with the service at ``url`` and runs what it says, every ``interval_s``."""
 

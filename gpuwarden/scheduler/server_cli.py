@@ -175,7 +175,7 @@ def agent(
     import socket
 
     from gpuwarden._lifecycle import wait_for_stop
-    from gpuwarden.scheduler.agent import Agent, host_inventory
+    from gpuwarden.scheduler.agent import Agent, hide_environment, host_inventory
 
     node = node or socket.gethostname()
     try:
@@ -183,6 +183,11 @@ def agent(
         runner = Agent(node, url, Path(workdir), inventory, interval_s=interval_s)
     except GpuwardenError as exc:
         raise click.ClickException(str(exc)) from exc
+    if not hide_environment():
+        print(
+            "gpuwarden agent: cannot make the agent non-dumpable; tasks may read its token in /proc",
+            file=sys.stderr,
+        )
     print(
         f"gpuwarden agent: {node} with {len(inventory.gpus)} GPUs -> {url}; Ctrl-C to stop",
         file=sys.stderr,

@@ -202,3 +202,30 @@ def test_the_service_fails_a_job_whose_launch_the_agent_died_in(tmp_path, svc, c
     assert job["state"] == "failed" and "unknown status" in job["reason"]
     assert "did not start" in svc.logs(A, job_id, attempt=1, task=0)
     assert not (tmp_path / "checkpoints" / job_id / "ran").exists()
+
+
+def test_an_adopted_task_whose_wrapper_wrote_its_status_is_done_even_if_its_pid_lives_on(
+    tmp_path: Path,
+) -> None:
+    # an earlier agent started the task; its wrapper wrote the status and left, and the pid now
+    # belongs to another process (here: this test's own, which is certainly alive)
+    state = tmp_path / "agent-state.json"
+    (tmp_path / "tasks").mkdir()
+    entry = {"job_id": "j", "attempt": 1, "task": 0, "pid": os.getpid(),
+             "log": str(tmp_path / "j.log"), "checkpoint_dir": str(tmp_path)}  # fmt: skip
+    state.write_text(json.dumps([entry]))
+    (tmp_path / "tasks" / "j.1.0.exit").write_text("0\n")
+    table = TaskTable(tmp_path)
+    table.poll()
+    (task,) = table.tasks.values()
+    assert (task.state, task.exit_code) == ("exited", 0)
+
+
+def test_the_agent_process_hides_its_environment_from_its_tasks() -> None:
+    # a task runs as the agent's user: /proc/<agent>/environ, with the token, must not be its
+    code = (
+        "import ctypes; from gpuwarden.scheduler.agent import hide_environment\n"
+        "print(hide_environment(), ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))"  # PR_GET_DUMPABLE
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "0"]
