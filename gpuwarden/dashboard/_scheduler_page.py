@@ -3,8 +3,8 @@
 Reads ``gpuwarden scheduler serve``'s API (``/v1/jobs``, ``/v1/quota``, ``/v1/billing``,
 ``/v1/audit``) with ``GPUWARDEN_SCHEDULER_TOKEN`` (an admin token sees every tenant) through
 ``_cache.api_get``, so a page rerun does not call the scheduler again within ``API_TTL_S``.
-The frame functions take the API's JSON and are what the tests check. A job's GPUs count as
-the scheduler bills them (a share or a MIG slice is its fraction of a GPU). The week's
+The frame functions take the API's JSON and are what the tests check. A job's GPUs count by
+compute (a share or a MIG slice is its fraction of a GPU; see ``_gpus``). The week's
 preemptions are counted exactly: ``/v1/audit?action=preempt&since=MONDAY``, paged back with
 ``before_id`` while a page is full, at most ``AUDIT_PAGES`` pages (then "at least N"). A
 scheduler older than paging ignores those parameters and sends rows without ``id``: then the
@@ -60,8 +60,10 @@ def queue_frame(jobs: list[dict[str, Any]], now: float) -> pd.DataFrame:
 
 
 def _gpus(job: dict[str, Any]) -> float:
-    """GPUs a job holds or asks for, all tasks together, counted as the scheduler bills them
-    (``billing.billed_gpu_milli``): a 250-milli share is 0.25, a MIG 1g instance 1/7 of a GPU.
+    """GPUs a job holds or asks for, all tasks together, by compute as the scheduler bills
+    shares that declare no GPU memory (``billing.billed_gpu_milli``): a 250-milli share is
+    0.25, a MIG 1g instance 1/7 of a GPU. A share that declares most of a GPU's memory is
+    billed by that larger share (the job list carries no GPU sizes), so it counts low here.
     NaN for a job whose shape this version does not know (a MIG profile newer than it): the
     totals it is part of read "unknown" rather than too low."""
     try:

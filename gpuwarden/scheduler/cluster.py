@@ -121,6 +121,10 @@ class ClusterState:
             self._model_masks[models] = mask
         return mask
 
+    def any_at_risk(self) -> bool:
+        """Whether any GPU is at-risk (interruptible work then goes there last)."""
+        return bool((self.health == _HEALTH[Health.AT_RISK]).any())
+
     def usable(self, interruptible: bool) -> np.ndarray:
         """GPUs this job may use by health: at-risk ones only for interruptible work."""
         return self.usable_any if interruptible else self.usable_ok

@@ -216,7 +216,7 @@ class Scheduler:
         if not admission.ok:
             return admission.reason
         room = self.quotas.memory_room(job.tenant)
-        if job.interruptible and not probe and bool((self.cluster.health == 1).any()):
+        if job.interruptible and not probe and self.cluster.any_at_risk():
             got = self._apply_tasks(job, replace(job, interruptible=False), room, probe)
             if not isinstance(got, str):
                 return (*got, admission)
