@@ -42,6 +42,10 @@ SECRET_ENV = frozenset(
         "GPUWARDEN_SLACK_WEBHOOK_URL",
     }
 )
+#: How long the key of a task the service has acknowledged is kept: a resent order for it is
+#: refused meanwhile; later the service has long forgotten the attempt, and the table (written
+#: on every change) would otherwise grow with every task the node ever ran.
+ACKED_KEEP_S = 7 * 86400.0
 MAX_LOG_CHUNK = 64 * 1024  # bytes shipped per task per sync, so one chatty job cannot stall it
 # by path, not ``-m``: the isolated interpreter (-I -S) sees neither PYTHONPATH nor site-packages
 WRAPPER = str(Path(__file__).resolve().with_name("_task_wrapper.py"))
@@ -204,7 +208,8 @@ class TaskTable:
 
     def acknowledged(self, report: dict[str, Any]) -> None:
         """The service took ``report``: do not send its log text again, and stop reporting
-        tasks whose exit and whole output it now has (their keys stay, so never started again)."""
+        tasks whose exit and whole output it now has (their keys stay for ``ACKED_KEEP_S``, so
+        a resent order never starts them again)."""
         changed = False
         for chunk in report["logs"]:
             task = self.tasks.get((chunk["job_id"], chunk["attempt"], chunk["task"]))
@@ -217,7 +222,11 @@ class TaskTable:
             if entry["state"] == "exited" and _size(Path(task.log)) <= task.shipped:
                 task.acked = True
                 done.append(task)
-        if changed or done:  # a sync a second: rewrite the table only when it says more
+        old = [k for k, t in self.tasks.items() if t.acked and _ended_before(t, ACKED_KEEP_S)]
+        for key in old:
+            del self.tasks[key]
+            self._procs.pop(key, None)
+        if changed or done or old:  # a sync a second: rewrite the table only when it says more
             self.save()
         for task in done:
             if task.pid is not None:  # else the file is a given-up claim a late wrapper must see
@@ -288,6 +297,10 @@ class TaskTable:
             os.killpg(task.pid, sig)  # its wrapper leads the task's session, so pgid == pid
         except (ProcessLookupError, PermissionError):  # gone (its pid since another user's)
             pass
+
+
+def _ended_before(task: Task, age_s: float) -> bool:
+    return task.ended_at is not None and time.time() - task.ended_at > age_s
 
 
 def _own_env() -> dict[str, str]:

@@ -55,6 +55,18 @@ def test_starts_once_reports_exit_and_ships_logs_by_offset(tmp_path):
     assert again.tasks[("j1", 1, 0)].exit_code == 0 and again.report()["tasks"] == []
 
 
+def test_acknowledged_tasks_leave_the_table_after_a_week(tmp_path):
+    table = TaskTable(tmp_path)
+    for job in ("old", "recent"):
+        table.start(_order(job, [sys.executable, "-c", "pass"]))
+        _until(table, (job, 1, 0), "exited")
+    report = table.report()
+    table.acknowledged(report)
+    table.tasks[("old", 1, 0)].ended_at = time.time() - 8 * 86400
+    table.acknowledged({"tasks": [], "logs": []})  # the next sync
+    assert list(TaskTable(tmp_path).tasks) == [("recent", 1, 0)]  # saved without it
+
+
 def test_command_hook_and_stop_escalation(tmp_path):
     table = TaskTable(tmp_path, kill_after_s=0.5)
     key = ("j2", 1, 0)
