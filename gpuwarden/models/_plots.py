@@ -18,6 +18,14 @@ def _pyplot():
     return plt
 
 
+def _save(plt, fig, path: Path) -> Path:
+    """Write ``fig`` to ``path`` and free it (pyplot keeps every open figure otherwise)."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def pr_curve(
     path: Path, y: np.ndarray, risk: np.ndarray, rule_flag: np.ndarray, threshold: float
 ) -> Path:
@@ -44,10 +52,7 @@ def pr_curve(
         title="Precision-recall, (GPU, time) rows",
     )
     ax.legend(loc="upper right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def reliability(path: Path, y: np.ndarray, risk: np.ndarray, raw: np.ndarray | None) -> Path:
@@ -72,10 +77,7 @@ def reliability(path: Path, y: np.ndarray, risk: np.ndarray, raw: np.ndarray | N
         title="Reliability",
     )
     ax.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def lead_times(path: Path, leads: dict[str, np.ndarray], horizon_h: float) -> Path:
@@ -93,10 +95,7 @@ def lead_times(path: Path, leads: dict[str, np.ndarray], horizon_h: float) -> Pa
         title="How early failures were flagged",
     )
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def tradeoff(
@@ -130,7 +129,4 @@ def tradeoff(
         title="Caught a day ahead vs false flags",
     )
     ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
