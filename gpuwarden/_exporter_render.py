@@ -50,7 +50,9 @@ def format_value(value: float) -> str:
 
 
 @dataclass
-class GpuState:
+class GpuReading:
+    """The exporter's view of one GPU slot: its labels, last values, whether it answered."""
+
     gpu: GpuId
     labels: str = ""
     #: field name -> formatted value, from the last sample; empty while the GPU is absent.
@@ -67,7 +69,9 @@ class GpuState:
 
 
 @dataclass
-class Health:
+class CollectorHealth:
+    """How the collector behind the exporter is doing (``gpuwarden_collector_*``)."""
+
     collector_url: str
     has_store: bool
     attempts: int = 0
@@ -84,15 +88,15 @@ class ExporterState:
     """Everything /metrics shows; changed only by ``apply`` and ``record_failure``."""
 
     def __init__(self, collector_url: str, has_store: bool) -> None:
-        self.gpus: dict[_Slot, GpuState] = {}
-        self.health = Health(collector_url, has_store)
+        self.gpus: dict[_Slot, GpuReading] = {}
+        self.health = CollectorHealth(collector_url, has_store)
 
-    def _state_for(self, gpu: GpuId) -> GpuState:
+    def _state_for(self, gpu: GpuId) -> GpuReading:
         slot = (gpu.hostname, gpu.index)
         state = self.gpus.get(slot)
         if state is None or (gpu.uuid and state.gpu.uuid and gpu.uuid != state.gpu.uuid):
             # a new board in the slot: its Xid history is not the old board's
-            state = self.gpus[slot] = GpuState(gpu)
+            state = self.gpus[slot] = GpuReading(gpu)
         elif gpu != state.gpu and (gpu.uuid or not state.gpu.uuid):
             state.relabel(gpu)
         return state

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from gpuwarden.counters import total_increase
+from gpuwarden.health import describe
 from gpuwarden.store.base import Store
-from gpuwarden.xid import describe
 
 _WATCH_FIELDS = (
     "ecc_sbe_volatile_total",

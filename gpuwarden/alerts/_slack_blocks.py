@@ -11,7 +11,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from gpuwarden.alerts.base import GpuState, Notice, Transition
+from gpuwarden.alerts.base import Notice, Transition
+from gpuwarden.health import GpuState
 
 _EMOJI = {GpuState.OK: ":large_green_circle:", GpuState.AT_RISK: ":large_orange_circle:"}
 _EMOJI[GpuState.UNHEALTHY] = ":red_circle:"

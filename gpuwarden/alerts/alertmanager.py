@@ -20,8 +20,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from gpuwarden.alerts.base import GpuState
 from gpuwarden.errors import InputError
+from gpuwarden.health import GpuState
 from gpuwarden.telemetry import GpuId
 
 #: alertname -> what a firing alert does to its GPU (see gpuwarden/alerts/rules/).

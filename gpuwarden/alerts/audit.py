@@ -21,8 +21,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from gpuwarden.alerts.base import GpuState, Transition
+from gpuwarden.alerts.base import Transition
 from gpuwarden.errors import InputError, StoreError
+from gpuwarden.health import GpuState
 from gpuwarden.telemetry import GpuId
 
 _SCHEMA = """

@@ -5,49 +5,19 @@
     Transition       a GPU's state changed: old -> new, why, and who decided
     Notifier         something that tells people (Slack); ``notify`` queues, ``flush`` sends
 
-States are ``ok``, ``at-risk`` (only interruptible work) and ``unhealthy`` (nothing new; running
-work checkpoints and leaves), the same three words the bundled scheduler, the Kubernetes label
-and the ``gpuwarden_gpu_state{state=...}`` series use.
+States are ``gpuwarden.health.GpuState`` (re-exported here): ``ok``, ``at-risk`` (only
+interruptible work) and ``unhealthy`` (nothing new; running work checkpoints and leaves).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from gpuwarden.errors import InputError
+from gpuwarden.health import GpuState, worst
 from gpuwarden.telemetry import GpuId
-
-
-class GpuState(StrEnum):
-    """Scheduling state of one GPU, worst last (``max`` of states is the worst)."""
-
-    OK = "ok"
-    AT_RISK = "at-risk"
-    UNHEALTHY = "unhealthy"
-
-    @property
-    def rank(self) -> int:
-        return _RANK[self]
-
-    @classmethod
-    def parse(cls, value: object) -> GpuState:
-        """``"at-risk"`` (or ``"at_risk"``) -> ``GpuState.AT_RISK``; InputError otherwise."""
-        try:
-            return cls(str(value).strip().lower().replace("_", "-"))
-        except ValueError:
-            raise InputError(f"state must be ok, at-risk or unhealthy, not {value!r}") from None
-
-
-_RANK = {GpuState.OK: 0, GpuState.AT_RISK: 1, GpuState.UNHEALTHY: 2}
-
-
-def worst(states: Sequence[GpuState]) -> GpuState:
-    """The worst of ``states`` (``ok`` for none): a node is as sick as its sickest GPU."""
-    return max(states, key=lambda s: s.rank, default=GpuState.OK)
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,12 @@ import math
 import threading
 from dataclasses import dataclass, field
 
-from gpuwarden.alerts.base import GpuState, RiskAssessment, Transition
+from gpuwarden.alerts.base import RiskAssessment, Transition
 from gpuwarden.errors import ConfigError, InputError
+from gpuwarden.health import DEFAULT_AT_RISK, GpuState
 from gpuwarden.telemetry import GpuId
 
-DEFAULT_ENTER_AT = 0.7
+DEFAULT_ENTER_AT = DEFAULT_AT_RISK  # serve passes the loaded model's own threshold
 DEFAULT_EXIT_BELOW = 0.5
 DEFAULT_HOLD_S = 24 * 3600.0
 
@@ -72,7 +73,7 @@ def _known(x: float) -> bool:
 class DecisionEngine:
     """Per-GPU hysteresis over risk scores, alerts and manual decisions (thread-safe).
 
-    ``enter_at``: risk at which an ok GPU becomes at-risk (0.7). ``exit_below``: risk the
+    ``enter_at``: risk at which an ok GPU becomes at-risk (``health.at_risk_threshold``). ``exit_below``: risk the
     GPU must stay under, for ``hold_s`` seconds, to be ok again (0.5, 24 h).
     ``manual_hold_s``: how long a person's decision holds against the scorer (24 h).
     """

@@ -8,7 +8,10 @@ is trained. Within the last ``lookback_s`` seconds:
 - a row-remap failure: ``remapped_rows_failure`` > 0 (DCGM_FI_DEV_ROW_REMAP_FAILURE,
   ``nvidia-smi --query-remapped-rows``): NVIDIA's policy is to replace the GPU;
 - the GPU lost or needing a reset (NVML's GpuIsLost / GpuRequiresReset events);
-- a fatal Xid (``gpuwarden.xid.FATAL_XIDS``: 48, 62, 64, 74, 79, 94, 95, 119, 120).
+- a fatal Xid (``gpuwarden.health.FATAL_XIDS``: 48, 62, 64, 74, 79, 94, 95, 119, 120).
+
+Which signals count, their words and NVIDIA's action for each are ``gpuwarden.health``'s
+``HARD_SIGNALS``; this module only reads them from the store.
 
 Every GPU seen in the window gets an assessment (risk NaN: this assessor has no opinion on
 risk), so the service knows the whole fleet.
@@ -22,20 +25,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from gpuwarden import health
 from gpuwarden.alerts.base import RiskAssessment
 from gpuwarden.counters import step_increases
 from gpuwarden.errors import ConfigError
+from gpuwarden.health import describe
 from gpuwarden.telemetry import GpuId
-from gpuwarden.xid import FATAL_XIDS, describe
 
 if TYPE_CHECKING:
     from gpuwarden.store.base import Store
 
-_FIELDS = ("ecc_dbe_volatile_total", "ecc_dbe_aggregate_total", "remapped_rows_failure")
-_DBE_ACTION = "Drain the GPU and reset it; if DBEs recur or row remapping fails, replace it (RMA)."
-_REMAP_ACTION = "Row remapping failed: drain the GPU and replace it (RMA)."
-_LOST_ACTION = "Drain the node; reseat or replace the GPU, check the PCIe riser/slot and power."
-_RESET_ACTION = "Drain the GPU and reset it (nvidia-smi -r); replace it if it recurs."
 
 Signal = tuple[float, str, str]  # (ts, what, action)
 
@@ -53,7 +52,9 @@ class HardSignalAssessor:
         start, end = at - self.lookback_s, at + 1e-3
         # read one more window back, so an increase whose earlier reading predates the window
         # is still seen
-        samples = store.read_samples(start=start - self.lookback_s, end=end, fields=_FIELDS)
+        samples = store.read_samples(
+            start=start - self.lookback_s, end=end, fields=health.HARD_FIELDS
+        )
         events = store.read_events(
             start=start, end=end, kinds=("xid", "gpu_lost", "gpu_requires_reset")
         )
@@ -101,33 +102,30 @@ class HardSignalAssessor:
 def _sample_signals(group: pd.DataFrame, start: float) -> list[Signal]:
     found: list[Signal] = []
     ts = group["ts"].to_numpy(dtype=np.float64)
-    for name in ("ecc_dbe_volatile_total", "ecc_dbe_aggregate_total"):
+    dbe, remap = health.DOUBLE_BIT_ERROR, health.ROW_REMAP_FAILURE
+    for name in health.DBE_FIELDS:
         inc = step_increases(group[name].to_numpy(dtype=np.float64))
         hit = np.flatnonzero((inc > 0) & (ts >= start))
         if hit.size:
             n = float(np.nansum(inc[hit]))
-            found.append(
-                (float(ts[hit[-1]]), f"{n:g} double-bit ECC error(s) ({name})", _DBE_ACTION)
-            )
+            found.append((float(ts[hit[-1]]), f"{n:g} {dbe.what}(s) ({name})", dbe.action))
             break  # volatile and aggregate count the same errors
-    remap = group["remapped_rows_failure"].to_numpy(dtype=np.float64)
-    hit = np.flatnonzero((remap > 0) & (ts >= start))
+    failed = group["remapped_rows_failure"].to_numpy(dtype=np.float64)
+    hit = np.flatnonzero((failed > 0) & (ts >= start))
     if hit.size:
-        found.append((float(ts[hit[-1]]), "row remap failure", _REMAP_ACTION))
+        found.append((float(ts[hit[-1]]), remap.what, remap.action))
     return found
 
 
 def _event_signal(row: Any) -> Signal | None:
-    kind, ts = row.kind, float(row.ts)
-    if kind == "gpu_lost":
-        return ts, "GPU lost (fell off the bus)", _LOST_ACTION
-    if kind == "gpu_requires_reset":
-        return ts, "GPU requires a reset", _RESET_ACTION
-    code = row.code
-    if kind == "xid" and not pd.isna(code) and int(code) in FATAL_XIDS:
+    code = None if pd.isna(row.code) else float(row.code)
+    signal = health.event_signal(str(row.kind), code)
+    if signal is None:
+        return None
+    if signal is health.FATAL_XID and code is not None:
         x = describe(int(code))
-        return ts, f"Xid {x.code} ({x.name})", x.action
-    return None
+        return float(row.ts), f"Xid {x.code} ({x.name})", x.action
+    return float(row.ts), signal.what, signal.action
 
 
 __all__ = ["HardSignalAssessor"]

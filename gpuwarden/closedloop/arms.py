@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpuwarden.alerts.base import GpuState, RiskAssessment, Transition
+from gpuwarden.alerts.base import RiskAssessment, Transition
 from gpuwarden.alerts.decision import DecisionEngine
+from gpuwarden.health import DEFAULT_AT_RISK, GpuState
 from gpuwarden.scheduler import Eviction, Scheduler
 from gpuwarden.scheduler_hooks import CircuitBreaker
 from gpuwarden.scheduler_hooks.base import NodeHealth
@@ -77,7 +78,7 @@ class ArmDriver:
         *,
         life_index: dict[str, int],
         clock: Callable[[], float],
-        enter_at: float = 0.7,
+        enter_at: float = DEFAULT_AT_RISK,
         breaker_share: float = 0.1,
     ) -> None:
         self.name = name

@@ -7,15 +7,12 @@ import math
 import altair as alt
 import pandas as pd
 
-from gpuwarden.dashboard.data import AT_RISK, MISSING, OK, UNHEALTHY
+from gpuwarden.dashboard.data import AT_RISK, MISSING, OK, RISK_BANDS, UNHEALTHY
 
 STATE_COLORS = {OK: "#2e9e5b", AT_RISK: "#f2a93b", UNHEALTHY: "#d6322d", MISSING: "#9aa0a6"}
 #: ``data.risk_band`` -> colour: pale to red with the risk, then states the risk does not tell.
 RISK_BAND_COLORS = {
-    "< 0.3": "#fff1c1",
-    "0.3-0.5": "#fdd08a",
-    "0.5-0.7": "#fc8d59",
-    "at risk (>= 0.7)": "#d7301f",
+    **dict(zip(RISK_BANDS, ("#fff1c1", "#fdd08a", "#fc8d59", "#d7301f"), strict=True)),
     "unhealthy": "#67000d",
     "missing": "#9aa0a6",
     "not scored": "#dde1e6",

@@ -123,7 +123,9 @@ def overview(ctx: Context) -> None:
     now = _cache.fleet_now(ctx.url, snap.as_of, snap.stale_s)
     cols = st.columns(6)
     cols[0].metric("OK", f"{counts[data.OK]:,}")
-    cols[1].metric("At risk", f"{counts[data.AT_RISK]:,}", help="Risk model score >= 0.7")
+    cols[1].metric(
+        "At risk", f"{counts[data.AT_RISK]:,}", help=f"Risk model score >= {data.RISK_THRESHOLD:g}"
+    )
     cols[2].metric(
         "Unhealthy",
         f"{counts[data.UNHEALTHY]:,}",

@@ -1,7 +1,7 @@
 """Hard signals: what makes a GPU unhealthy whatever a model says.
 
 Computed from the store over a window: a double-bit ECC error, a failed row remap, a fatal Xid
-(``xid.FATAL_XIDS``), the GPU lost from the bus or needing a reset. Each becomes a reason (a
+(``health.FATAL_XIDS``), the GPU lost from the bus or needing a reset. Each becomes a reason (a
 sentence with the DCGM field or Xid behind it) and an action from NVIDIA's Xid catalogue.
 
 Counters are compared reading to reading (hourly rollups where ``compact`` made them, raw
@@ -17,37 +17,22 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from gpuwarden import health
 from gpuwarden.dashboard._reads import read_changes
+from gpuwarden.health import describe, event_signal
 from gpuwarden.store.base import Store
-from gpuwarden.xid import FATAL_XIDS, describe
 
 HOUR_S = 3600
 
 EVENT_NAMES = {
-    "gpu_lost": "GPU lost (fell off the bus)",
-    "gpu_requires_reset": "GPU requires a reset",
+    **{kind: signal.what for kind, signal in health.HARD_EVENTS.items()},
     "gpu_recovered": "GPU recovered",
 }
-FATAL_EVENTS = frozenset({"gpu_lost", "gpu_requires_reset"})
+FATAL_EVENTS = frozenset(health.HARD_EVENTS)
 MISSING_ACTION = (
     "Check the node is up and its collector runs (gpuwarden_collector_up); "
     "run nvidia-smi on the node."
 )
-
-_DBE_FIELDS = ("ecc_dbe_volatile_total", "ecc_dbe_aggregate_total")
-_FIELDS = [*_DBE_FIELDS, "remapped_rows_failure"]
-
-# Which action wins when a GPU has several hard signals: the most drastic one.
-_PRIORITY = {"remap": 0, "gpu_lost": 1, "dbe": 2, "xid": 3, "gpu_requires_reset": 4}
-
-
-def event_action(kind: str) -> str:
-    """What to do about a non-Xid event."""
-    if kind == "gpu_lost":
-        return describe(79).action
-    if kind == "gpu_requires_reset":
-        return "Drain the GPU and reset it (nvidia-smi -r); replace it if it recurs."
-    return ""
 
 
 def _increases(frame: pd.DataFrame, column: str) -> pd.Series:
@@ -76,12 +61,17 @@ def hard_signals(
 
     # one hour before start is the baseline for the window's first increase
     frame = read_changes(
-        store, start - HOUR_S, end + 1e-3, _FIELDS, resolution_s=HOUR_S, probe_s=probe_s
+        store,
+        start - HOUR_S,
+        end + 1e-3,
+        list(health.HARD_FIELDS),
+        resolution_s=HOUR_S,
+        probe_s=probe_s,
     )
     frame = frame[frame["uuid"].isin(wanted)]
     if not frame.empty:
         in_window = frame["ts"] >= np.floor(start / HOUR_S) * HOUR_S
-        dbe = pd.concat([_increases(frame, c) for c in _DBE_FIELDS], axis=1).max(axis=1)
+        dbe = pd.concat([_increases(frame, c) for c in health.DBE_FIELDS], axis=1).max(axis=1)
         hits = frame[in_window & (dbe > 0)].assign(n=dbe)
         for uuid, g in hits.groupby("uuid"):
             n = int(g["n"].sum()) if "ecc_dbe_volatile_total" in g else 1
@@ -89,9 +79,10 @@ def hard_signals(
                 (
                     str(uuid),
                     float(g["ts"].min()),
-                    _PRIORITY["dbe"],
-                    f"double-bit ECC error{'s' if n > 1 else ''} ({n}, DCGM_FI_DEV_ECC_DBE_VOL_TOTAL)",
-                    describe(48).action,
+                    health.DOUBLE_BIT_ERROR.priority,
+                    f"{health.DOUBLE_BIT_ERROR.what}{'s' if n > 1 else ''} ({n}, "
+                    f"{health.DOUBLE_BIT_ERROR.source})",
+                    health.DOUBLE_BIT_ERROR.action,
                 )
             )
         remap = frame[in_window & (frame["remapped_rows_failure"] > 0)]
@@ -100,9 +91,9 @@ def hard_signals(
                 (
                     str(uuid),
                     float(g["ts"].min()),
-                    _PRIORITY["remap"],
-                    "row remapping failed (DCGM_FI_DEV_ROW_REMAP_FAILURE)",
-                    describe(64).action,
+                    health.ROW_REMAP_FAILURE.priority,
+                    f"{health.ROW_REMAP_FAILURE.what} ({health.ROW_REMAP_FAILURE.source})",
+                    health.ROW_REMAP_FAILURE.action,
                 )
             )
 
@@ -112,18 +103,15 @@ def hard_signals(
     events = events[events["uuid"].isin(wanted)]
     for (uuid, kind, code), g in events.groupby(["uuid", "kind", "code"], dropna=False):
         times = f" x{len(g)}" if len(g) > 1 else ""
-        if kind == "xid":
-            if pd.isna(code) or int(code) not in FATAL_XIDS:
-                continue
+        signal = event_signal(str(kind), None if pd.isna(code) else float(code))
+        if signal is None:
+            continue
+        if signal is health.FATAL_XID:
             entry = describe(int(code))
-            reason, action, prio = f"Xid {entry.code}{times}: {entry.name}", entry.action, "xid"
+            reason, action = f"Xid {entry.code}{times}: {entry.name}", entry.action
         else:
-            reason, action, prio = (
-                f"{EVENT_NAMES[str(kind)]}{times}",
-                event_action(str(kind)),
-                str(kind),
-            )
-        found.append((str(uuid), float(g["ts"].min()), _PRIORITY[prio], reason, action))
+            reason, action = f"{signal.what}{times}", signal.action
+        found.append((str(uuid), float(g["ts"].min()), signal.priority, reason, action))
 
     return _per_gpu(found)
 

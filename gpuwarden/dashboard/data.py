@@ -7,10 +7,11 @@ States (``fleet_states``), first match wins:
 
 - ``unhealthy``: a hard signal in the window (default 24 h): a double-bit ECC error (DCGM:
   ``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL`` rising), a row-remap failure
-  (``DCGM_FI_DEV_ROW_REMAP_FAILURE``), a fatal Xid (``xid.FATAL_XIDS``), or the GPU lost from the
+  (``DCGM_FI_DEV_ROW_REMAP_FAILURE``), a fatal Xid (``health.FATAL_XIDS``), or the GPU lost from the
   bus / needing a reset;
 - ``missing``: no sample for ``stale_s`` (three sampling intervals, at least a minute);
-- ``at-risk``: the risk model's score is at least 0.7 (only when a scorer is available);
+- ``at-risk``: the risk model's score is at least its threshold (``health.at_risk_threshold``;
+  only when a scorer is available);
 - ``ok``: the rest. ``risk`` is NaN when no model scored the GPU, never 0.
 """
 
@@ -26,12 +27,22 @@ import pandas as pd
 from gpuwarden.counters import step_increases
 from gpuwarden.dashboard import _signals
 from gpuwarden.dashboard._reads import read_window, resolution_for
+from gpuwarden.health import (
+    DEFAULT_AT_RISK,
+    MISSING,
+    GpuState,
+    describe,
+    event_action,
+    threshold_text,
+)
 from gpuwarden.store.base import Store
-from gpuwarden.xid import describe
 
-OK, AT_RISK, UNHEALTHY, MISSING = "ok", "at-risk", "unhealthy", "missing"
+OK, AT_RISK, UNHEALTHY = GpuState.OK.value, GpuState.AT_RISK.value, GpuState.UNHEALTHY.value
 STATES: tuple[str, ...] = (OK, AT_RISK, UNHEALTHY, MISSING)
-RISK_THRESHOLD = 0.7
+RISK_THRESHOLD = DEFAULT_AT_RISK
+AT_RISK_BAND = f"at risk ({threshold_text(RISK_THRESHOLD)})"
+#: The heatmap's risk bands, low to high; the last starts at the at-risk threshold.
+RISK_BANDS: tuple[str, ...] = ("< 0.3", "0.3-0.5", f"0.5-{RISK_THRESHOLD:g}", AT_RISK_BAND)
 SPREAD_LIMIT_C = 15.0  # HBM more than 15 C above the core: a cooling or HBM problem
 #: DCGM's PCIe replay limit per lane per minute by link generation; times the lanes.
 PCIE_REPLAY_LIMIT_PER_LANE_MIN: dict[int, float] = {1: 0.12, 2: 0.24, 3: 0.48, 4: 0.96, 5: 1.92}
@@ -189,7 +200,7 @@ def fleet_states(
 
 
 def _apply_scores(out: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
-    """Merge the model's answer: risk for every scored GPU; at-risk from 0.7 (or the model's
+    """Merge the model's answer: risk for every scored GPU; at-risk from the threshold (or the model's
     own at-risk / unhealthy verdict, e.g. its extra rules), with its reasons and action. A
     missing GPU stays missing: a score of stale data is not news."""
     scores = scores.drop_duplicates("uuid", keep="last").set_index("uuid")
@@ -288,8 +299,7 @@ def recent_events(
         for e, k in zip(entries, ev["kind"], strict=True)
     ]
     ev["action"] = [
-        e.action if e else _signals.event_action(k)
-        for e, k in zip(entries, ev["kind"], strict=True)
+        e.action if e else event_action(k) for e, k in zip(entries, ev["kind"], strict=True)
     ]
     return ev.sort_values("ts", ascending=False, kind="stable")[cols].reset_index(drop=True)
 
@@ -320,8 +330,8 @@ def risk_band(state: str, risk: float) -> str:
     if risk != risk:  # NaN
         return "not scored"
     if risk >= RISK_THRESHOLD:
-        return "at risk (>= 0.7)"
-    return "< 0.3" if risk < 0.3 else "0.3-0.5" if risk < 0.5 else "0.5-0.7"
+        return AT_RISK_BAND
+    return RISK_BANDS[0] if risk < 0.3 else RISK_BANDS[1] if risk < 0.5 else RISK_BANDS[2]
 
 
 def gpu_series(

@@ -41,6 +41,7 @@ _EXPORTS = {
     "backtest": "gpuwarden.models.score",
     "evaluate_store": "gpuwarden.models.evaluate",
     "assess": "gpuwarden.models._assess",
+    "threshold": "gpuwarden.models._assess",
 }
 
 

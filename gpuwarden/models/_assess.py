@@ -32,6 +32,11 @@ def _model(path: str | None):  # -> RiskModel
     return load_model(path)
 
 
+def threshold() -> float:
+    """The at-risk line of the model ``assess`` uses (its card's, or the default)."""
+    return float(_model(os.environ.get("GPUWARDEN_MODEL") or None).threshold)
+
+
 def assess(store: Store, at: float) -> list[ModelAssessment]:
     """Risk for every GPU reporting at ``at``, from the model in ``$GPUWARDEN_MODEL`` (a folder
     written by ``gpuwarden train``) or the shipped one."""

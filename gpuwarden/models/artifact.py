@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from gpuwarden.errors import InputError
+from gpuwarden.health import DEFAULT_AT_RISK, at_risk_threshold
 from gpuwarden.models.features import FEATURE_NAMES
-from gpuwarden.models.rules import DEFAULT_THRESHOLD
 
 MODEL_FILE = "model.skops"
 CARD_FILE = "model_card.json"
@@ -60,7 +60,7 @@ class RiskModel:
 
     @property
     def threshold(self) -> float:
-        return float(self.card.get("threshold", DEFAULT_THRESHOLD))
+        return at_risk_threshold(self.card)
 
     @property
     def horizon_s(self) -> float:
@@ -97,7 +97,7 @@ def save_model(model: RiskModel, out: str | Path) -> Path:
         )
     folder.mkdir(parents=True, exist_ok=True)
     card = {"format": CARD_FORMAT, "card_version": CARD_VERSION, **model.card}
-    card.setdefault("threshold", DEFAULT_THRESHOLD)
+    card.setdefault("threshold", DEFAULT_AT_RISK)
     card.setdefault("features", list(FEATURE_NAMES))
     sio.dump(
         model.estimator, folder / MODEL_FILE, compression=zipfile.ZIP_DEFLATED, compresslevel=9

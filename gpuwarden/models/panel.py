@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from gpuwarden.health import FATAL_XIDS, describe
 from gpuwarden.models import _hourly as H
 from gpuwarden.telemetry import Event, Failure
-from gpuwarden.xid import FATAL_XIDS, describe
 
 HOUR_S = H.HOUR_S
 

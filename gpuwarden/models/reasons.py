@@ -17,9 +17,9 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from gpuwarden.health import describe
 from gpuwarden.models.features import FEATURES
 from gpuwarden.models.rules import HARD, hard_table
-from gpuwarden.xid import describe
 
 GROUPS: tuple[str, ...] = ("memory", "thermal", "pcie", "nvlink", "xid")
 _GROUP_COLUMNS = {g: [f.name for f in FEATURES if f.group == g] for g in GROUPS}

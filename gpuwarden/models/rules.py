@@ -9,10 +9,11 @@ Rules are the thresholds teams start with, plus DCGM's health-check thresholds:
     DCGM: retired pages >= 63                             retired_pages_total >= 63
     DCGM: NVLink CRC errors >= 100 per second             nvlink_crc_per_min_1h >= 6000
 
-Hard signals (last 24 h): a double-bit error (DCGM: any volatile DBE), a row-remap failure, the
-GPU lost from the bus or needing a reset, or a fatal Xid (``xid.FATAL_XIDS``: 48, 62, 64, 74,
-79, 94, 95, 119, 120). They mark the GPU *unhealthy* at once; the model's risk >= the threshold
-marks it *at-risk*; otherwise it is *ok*.
+Hard signals (last 24 h) are ``gpuwarden.health.HARD_SIGNALS`` read from the features: a
+double-bit error (DCGM: any volatile DBE), a row-remap failure, the GPU lost from the bus or
+needing a reset, or a fatal Xid (``health.FATAL_XIDS``). They mark the GPU *unhealthy* at once;
+the model's risk >= the threshold (``health.at_risk_threshold``) marks it *at-risk*; otherwise
+it is *ok*.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-DEFAULT_THRESHOLD = 0.7
-OK, AT_RISK, UNHEALTHY = "ok", "at-risk", "unhealthy"
-STATES: tuple[str, ...] = (OK, AT_RISK, UNHEALTHY)
+from gpuwarden import health
+from gpuwarden.health import DEFAULT_AT_RISK, GpuState
+
+OK, AT_RISK, UNHEALTHY = GpuState.OK.value, GpuState.AT_RISK.value, GpuState.UNHEALTHY.value
 
 
 @dataclass(frozen=True)
@@ -76,24 +78,29 @@ RULES: tuple[Rule, ...] = (
         lambda r: f"NVLink CRC errors {r['nvlink_crc_per_min_1h'] / 60:.0f}/s (DCGM: >= 100/s)",
     ),
 )
+# The hard signals as the features carry them over the last 24 h; the GPU lost and the GPU
+# needing a reset share one feature (both are NVML events on a GPU that stopped answering).
 HARD: tuple[Rule, ...] = (
     Rule(
-        "double_bit_error",
+        health.DOUBLE_BIT_ERROR.name,
         _gt("dbe_24h", 0.0),
         lambda r: f"{r['dbe_24h']:.0f} double-bit ECC error(s) in 24 h",
-        xid=48,
+        xid=health.DOUBLE_BIT_ERROR.xid,
     ),
     Rule(
-        "row_remap_failure", _gt("remap_failure_24h", 0.0), lambda r: "row remapping failed", xid=64
+        health.ROW_REMAP_FAILURE.name,
+        _gt("remap_failure_24h", 0.0),
+        lambda r: health.ROW_REMAP_FAILURE.what,
+        xid=health.ROW_REMAP_FAILURE.xid,
     ),
     Rule(
-        "gpu_lost",
+        health.GPU_LOST.name,
         _gt("gpu_lost_24h", 0.0),
         lambda r: "GPU fell off the bus or needed a reset",
-        xid=79,
+        xid=health.GPU_LOST.xid,
     ),
     Rule(
-        "fatal_xid",
+        health.FATAL_XID.name,
         _gt("xid_fatal_24h", 0.0),
         lambda r: f"{r['xid_fatal_24h']:.0f} fatal Xid(s) in 24 h",
     ),
@@ -124,7 +131,7 @@ def baseline_flag(X: pd.DataFrame) -> np.ndarray:
     return rule_table(X).to_numpy().any(axis=1) | hard_signal(X)
 
 
-def states(risk: np.ndarray, hard: np.ndarray, threshold: float = DEFAULT_THRESHOLD) -> np.ndarray:
+def states(risk: np.ndarray, hard: np.ndarray, threshold: float = DEFAULT_AT_RISK) -> np.ndarray:
     """ok / at-risk / unhealthy per row: hard signals first, then the model's risk."""
     out = np.where(np.asarray(risk) >= threshold, AT_RISK, OK).astype(object)
     out[np.asarray(hard, dtype=bool)] = UNHEALTHY

@@ -20,13 +20,13 @@ import pandas as pd
 
 from gpuwarden import __version__
 from gpuwarden.errors import InputError
+from gpuwarden.health import DEFAULT_AT_RISK
 from gpuwarden.models.artifact import RiskModel
 from gpuwarden.models.estimator import TimeSplitCalibratedClassifier, default_trees
 from gpuwarden.models.features import FEATURE_NAMES
 from gpuwarden.models.history import load_panel, newest_sample_ts
 from gpuwarden.models.labels import DEFAULT_HORIZON_S, Dataset, build_dataset, scoring_indices
 from gpuwarden.models.panel import HOUR_S, HourlyPanel
-from gpuwarden.models.rules import DEFAULT_THRESHOLD
 from gpuwarden.store.base import Store
 
 MIN_FAILURES = 4  # fewer failing GPUs than this cannot teach or calibrate anything
@@ -160,7 +160,7 @@ def train_on_panel(
     card: dict[str, Any] = {
         "gpuwarden_version": __version__,
         "created": pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds"),
-        "threshold": DEFAULT_THRESHOLD,
+        "threshold": DEFAULT_AT_RISK,
         "horizon_s": o.horizon_s,
         "label": f"fails within {o.horizon_s / 86400:g} days after the scoring time",
         "features": list(FEATURE_NAMES),
@@ -168,7 +168,7 @@ def train_on_panel(
         f"{o.method} calibration on a later time block",
         "options": {k: getattr(o, k) for k in o.__dataclass_fields__},
         "training_data": {**(source or {}), **_summary(panel, ds, est.split_time_)},
-        "metrics": {"calibration_block": _block_metrics(est, ds, DEFAULT_THRESHOLD)},
+        "metrics": {"calibration_block": _block_metrics(est, ds, DEFAULT_AT_RISK)},
         "train_seconds": round(time.time() - started, 1),
     }
     return RiskModel(est, card)

@@ -12,22 +12,15 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from gpuwarden.errors import InputError
+from gpuwarden.health import GpuState
 from gpuwarden.scheduler import mig
 
 GPU_MILLI = 1000  # one whole GPU in thousandths
 
 
-class Health(StrEnum):
-    """Scheduling health of one GPU, set from gpuwarden's risk scores and DCGM health checks.
-
-    ``at-risk`` GPUs take only interruptible work (a checkpointed batch job loses minutes when
-    the GPU dies; an inference replica loses requests). ``unhealthy`` GPUs take nothing, like a
-    node tainted ``NoSchedule``.
-    """
-
-    OK = "ok"
-    AT_RISK = "at-risk"
-    UNHEALTHY = "unhealthy"
+#: A GPU's scheduling health is the health vocabulary's state: ``at-risk`` GPUs take only
+#: interruptible work, ``unhealthy`` ones nothing new.
+Health = GpuState
 
 
 class SharingMode(StrEnum):

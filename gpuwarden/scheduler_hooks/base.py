@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from gpuwarden.alerts.base import GpuState, worst
+from gpuwarden.health import GpuState, worst
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from gpuwarden.alerts.base import GpuState
 from gpuwarden.errors import ConfigError
+from gpuwarden.health import GpuState
 from gpuwarden.scheduler_hooks.base import NodeHealth, Tagger, TagResult
 
 

@@ -22,8 +22,8 @@ import os
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from gpuwarden.alerts.base import GpuState
 from gpuwarden.errors import GpuwardenError, HookError
+from gpuwarden.health import GpuState
 from gpuwarden.scheduler_hooks.base import Echo, NodeHealth, TagResult, default_echo
 
 ENV_ADMIN_TOKEN = "GPUWARDEN_SCHEDULER_ADMIN_TOKEN"

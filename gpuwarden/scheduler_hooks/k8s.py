@@ -23,8 +23,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from gpuwarden.alerts.base import GpuState
 from gpuwarden.errors import ConfigError, HookError
+from gpuwarden.health import GpuState
 from gpuwarden.scheduler_hooks.base import Echo, NodeHealth, TagResult, default_echo
 
 LABEL = "gpuwarden.io/health"

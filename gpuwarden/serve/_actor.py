@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gpuwarden.alerts.audit import AuditLog
-from gpuwarden.alerts.base import GpuState, Notice, Notifier, Transition
+from gpuwarden.alerts.base import Notice, Notifier, Transition
 from gpuwarden.alerts.decision import DecisionEngine
+from gpuwarden.health import GpuState
 from gpuwarden.scheduler_hooks.base import NodeHealth, Tagger, TagResult
 from gpuwarden.scheduler_hooks.breaker import CircuitBreaker
 

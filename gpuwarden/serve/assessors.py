@@ -17,7 +17,8 @@ from typing import Any
 
 from gpuwarden.alerts.base import RiskAssessment
 from gpuwarden.alerts.hard_signals import HardSignalAssessor
-from gpuwarden.errors import ConfigError
+from gpuwarden.errors import ConfigError, GpuwardenError
+from gpuwarden.health import DEFAULT_AT_RISK
 from gpuwarden.store.base import Store
 
 logger = logging.getLogger("gpuwarden.serve")
@@ -34,6 +35,17 @@ def model_assessor() -> Assessor | None:
         return None
     found = getattr(models, "assess", None)
     return found if callable(found) else None
+
+
+def model_threshold() -> float:
+    """The at-risk line of the model ``serve`` scores with: its card's threshold, or the
+    default when there is no model (hard signals only)."""
+    try:
+        models = importlib.import_module("gpuwarden.models")
+        return float(models.threshold())
+    except (ImportError, GpuwardenError) as exc:
+        logger.info("no model card to read the at-risk threshold from (%s)", exc)
+        return DEFAULT_AT_RISK
 
 
 def combine(*assessors: Assessor) -> Assessor:

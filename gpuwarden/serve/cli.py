@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from gpuwarden.errors import GpuwardenError
+from gpuwarden.health import DEFAULT_AT_RISK
 
 logger = logging.getLogger("gpuwarden.serve")
 
@@ -58,14 +59,17 @@ def _settings(ctx: click.Context) -> dict[str, Any]:
     help="SQLite file of the audit log.",
 )
 @click.option(
-    "--enter-at", type=float, default=0.7, show_default=True, help="Risk that makes a GPU at-risk."
+    "--enter-at",
+    type=float,
+    default=None,
+    help="Risk that makes a GPU at-risk (default: the model card's threshold; "
+    f"{DEFAULT_AT_RISK:g} without one).",
 )
 @click.option(
     "--exit-below",
     type=float,
-    default=0.5,
-    show_default=True,
-    help="Risk to stay under to be ok again.",
+    default=None,
+    help="Risk to stay under to be ok again (default: 0.5, or --enter-at if lower).",
 )
 @click.option(
     "--hold",
@@ -136,16 +140,23 @@ def _serve(ctx: click.Context, **o: Any) -> None:
     from gpuwarden.exporter import Exporter
     from gpuwarden.scheduler_hooks import open_tagger
     from gpuwarden.serve.api import ENV_API_TOKEN
-    from gpuwarden.serve.assessors import combine, default_assessor, load_assessor
+    from gpuwarden.serve.assessors import (
+        combine,
+        default_assessor,
+        load_assessor,
+        model_threshold,
+    )
     from gpuwarden.serve.server import ServeHandle, run_serve
     from gpuwarden.serve.service import RiskService
 
     cfg = _settings(ctx)
     host, port = parse_listen(o["listen"])
     interval = o["interval_s"] or cfg["interval_s"]
+    enter_at = o["enter_at"] if o["enter_at"] is not None else model_threshold()
+    exit_below = o["exit_below"] if o["exit_below"] is not None else min(0.5, enter_at)
     engine = DecisionEngine(
-        enter_at=o["enter_at"],
-        exit_below=o["exit_below"],
+        enter_at=enter_at,
+        exit_below=exit_below,
         hold_s=o["hold_h"] * 3600,
         manual_hold_s=o["manual_hold_h"] * 3600,
     )

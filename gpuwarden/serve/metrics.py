@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from gpuwarden.alerts.base import GpuState
+from gpuwarden.health import GpuState
 
 if TYPE_CHECKING:
     from gpuwarden.serve.service import RiskService

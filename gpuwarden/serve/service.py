@@ -22,10 +22,11 @@ from typing import Any
 
 from gpuwarden.alerts.alertmanager import AmPayload, alert_inputs
 from gpuwarden.alerts.audit import AuditLog
-from gpuwarden.alerts.base import GpuState, Notifier, RiskAssessment, Transition
+from gpuwarden.alerts.base import Notifier, RiskAssessment, Transition
 from gpuwarden.alerts.decision import DecisionEngine
 from gpuwarden.errors import ConfigError
 from gpuwarden.exporter import Exporter
+from gpuwarden.health import GpuState
 from gpuwarden.scheduler_hooks.base import Tagger
 from gpuwarden.scheduler_hooks.breaker import CircuitBreaker
 from gpuwarden.serve._actor import Actor, Counters, HookOutcome, non_ok_hosts

@@ -6,8 +6,9 @@ import sqlite3
 import pytest
 
 from gpuwarden.alerts.audit import AuditLog
-from gpuwarden.alerts.base import GpuState, Transition
+from gpuwarden.alerts.base import Transition
 from gpuwarden.errors import InputError, StoreError
+from gpuwarden.health import GpuState
 from gpuwarden.telemetry import GpuId
 
 A = GpuId("node1", 0, "GPU-a")

@@ -4,9 +4,10 @@ import math
 
 import pytest
 
-from gpuwarden.alerts.base import GpuState, RiskAssessment
+from gpuwarden.alerts.base import RiskAssessment
 from gpuwarden.alerts.decision import DecisionEngine
 from gpuwarden.errors import ConfigError, InputError
+from gpuwarden.health import GpuState
 from gpuwarden.telemetry import GpuId
 
 GPU = GpuId("node1", 3, "GPU-aaaa")

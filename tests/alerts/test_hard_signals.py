@@ -56,7 +56,7 @@ def test_each_hard_signal_and_the_quiet_gpus(store):
     assert sorted(quiet) == ["GPU-0", "GPU-4", "GPU-5"]
     assert got["GPU-1"].hard_signal == "2 double-bit ECC error(s) (ecc_dbe_volatile_total)"
     assert got["GPU-1"].hard_signal_ts == T0 + 180
-    assert got["GPU-2"].hard_signal == "row remap failure" and "RMA" in got["GPU-2"].action
+    assert got["GPU-2"].hard_signal == "row remapping failed" and "RMA" in got["GPU-2"].action
     lost = got["GPU-3"]
     assert lost.hard_signal == "GPU lost (fell off the bus)"  # the newest signal names it
     assert lost.reasons == ("GPU lost (fell off the bus)", "Xid 79 (GPU has fallen off the bus)")

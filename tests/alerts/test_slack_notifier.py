@@ -6,9 +6,10 @@ import math
 import pytest
 from fake_slack import SECRET_PATH, FakeSlack
 
-from gpuwarden.alerts.base import GpuState, Notice, Transition
+from gpuwarden.alerts.base import Notice, Transition
 from gpuwarden.alerts.slack import ENV_WEBHOOK_URL, SlackNotifier
 from gpuwarden.errors import ConfigError
+from gpuwarden.health import GpuState
 from gpuwarden.telemetry import GpuId
 
 T0 = 1_700_000_000.0

@@ -26,8 +26,8 @@ from known_fleet import (
 
 from gpuwarden.dashboard import _signals, data
 from gpuwarden.dashboard._reads import read_window, resolution_for
+from gpuwarden.health import describe
 from gpuwarden.store.sqlite import SqliteStore
-from gpuwarden.xid import describe
 
 AS_OF = END - STEP  # the newest sample
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from alerting_daemons import post_alerts, start_alertmanager
 
-from gpuwarden.alerts.base import GpuState
+from gpuwarden.health import GpuState
 from gpuwarden.scheduler_hooks.base import NodeHealth, TagResult
 from gpuwarden.serve.server import ServeHandle
 from gpuwarden.serve.service import RiskService

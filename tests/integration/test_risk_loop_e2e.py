@@ -17,9 +17,10 @@ import pytest
 from alerting_daemons import start_alertmanager, start_prometheus_with_rules
 from slurm_cluster import FEATURE, SlurmCluster
 
-from gpuwarden.alerts.base import GpuState, RiskAssessment
+from gpuwarden.alerts.base import RiskAssessment
 from gpuwarden.collectors.sim import SimCollector
 from gpuwarden.exporter import Exporter
+from gpuwarden.health import GpuState
 from gpuwarden.scheduler_hooks.slurm import SlurmTagger
 from gpuwarden.serve.server import ServeHandle
 from gpuwarden.serve.service import RiskService

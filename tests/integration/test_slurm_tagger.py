@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from slurm_cluster import FEATURE, SlurmCluster
 
-from gpuwarden.alerts.base import GpuState
+from gpuwarden.health import GpuState
 from gpuwarden.scheduler_hooks.base import NodeHealth
 from gpuwarden.scheduler_hooks.slurm import SlurmTagger
 

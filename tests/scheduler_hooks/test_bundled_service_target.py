@@ -6,8 +6,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from gpuwarden.alerts.base import GpuState
 from gpuwarden.errors import HookError
+from gpuwarden.health import GpuState
 from gpuwarden.scheduler._auth import TokenBook
 from gpuwarden.scheduler.api import SchedulerServer
 from gpuwarden.scheduler.service import Principal, SchedulerService

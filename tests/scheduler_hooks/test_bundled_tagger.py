@@ -2,8 +2,8 @@
 
 import pytest
 
-from gpuwarden.alerts.base import GpuState
 from gpuwarden.errors import HookError
+from gpuwarden.health import GpuState
 from gpuwarden.scheduler import Job, NodeSpec, Scheduler
 from gpuwarden.scheduler_hooks.base import NodeHealth, Tagger
 from gpuwarden.scheduler_hooks.bundled import BundledTagger, GpuHealthTarget, SchedulerTarget

@@ -2,8 +2,8 @@
 
 import pytest
 
-from gpuwarden.alerts.base import GpuState
 from gpuwarden.errors import ConfigError, HookError
+from gpuwarden.health import GpuState
 from gpuwarden.scheduler_hooks.base import NodeHealth, TagResult
 from gpuwarden.scheduler_hooks.breaker import CircuitBreaker
 

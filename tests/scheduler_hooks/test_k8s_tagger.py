@@ -3,8 +3,8 @@
 import pytest
 from fake_k8s import FakeKubernetes, node
 
-from gpuwarden.alerts.base import GpuState
 from gpuwarden.errors import ConfigError, HookError
+from gpuwarden.health import GpuState
 from gpuwarden.scheduler_hooks import open_tagger
 from gpuwarden.scheduler_hooks.base import NodeHealth
 from gpuwarden.scheduler_hooks.k8s import AT_RISK_TAINT, UNHEALTHY_TAINT, KubernetesTagger

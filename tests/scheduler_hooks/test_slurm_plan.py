@@ -6,8 +6,8 @@ Slurm 22.05 printed on this project's test cluster.
 
 import pytest
 
-from gpuwarden.alerts.base import GpuState
 from gpuwarden.errors import ConfigError, HookError
+from gpuwarden.health import GpuState
 from gpuwarden.scheduler_hooks import open_tagger
 from gpuwarden.scheduler_hooks.base import NodeHealth
 from gpuwarden.scheduler_hooks.slurm import SlurmTagger, parse_node, plan_updates

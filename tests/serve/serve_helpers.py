@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gpuwarden.alerts.base import GpuState, Notice
+from gpuwarden.alerts.base import Notice
+from gpuwarden.health import GpuState
 from gpuwarden.scheduler_hooks.base import NodeHealth, TagResult
 
 

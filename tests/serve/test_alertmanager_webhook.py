@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from serve_helpers import Clock, RecordingTagger
 
-from gpuwarden.alerts.base import GpuState
+from gpuwarden.health import GpuState
 from gpuwarden.serve.server import ServeHandle
 from gpuwarden.serve.service import RiskService
 from gpuwarden.store.sqlite import SqliteStore

@@ -4,7 +4,8 @@ import httpx
 import pytest
 from serve_helpers import RecordingTagger
 
-from gpuwarden.alerts.base import GpuState, RiskAssessment
+from gpuwarden.alerts.base import RiskAssessment
+from gpuwarden.health import GpuState
 from gpuwarden.serve.server import ServeHandle
 from gpuwarden.serve.service import RiskService
 from gpuwarden.store.sqlite import SqliteStore

@@ -79,7 +79,7 @@ def test_user_mistakes_are_one_line(tmp_path):
     assert r.exit_code == 1 and "Error: no scheduler hook for 'nope://'" in r.output
     r = run(tmp_path, "--assess", "no_such_module:f")
     assert r.exit_code == 1 and "cannot load assessor 'no_such_module:f'" in r.output
-    r = run(tmp_path, "--enter-at", "0.3")
+    r = run(tmp_path, "--enter-at", "0.3", "--exit-below", "0.5")
     assert r.exit_code == 1 and "exit_below <= enter_at" in r.output
     assert "Traceback" not in r.output
 

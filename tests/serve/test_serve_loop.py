@@ -8,8 +8,9 @@ from fake_slack import FakeSlack
 from serve_helpers import RecordingNotifier, RecordingTagger
 
 from gpuwarden.alerts.audit import AuditLog
-from gpuwarden.alerts.base import GpuState, RiskAssessment
+from gpuwarden.alerts.base import RiskAssessment
 from gpuwarden.alerts.slack import SlackNotifier
+from gpuwarden.health import GpuState
 from gpuwarden.scheduler import NodeSpec, Scheduler
 from gpuwarden.scheduler_hooks.bundled import BundledTagger, SchedulerTarget
 from gpuwarden.serve.assessors import default_assessor

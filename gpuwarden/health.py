@@ -1,0 +1,261 @@
+"""The health vocabulary: GPU states, the at-risk threshold, hard signals and the Xid table.
+
+Every layer that says how a GPU is doing uses these words and only these:
+
+    GpuState         ok / at-risk / unhealthy: what the scheduler, the Kubernetes label, the
+                     Slurm feature and ``gpuwarden_gpu_state{state=...}`` carry
+    MISSING          what a person sees for a GPU that stopped reporting (not a scheduling state:
+                     the scheduler keeps the last verdict until a signal says otherwise)
+    at_risk_threshold  where the at-risk line comes from: the loaded model's card, or
+                     ``DEFAULT_AT_RISK``; the one place that number is written
+    HARD_SIGNALS     what makes a GPU unhealthy at once, whatever a model says, each with
+                     NVIDIA's recommended action
+    XIDS / describe  NVIDIA's Xid codes: whose fault each is (hardware, application, driver),
+                     whether it is fatal, and what to do
+
+The Xid table is condensed from NVIDIA's "Xid Errors" catalogue (docs.nvidia.com/deploy/
+xid-errors) and its row-remapping / DBE guidance. ``hardware`` Xids point at the GPU, its memory,
+its link or its firmware; ``application`` ones at the code running on it (a bad kernel, an
+illegal address), which is why 13, 31, 43 and 45 never count against a GPU's health.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Literal
+
+from gpuwarden.errors import InputError
+
+# -- states -------------------------------------------------------------------------------
+
+
+class GpuState(StrEnum):
+    """Scheduling state of one GPU, worst last (``worst`` of states is the sickest).
+
+    ``at-risk`` GPUs take only interruptible work (a checkpointed batch job loses minutes when
+    the GPU dies; an inference replica loses requests). ``unhealthy`` GPUs take nothing new,
+    like a node tainted ``NoSchedule``; running work checkpoints and leaves.
+    """
+
+    OK = "ok"
+    AT_RISK = "at-risk"
+    UNHEALTHY = "unhealthy"
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self]
+
+    @classmethod
+    def parse(cls, value: object) -> GpuState:
+        """``"at-risk"`` (or ``"at_risk"``) -> ``GpuState.AT_RISK``; InputError otherwise."""
+        try:
+            return cls(str(value).strip().lower().replace("_", "-"))
+        except ValueError:
+            raise InputError(f"state must be ok, at-risk or unhealthy, not {value!r}") from None
+
+
+_RANK = {GpuState.OK: 0, GpuState.AT_RISK: 1, GpuState.UNHEALTHY: 2}
+
+
+def worst(states: Iterable[GpuState]) -> GpuState:
+    """The worst of ``states`` (``ok`` for none): a node is as sick as its sickest GPU."""
+    return max(states, key=lambda s: s.rank, default=GpuState.OK)
+
+
+#: A GPU that stopped reporting, as the dashboard and summary show it.
+MISSING = "missing"
+#: What a person sees, worst first: the three states, and missing.
+SHOWN_STATES: tuple[str, ...] = (
+    GpuState.UNHEALTHY.value,
+    GpuState.AT_RISK.value,
+    MISSING,
+    GpuState.OK.value,
+)
+
+# -- the at-risk threshold ----------------------------------------------------------------
+
+#: Calibrated risk at which a GPU is at risk when the model's card names no threshold: 0.7
+#: means a 70% chance of failing within the model's horizon.
+DEFAULT_AT_RISK = 0.7
+
+
+def at_risk_threshold(card: Mapping[str, Any] | None = None) -> float:
+    """The at-risk line: the model card's ``threshold`` when it has one, else the default."""
+    if card is not None and card.get("threshold") is not None:
+        return float(card["threshold"])
+    return DEFAULT_AT_RISK
+
+
+def threshold_text(threshold: float) -> str:
+    """``">= 0.7"``: how pages and alerts write the at-risk line."""
+    return f">= {threshold:g}"
+
+
+# -- Xids -----------------------------------------------------------------------------------
+
+XidClass = Literal["hardware", "application", "driver"]
+
+
+@dataclass(frozen=True)
+class Xid:
+    code: int
+    name: str
+    cls: XidClass
+    fatal: bool
+    action: str
+
+
+_CATALOGUE = (
+    Xid(13, "Graphics engine exception", "application", False,
+        "Application fault: check the job's code (illegal instruction, out-of-range access)."),
+    Xid(31, "GPU memory page fault", "application", False,
+        "Application fault: illegal memory access by the job; debug the application."),
+    Xid(32, "Invalid or corrupted push buffer stream", "driver", False,
+        "Check the driver version and the PCIe link; restart the job."),
+    Xid(43, "GPU stopped processing", "application", False,
+        "Application fault: the job's context was reset; the GPU itself is fine."),
+    Xid(45, "Preemptive cleanup", "driver", False,
+        "Follows another error or a killed process; look at the Xid before it."),
+    Xid(48, "Double-bit ECC error", "hardware", True,
+        "Drain the GPU and reset it; if DBEs recur or row remapping fails, replace the GPU (RMA)."),
+    Xid(61, "Internal micro-controller breakpoint", "hardware", False,
+        "Reset the GPU; if it recurs, collect a bug report and contact support."),
+    Xid(62, "Internal micro-controller halt", "hardware", True,
+        "Drain and reset the GPU; if it recurs, contact support."),
+    Xid(63, "ECC page retirement or row remapping recorded", "hardware", False,
+        "Memory repaired itself; schedule a GPU reset to apply it and watch remap counts."),
+    Xid(64, "ECC page retirement or row remapper failure", "hardware", True,
+        "Row remapping failed: drain the GPU and replace it (RMA)."),
+    Xid(74, "NVLink error", "hardware", True,
+        "Drain the node; reset the GPUs, check NVLink/NVSwitch cabling; replace on recurrence."),
+    Xid(79, "GPU has fallen off the bus", "hardware", True,
+        "Drain the node; reseat or replace the GPU, check the PCIe riser/slot and power."),
+    Xid(92, "High single-bit ECC error rate", "hardware", False,
+        "NVIDIA says no action is needed; gpuwarden watches the SBE trend instead."),
+    Xid(94, "Contained ECC error", "hardware", True,
+        "The affected application was stopped; reset the GPU to remap the row, then resume."),
+    Xid(95, "Uncontained ECC error", "hardware", True,
+        "Every application on the GPU is affected: drain and reset the GPU; replace on recurrence."),
+    Xid(119, "GSP RPC timeout", "hardware", True,
+        "GPU System Processor stopped answering: drain and reset the GPU; update firmware/driver."),
+    Xid(120, "GSP error", "hardware", True,
+        "GPU System Processor error: drain and reset the GPU; replace on recurrence."),
+)  # fmt: skip
+
+XIDS: dict[int, Xid] = {x.code: x for x in _CATALOGUE}
+
+#: Xids that mark a GPU unhealthy at once, whatever a model says.
+FATAL_XIDS: frozenset[int] = frozenset(x.code for x in _CATALOGUE if x.fatal)
+APPLICATION_XIDS: frozenset[int] = frozenset(x.code for x in _CATALOGUE if x.cls == "application")
+
+
+def describe(code: int) -> Xid:
+    """The catalogue entry for ``code``; unknown codes count as hardware and non-fatal."""
+    return XIDS.get(
+        code,
+        Xid(code, f"Xid {code}", "hardware", False, "Look the code up in NVIDIA's Xid catalogue."),
+    )
+
+
+# -- hard signals ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HardSignal:
+    """Something that makes a GPU unhealthy at once.
+
+    ``source``: the DCGM field or event it is read from. ``priority``: when a GPU shows several,
+    the lowest names the state and its action (the most drastic: a failed remap means a new
+    board, a reset may not). ``xid``: the Xid catalogue entry whose action applies.
+    """
+
+    name: str
+    what: str
+    source: str
+    priority: int
+    xid: int | None = None
+    reset_action: str = ""
+
+    @property
+    def action(self) -> str:
+        return describe(self.xid).action if self.xid is not None else self.reset_action
+
+
+ROW_REMAP_FAILURE = HardSignal(
+    "row_remap_failure", "row remapping failed", "DCGM_FI_DEV_ROW_REMAP_FAILURE", 0, xid=64
+)
+GPU_LOST = HardSignal("gpu_lost", "GPU lost (fell off the bus)", "event gpu_lost", 1, xid=79)
+DOUBLE_BIT_ERROR = HardSignal(
+    "double_bit_error", "double-bit ECC error", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 2, xid=48
+)
+FATAL_XID = HardSignal("fatal_xid", "fatal Xid", "event xid", 3)
+GPU_REQUIRES_RESET = HardSignal(
+    "gpu_requires_reset",
+    "GPU requires a reset",
+    "event gpu_requires_reset",
+    4,
+    reset_action="Drain the GPU and reset it (nvidia-smi -r); replace it if it recurs.",
+)
+HARD_SIGNALS: tuple[HardSignal, ...] = (
+    ROW_REMAP_FAILURE,
+    GPU_LOST,
+    DOUBLE_BIT_ERROR,
+    FATAL_XID,
+    GPU_REQUIRES_RESET,
+)
+#: Event kinds that are hard signals by themselves (an Xid only when fatal).
+HARD_EVENTS: dict[str, HardSignal] = {
+    "gpu_lost": GPU_LOST,
+    "gpu_requires_reset": GPU_REQUIRES_RESET,
+}
+#: The samples hard signals are read from: volatile and aggregate DBE counts, remap failure.
+DBE_FIELDS: tuple[str, ...] = ("ecc_dbe_volatile_total", "ecc_dbe_aggregate_total")
+HARD_FIELDS: tuple[str, ...] = (*DBE_FIELDS, "remapped_rows_failure")
+
+
+def event_signal(kind: str, code: float | None = None) -> HardSignal | None:
+    """The hard signal an event is, if any: a lost GPU, a reset needed, a fatal Xid."""
+    if kind == "xid":
+        if code is None or code != code or int(code) not in FATAL_XIDS:  # NaN: code unknown
+            return None
+        return FATAL_XID
+    return HARD_EVENTS.get(kind)
+
+
+def event_action(kind: str, code: float | None = None) -> str:
+    """NVIDIA's action for an event: the Xid catalogue's, or the hard signal's."""
+    if kind == "xid" and code is not None and code == code:
+        return describe(int(code)).action
+    signal = HARD_EVENTS.get(kind)
+    return signal.action if signal else ""
+
+
+__all__ = [
+    "APPLICATION_XIDS",
+    "DBE_FIELDS",
+    "DEFAULT_AT_RISK",
+    "DOUBLE_BIT_ERROR",
+    "FATAL_XID",
+    "FATAL_XIDS",
+    "GPU_LOST",
+    "GPU_REQUIRES_RESET",
+    "HARD_EVENTS",
+    "HARD_FIELDS",
+    "HARD_SIGNALS",
+    "MISSING",
+    "ROW_REMAP_FAILURE",
+    "SHOWN_STATES",
+    "XIDS",
+    "GpuState",
+    "HardSignal",
+    "Xid",
+    "XidClass",
+    "at_risk_threshold",
+    "describe",
+    "event_action",
+    "event_signal",
+    "threshold_text",
+    "worst",
+]
