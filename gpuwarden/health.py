@@ -21,12 +21,15 @@ illegal address), which is why 13, 31, 43 and 45 never count against a GPU's hea
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any, Literal
 
 from gpuwarden.errors import InputError
+from gpuwarden.telemetry import GpuId
 
 # -- states -------------------------------------------------------------------------------
 
@@ -232,8 +235,141 @@ def event_action(kind: str, code: float | None = None) -> str:
     return signal.action if signal else ""
 
 
+# -- records: what a scorer says, and what gpuwarden decided ---------------------------------
+
+
+class Reason(str):
+    """One reason, in words, with the features behind it (name -> value at scoring time).
+
+    A ``str``, so everything that prints, joins or compares reasons takes it as the sentence;
+    ``features`` is what a report or a person checking the model reads next to it.
+    """
+
+    features: Mapping[str, float]
+
+    def __new__(cls, text: str, features: Mapping[str, float] | None = None) -> Reason:
+        self = super().__new__(cls, text)
+        self.features = MappingProxyType(dict(features or {}))
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        return {"text": str(self), "features": _finite(self.features)}
+
+    @classmethod
+    def from_json(cls, obj: object) -> Reason:
+        if isinstance(obj, str):
+            return cls(obj)
+        if isinstance(obj, Mapping) and isinstance(obj.get("text"), str):
+            feats = obj.get("features") or {}
+            return cls(obj["text"], {str(k): float(v) for k, v in dict(feats).items()})
+        raise InputError(f"not a reason: {obj!r}")
+
+
+def _finite(features: Mapping[str, float]) -> dict[str, float]:
+    # JSON has no NaN: a feature not measured is left out (missing is never 0)
+    return {k: round(float(v), 6) for k, v in features.items() if math.isfinite(float(v))}
+
+
+@dataclass(frozen=True)
+class RiskAssessment:
+    """One scorer's verdict on one GPU at ``ts`` (Unix s): what the model (``gpuwarden.models.
+    assess``), the hard-signal assessor or an Alertmanager alert says.
+
+    ``risk``: calibrated probability of failing within the model's horizon, NaN when unknown
+    (never 0 for "no data"). ``state``: the scorer's own state, when it has one (the model's:
+    unhealthy on a hard signal in its window, at-risk from its threshold). ``hard_signal``: set
+    when a double-bit error, row-remap failure, lost GPU or fatal Xid was seen ("Xid 79 (GPU has
+    fallen off the bus)"); it makes the GPU unhealthy at once. ``hard_signal_ts``: when that
+    signal happened, if known; a person's override is broken only by a signal newer than the
+    override. ``reasons``: sentences, ``Reason`` where the scorer knows the features behind
+    them. ``action``: what to do, for people ("drain and reset the GPU").
+    """
+
+    gpu: GpuId
+    ts: float
+    risk: float = math.nan
+    hard_signal: str | None = None
+    reasons: tuple[str, ...] = ()
+    action: str = ""
+    hard_signal_ts: float | None = None
+    state: GpuState | None = None
+
+    @classmethod
+    def coerce(cls, obj: Any) -> RiskAssessment:
+        """A user's ``--assess`` function may return its own records with the same attribute
+        names; gpuwarden's own scorers return ``RiskAssessment``."""
+        if isinstance(obj, cls):
+            return obj
+        try:
+            risk = getattr(obj, "risk", math.nan)
+            state = getattr(obj, "state", None)
+            return cls(
+                gpu=obj.gpu,
+                ts=float(obj.ts),
+                risk=math.nan if risk is None else float(risk),
+                hard_signal=getattr(obj, "hard_signal", None) or None,
+                reasons=tuple(
+                    r if isinstance(r, Reason) else str(r)
+                    for r in getattr(obj, "reasons", ()) or ()
+                ),
+                action=str(getattr(obj, "action", "") or ""),
+                hard_signal_ts=getattr(obj, "hard_signal_ts", None),
+                state=None if state is None else GpuState.parse(state),
+            )
+        except (AttributeError, TypeError, ValueError, InputError) as exc:
+            raise InputError(f"not a risk assessment: {obj!r} ({exc})") from exc
+
+
+#: Why a GPU is in its state: the model's score, a hard signal, a person's override, the
+#: hysteresis hold (the score fell but has not stayed low long enough), an Alertmanager alert,
+#: a new board in the slot, or a state restored after a restart.
+CAUSES: tuple[str, ...] = (
+    "model", "hard-signal", "override", "hysteresis", "alertmanager", "replaced", "restored",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """gpuwarden's decision on one GPU at ``ts``, as ``serve`` acted on it and the store keeps it.
+
+    ``state`` is what the scheduler hooks were told; ``cause`` one of ``CAUSES``; ``since`` when
+    the GPU entered ``state``; ``changed_from`` the state before when this verdict changed it
+    (a transition), else None. ``threshold``: the at-risk line it was decided against.
+    """
+
+    ts: float
+    gpu: GpuId
+    state: GpuState
+    risk: float = math.nan
+    cause: str = "model"
+    since: float | None = None
+    changed_from: GpuState | None = None
+    reasons: tuple[str, ...] = ()
+    action: str = ""
+    threshold: float = math.nan
+
+    def __post_init__(self) -> None:
+        if self.cause not in CAUSES:
+            raise InputError(
+                f"verdict cause must be one of {', '.join(CAUSES)}, not {self.cause!r}"
+            )
+        if not math.isfinite(self.ts):
+            raise InputError(f"verdict time {self.ts!r} is not a finite Unix time")
+
+
+#: The columns ``Store.read_verdicts`` returns, one row per stored verdict.
+VERDICT_COLUMNS: tuple[str, ...] = (
+    "ts", "hostname", "gpu", "uuid", "state", "risk", "cause", "since", "changed_from",
+    "reasons", "action", "threshold",
+)  # fmt: skip
+
 __all__ = [
     "APPLICATION_XIDS",
+    "CAUSES",
+    "VERDICT_COLUMNS",
+    "Reason",
+    "RiskAssessment",
+    "Verdict",
     "DBE_FIELDS",
     "DEFAULT_AT_RISK",
     "DOUBLE_BIT_ERROR",

@@ -11,53 +11,11 @@ interruptible work) and ``unhealthy`` (nothing new; running work checkpoints and
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from gpuwarden.errors import InputError
-from gpuwarden.health import GpuState, worst
+from gpuwarden.health import GpuState, RiskAssessment, worst
 from gpuwarden.telemetry import GpuId
-
-
-@dataclass(frozen=True)
-class RiskAssessment:
-    """One scorer's verdict on one GPU at ``ts`` (Unix s).
-
-    ``risk``: calibrated probability of failing within the model's horizon, NaN when unknown
-    (never 0 for "no data"). ``hard_signal``: set when a double-bit error, row-remap failure,
-    lost GPU or fatal Xid was seen ("Xid 79 (GPU has fallen off the bus)"); it makes the GPU
-    unhealthy at once. ``hard_signal_ts``: when that signal happened, if known; a person's
-    override is broken only by a signal newer than the override. ``action``: what to do, for
-    people ("drain and reset the GPU").
-    """
-
-    gpu: GpuId
-    ts: float
-    risk: float = math.nan
-    hard_signal: str | None = None
-    reasons: tuple[str, ...] = ()
-    action: str = ""
-    hard_signal_ts: float | None = None
-
-    @classmethod
-    def coerce(cls, obj: Any) -> RiskAssessment:
-        """Accept any object with the same attribute names (the model's own record)."""
-        if isinstance(obj, cls):
-            return obj
-        try:
-            risk = getattr(obj, "risk", math.nan)
-            return cls(
-                gpu=obj.gpu,
-                ts=float(obj.ts),
-                risk=math.nan if risk is None else float(risk),
-                hard_signal=getattr(obj, "hard_signal", None) or None,
-                reasons=tuple(str(r) for r in getattr(obj, "reasons", ()) or ()),
-                action=str(getattr(obj, "action", "") or ""),
-                hard_signal_ts=getattr(obj, "hard_signal_ts", None),
-            )
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise InputError(f"not a risk assessment: {obj!r} ({exc})") from exc
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,13 @@ def _settings(ctx: click.Context) -> dict[str, Any]:
     "(default: the shipped model).",
 )
 @click.option(
+    "--verdicts",
+    "verdicts_url",
+    default=None,
+    help="Store URL the verdicts are written to (default: the --store, when it takes writes; "
+    "else sqlite:///gpuwarden-verdicts.db).",
+)
+@click.option(
     "--audit",
     "audit_path",
     default="gpuwarden-audit.db",
@@ -130,6 +137,19 @@ def serve(ctx: click.Context, **opts: Any) -> None:
         raise click.ClickException(str(exc)) from exc
 
 
+def verdict_store(store: Any, url: str | None, cfg: dict[str, Any]) -> Any:
+    """Where serve writes verdicts: ``url``; else the telemetry store when it takes writes (a
+    Prometheus server does not), else a SQLite file in the working directory."""
+    from gpuwarden.cli import _open_store
+    from gpuwarden.store.base import WritableStore
+
+    if url:
+        return _open_store(url, cfg)
+    if isinstance(store, WritableStore):
+        return store
+    return _open_store("sqlite:///gpuwarden-verdicts.db", cfg)
+
+
 def _serve(ctx: click.Context, **o: Any) -> None:
     from gpuwarden.alerts.audit import AuditLog
     from gpuwarden.alerts.decision import DecisionEngine
@@ -176,6 +196,7 @@ def _serve(ctx: click.Context, **o: Any) -> None:
     store = _open_store(o["store_url"], cfg)
     collector = None if o["no_collect"] else _open_collector(o["collector_url"], cfg)
     audit = AuditLog(o["audit_path"])
+    verdicts = verdict_store(store, o["verdicts_url"], cfg)
     try:
         exporter = (
             Exporter(collector, interval_s=interval, store=store) if collector is not None else None
@@ -192,6 +213,7 @@ def _serve(ctx: click.Context, **o: Any) -> None:
             breaker_share=o["breaker_share"],
             breaker_window_s=o["breaker_window_s"],
             fleet_nodes=o["fleet_nodes"],
+            verdicts=verdicts,
         )
         service.restore()
         if o["once"]:

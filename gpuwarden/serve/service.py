@@ -18,7 +18,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from gpuwarden.alerts.alertmanager import AmPayload, alert_inputs
 from gpuwarden.alerts.audit import AuditLog
@@ -30,7 +30,8 @@ from gpuwarden.health import GpuState
 from gpuwarden.scheduler_hooks.base import Tagger
 from gpuwarden.scheduler_hooks.breaker import CircuitBreaker
 from gpuwarden.serve._actor import Actor, Counters, HookOutcome, non_ok_hosts
-from gpuwarden.store.base import Store
+from gpuwarden.serve.verdicts import VerdictLog
+from gpuwarden.store.base import Store, WritableStore
 
 logger = logging.getLogger("gpuwarden.serve")
 
@@ -62,6 +63,7 @@ class RiskService:
         breaker_window_s: float = 3600.0,
         fleet_nodes: int | None = None,
         clock: Callable[[], float] = time.time,
+        verdicts: WritableStore | None | Literal["store"] = "store",
     ) -> None:
         if not interval_s > 0:
             raise ConfigError(f"serve interval must be positive, not {interval_s!r}")
@@ -86,6 +88,13 @@ class RiskService:
             for t in taggers
         ]
         self.notifiers = list(notifiers)
+        # verdicts go to the telemetry store unless told otherwise (None: not stored)
+        self.verdicts = VerdictLog(
+            (store if isinstance(store, WritableStore) else None)
+            if verdicts == "store"
+            else verdicts,  # type: ignore[arg-type]
+            self.engine,
+        )
         self.actor = Actor(
             self.engine, self.taggers, self.notifiers, self.audit, self.counters, clock
         )
@@ -118,6 +127,7 @@ class RiskService:
             changes += self.engine.tick(now)
             self.actor.act(changes)
             self.actor.retry_failed()
+            self.verdicts.record(now, changes)
         return changes
 
     def _run_assessor(self, now: float) -> list[RiskAssessment]:
@@ -196,6 +206,7 @@ class RiskService:
                     }
                 )
             hooks = self.actor.act(changes)
+            self.verdicts.record(self.clock(), changes)
         return {
             "alerts": outcomes,
             "hooks": [h.__dict__ for h in hooks],
@@ -212,7 +223,9 @@ class RiskService:
         """A person's decision, applied and re-tagged at once."""
         with self._decide:
             t = self.engine.override(uuid, state, reason=reason, actor=actor, ts=self.clock())
-            return t, self.actor.act([t])
+            hooks = self.actor.act([t])
+            self.verdicts.record(t.ts, [t])
+            return t, hooks
 
     def release_held(self, actor: str) -> list[HookOutcome]:
         with self._decide:

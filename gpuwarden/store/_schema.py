@@ -13,10 +13,11 @@ import sqlite3
 from collections.abc import Callable
 
 from gpuwarden.errors import SchemaError, StoreError
+from gpuwarden.store import _verdicts
 from gpuwarden.telemetry import FIELDS, Field
 
 #: The schema this code writes. A file with a larger ``user_version`` is refused.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Rollup bucket widths in seconds. Each divides ``ROLLUP_WINDOW_S``, the unit compact() works in.
 ROLLUP_RESOLUTIONS: tuple[int, ...] = (300, 3600)
@@ -124,8 +125,14 @@ def _v2(conn: sqlite3.Connection) -> None:
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} REAL")
 
 
+def _v3(conn: sqlite3.Connection) -> None:
+    # gpuwarden's verdicts (serve, score --into). An older file gets an empty table: the
+    # dashboard says there are no verdicts yet and names the backfill command.
+    _verdicts.create(conn)
+
+
 #: version -> the step that brings a file from version - 1 to it.
-_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1, 2: _v2}
+_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1, 2: _v2, 3: _v3}
 
 
 def _table_columns(conn: sqlite3.Connection, table: str) -> set[str]:

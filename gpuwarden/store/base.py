@@ -1,4 +1,10 @@
-"""The store protocol.
+"""The store protocol, in two tiers.
+
+    ReadableStore   what models, the dashboard, the exporter and reports read: samples, events,
+                    failures, the GPUs seen, and gpuwarden's stored verdicts. A Prometheus server
+                    is only this.
+    WritableStore   what collectors, ingest and ``serve`` write; also compacts.
+    Store           both (SQLite; VictoriaMetrics and InfluxDB, which accept writes).
 
 Frames are pandas DataFrames in the *wide* layout: one row per GPU per timestamp, the identity
 columns of ``telemetry.FRAME_ID_COLUMNS`` (``ts`` in Unix seconds), then one float64 column per
@@ -12,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from gpuwarden.health import Verdict
 from gpuwarden.telemetry import Batch, Event, Failure
 
 if TYPE_CHECKING:
@@ -19,20 +26,10 @@ if TYPE_CHECKING:
 
 
 @runtime_checkable
-class Store(Protocol):
+class ReadableStore(Protocol):
+    """Reads. Every frame is the wide layout above; missing values are NaN, never 0."""
+
     url: str
-
-    def write_batch(self, batch: Batch) -> None:
-        """Store one collector batch (samples and events) in one transaction."""
-        ...
-
-    def write_frame(self, frame: pd.DataFrame, *, progress: bool = False) -> int:
-        """Bulk-write a wide frame (simulator output, ingest). Returns rows written."""
-        ...
-
-    def write_events(self, events: Iterable[Event]) -> int: ...
-
-    def write_failures(self, failures: Iterable[Failure]) -> int: ...
 
     def read_samples(
         self,
@@ -61,8 +58,45 @@ class Store(Protocol):
         self, *, start: float | None = None, end: float | None = None
     ) -> pd.DataFrame: ...
 
+    def read_verdicts(
+        self,
+        *,
+        start: float | None = None,
+        end: float | None = None,
+        uuids: Sequence[str] | None = None,
+        latest: bool = False,
+    ) -> pd.DataFrame:
+        """Stored verdicts in ``[start, end)``, ``health.VERDICT_COLUMNS``, by ts; ``latest``:
+        only each GPU's newest one before ``end``."""
+        ...
+
     def gpus(self) -> pd.DataFrame:
         """Every GPU seen: hostname, gpu, uuid, pci_bus_id, model, rack, first_ts, last_ts."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class WritableStore(Protocol):
+    """Writes, each call one transaction: a failed write leaves what was stored as it was."""
+
+    url: str
+
+    def write_batch(self, batch: Batch) -> None:
+        """Store one collector batch (samples and events) in one transaction."""
+        ...
+
+    def write_frame(self, frame: pd.DataFrame, *, progress: bool = False) -> int:
+        """Bulk-write a wide frame (simulator output, ingest). Returns rows written."""
+        ...
+
+    def write_events(self, events: Iterable[Event]) -> int: ...
+
+    def write_failures(self, failures: Iterable[Failure]) -> int: ...
+
+    def write_verdicts(self, verdicts: Iterable[Verdict]) -> int:
+        """Store verdicts; one per GPU and time (a repeat replaces it). Returns rows written."""
         ...
 
     def compact(self, now: float) -> None:
@@ -70,3 +104,8 @@ class Store(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class Store(ReadableStore, WritableStore, Protocol):
+    """A store that reads and writes (SQLite, the default)."""

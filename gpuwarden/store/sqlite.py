@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpuwarden.errors import ConfigError, GpuwardenError, InputError, StoreError
-from gpuwarden.store import _records
+from gpuwarden.health import Verdict
+from gpuwarden.store import _records, _verdicts
 from gpuwarden.store._frames import check_fields, frame_rows, wide_frame
 from gpuwarden.store._rollup import hour_of, pending_hours, roll_up_hour
 from gpuwarden.store._schema import (
@@ -251,6 +252,14 @@ class SqliteStore:
             conn.executemany(_records.INSERT_FAILURE, _records.failure_rows(failures, ids, source))
         return len(failures)
 
+    def write_verdicts(self, verdicts: Iterable[Verdict]) -> int:
+        """Store gpuwarden's verdicts; a second verdict for the same GPU and time replaces the
+        first. Returns rows written."""
+        out = _verdicts.rows(list(verdicts))
+        with self._guard("write_verdicts") as conn, _transaction(conn):
+            conn.executemany(_verdicts.INSERT, out)
+        return len(out)
+
     # -- reads ---------------------------------------------------------------------------
 
     @contextmanager
@@ -333,6 +342,19 @@ class SqliteStore:
         where, params = _time_filter(start, end, column="f.ts")
         with self._guard("read_failures") as conn:
             return _records.failures_frame(conn, where, params)
+
+    def read_verdicts(
+        self,
+        *,
+        start: float | None = None,
+        end: float | None = None,
+        uuids: Sequence[str] | None = None,
+        latest: bool = False,
+    ) -> pd.DataFrame:
+        """Stored verdicts in ``[start, end)`` (``health.VERDICT_COLUMNS``), by ts; with
+        ``latest`` each GPU's newest one in the window."""
+        with self._guard("read_verdicts") as conn:
+            return _verdicts.frame(conn, start=start, end=end, uuids=uuids, latest=latest)
 
     def gpus(self) -> pd.DataFrame:
         """Every GPU seen: hostname, gpu, uuid, pci_bus_id, model, rack, first_ts, last_ts."""

@@ -348,11 +348,13 @@ def test_a_version_1_file_is_upgraded_in_place_and_keeps_its_rows(tmp_path):
     for table in ("samples", "rollups"):
         for name in ("gr_engine_active", "tensor_active"):
             conn.execute(f"ALTER TABLE {table} DROP COLUMN {name}")
+    conn.execute("DROP TABLE verdicts")
     conn.execute("PRAGMA user_version = 1")
     conn.commit()
     conn.close()
     with SqliteStore(path) as store:
-        assert store.schema_version() == 2
+        assert store.schema_version() == 3
+        assert store.read_verdicts().empty  # no verdicts yet: the dashboard says so
         after = store.read_samples()
         assert len(after) == len(before) > 0
         assert after["gr_engine_active"].isna().all() and after["tensor_active"].isna().all()
