@@ -28,7 +28,7 @@ from gpuwarden.store.sqlite import SqliteStore
 
 def build(path: Path, gpus: int, days: float, step_s: int) -> float:
     """Simulate the fleet into ``path`` and roll it up; returns the end of its history."""
-    from gpuwarden.collectors.sim import Fleet
+    from gpuwarden.sim import Fleet
 
     for leftover in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         leftover.unlink(missing_ok=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from gpuwarden.collectors.sim import Fleet, FleetSpec
+from gpuwarden.sim import Fleet, FleetSpec
 
 
 def measure(spec: FleetSpec, *, frames: bool, chunk_s: float, progress: bool) -> tuple[int, float]:

@@ -33,7 +33,7 @@ def fleet_spec(
     end_ts: float | None = None,
 ):  # -> FleetSpec
     """A ``FleetSpec`` whose history ends at ``end_ts`` (default: now), aligned to ``step_s``."""
-    from gpuwarden.collectors.sim import FleetSpec
+    from gpuwarden.sim import FleetSpec
 
     end = time.time() if end_ts is None else end_ts
     start = (end - days * 86400) // step_s * step_s
@@ -54,7 +54,7 @@ def fleet_spec(
 
 def simulate_into(store: Store, spec, *, progress: bool = True) -> tuple[int, int, int]:
     """Write ``spec``'s telemetry, events and ground-truth failures into ``store``."""
-    from gpuwarden.collectors.sim import Fleet
+    from gpuwarden.sim import Fleet
 
     try:
         fleet = Fleet(spec)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from gpuwarden.collectors.sim import DEFAULT_START_TS, PRECURSOR_KINDS
+from gpuwarden.sim import DEFAULT_START_TS, PRECURSOR_KINDS
 
 #: Held-out fleets: the shipped model trains on seed 1 and is checked on seed 2, at the default
 #: start and 200 days later; the closed loop starts at seed 101, 400 days later.

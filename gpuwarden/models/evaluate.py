@@ -35,7 +35,7 @@ LEAD_S = 86400.0
 def sudden_kinds() -> tuple[str, ...]:
     """Failure kinds with no precursor (the simulator's; a user's other kinds count as
     failures that may have one)."""
-    from gpuwarden.collectors.sim import SUDDEN_KINDS
+    from gpuwarden.sim import SUDDEN_KINDS
 
     return tuple(SUDDEN_KINDS)
 

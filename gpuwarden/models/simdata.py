@@ -26,7 +26,7 @@ Transform = Callable[[pd.DataFrame], pd.DataFrame]
 @dataclass
 class SimPanel:
     panel: HourlyPanel
-    fleet: Any  # collectors.sim.Fleet, after its run
+    fleet: Any  # sim.Fleet, after its run
     events: pd.DataFrame
     failures: pd.DataFrame
 
@@ -91,8 +91,8 @@ class SameUuidAfterRepair:
 def simulate_panel(
     spec: Any, *, transforms: Sequence[Transform] = (), progress: bool = False
 ) -> SimPanel:
-    """Run ``spec`` (a ``collectors.sim.FleetSpec``) and build its hourly panel."""
-    from gpuwarden.collectors.sim import Fleet
+    """Run ``spec`` (a ``sim.FleetSpec``) and build its hourly panel."""
+    from gpuwarden.sim import Fleet
 
     fleet = Fleet(spec)
     parts, idents, events = [], [], []
@@ -140,7 +140,7 @@ def held_out_spec(nodes: int = 128, days: float = 37.0, **overrides: Any) -> tup
 def fleet_spec(**overrides: Any) -> Any:
     """The simulated fleets of the default model and the benchmarks: three GPU models,
     10-minute samples, the failure rate x20 so a quarter holds a few hundred failures."""
-    from gpuwarden.collectors.sim import DEFAULT_START_TS, FleetSpec
+    from gpuwarden.sim import DEFAULT_START_TS, FleetSpec
 
     base = FleetSpec(
         nodes=128,

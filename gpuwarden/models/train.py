@@ -67,7 +67,7 @@ def kind_weights(ds: Dataset, power: float) -> np.ndarray:
     """Row weights for the trees: 1, and (n_max / n_kind) ** power for the failing rows of each
     kind with precursors (kinds known to come without one, such as a GSP hang, stay at 1:
     weighing up what nothing can foresee only teaches noise)."""
-    from gpuwarden.collectors.sim import SUDDEN_KINDS
+    from gpuwarden.sim import SUDDEN_KINDS
 
     w = np.ones(len(ds))
     if power <= 0:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gpuwarden.closedloop.fleet import scored_fleet
-from gpuwarden.collectors.sim import SUDDEN_KINDS
+from gpuwarden.sim import SUDDEN_KINDS
 
 
 @pytest.fixture(scope="module", params=[0.0, 1.0], ids=["no-sudden", "all-sudden"])

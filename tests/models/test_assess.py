@@ -16,8 +16,8 @@ T0 = 1_767_225_600.0  # 2026-01-01
 @pytest.fixture(scope="module")
 def demo_store():
     """A week of a 2-node fleet degrading fast, in a compacted SQLite store."""
-    from gpuwarden.collectors.sim import Fleet
     from gpuwarden.models.simdata import fleet_spec
+    from gpuwarden.sim import Fleet
 
     fleet = Fleet(fleet_spec(nodes=2, days=7.0, accel=150.0, seed=5, start_ts=T0))
     store = SqliteStore(":memory:")

@@ -18,8 +18,8 @@ from gpuwarden.store.sqlite import SqliteStore
 
 @pytest.fixture(scope="module")
 def store_url(tmp_path_factory):
-    from gpuwarden.collectors.sim import Fleet
     from gpuwarden.models.simdata import fleet_spec
+    from gpuwarden.sim import Fleet
 
     path = tmp_path_factory.mktemp("cli") / "fleet.db"
     fleet = Fleet(fleet_spec(nodes=4, days=21.0, accel=120.0, seed=31, start_ts=T0))

@@ -120,7 +120,7 @@ def _sim_store(frames, events, failures) -> SqliteStore:
 
 @pytest.fixture(scope="module")
 def small_fleet():
-    from gpuwarden.collectors.sim import Fleet, FleetSpec
+    from gpuwarden.sim import Fleet, FleetSpec
 
     fleet = Fleet(
         FleetSpec(nodes=2, gpus_per_node=4, days=3, step_s=300, seed=4, accel=200, start_ts=T0)

@@ -19,8 +19,8 @@ from gpuwarden.telemetry import Event, GpuId
 @pytest.fixture(scope="module")
 def sim_store():
     """12 days of a 4-node fleet at a high failure rate, in a SQLite store (compacted)."""
-    from gpuwarden.collectors.sim import Fleet
     from gpuwarden.models.simdata import fleet_spec
+    from gpuwarden.sim import Fleet
 
     fleet = Fleet(fleet_spec(nodes=4, days=12.0, accel=150.0, seed=21, start_ts=T0))
     store = SqliteStore(":memory:")

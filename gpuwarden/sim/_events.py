@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpuwarden.collectors import _sim_calib as C
-from gpuwarden.collectors._sim_life import (
+from gpuwarden.sim import calib as C
+from gpuwarden.sim._life import (
     CHANNELS,
     NVL_DATA,
     NVL_FLIT,

@@ -1,15 +1,11 @@
-"""What goes in and out of the simulator: ``sim://`` URLs, wide frames, and Samples."""
+"""What the simulator hands out: a chunk as a wide DataFrame, or one step as Samples."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from urllib.parse import parse_qsl, urlsplit
 
 import numpy as np
 import pandas as pd
 
-from gpuwarden.collectors._sim_engine import ChunkArrays, Engine
-from gpuwarden.errors import ConfigError
+from gpuwarden.sim._engine import ChunkArrays, Engine
 from gpuwarden.telemetry import FIELD_NAMES, FRAME_ID_COLUMNS, Sample
 
 #: Frame columns: the identity columns, the slot's rack, then every catalogue field.
@@ -81,43 +77,3 @@ def to_samples(eng: Engine, ca: ChunkArrays, row: int) -> list[Sample]:
         values = {name: float(table[i, j]) for i, name in enumerate(FIELD_NAMES) if present[i, j]}
         out.append(Sample(ts, life.gpu, values))
     return out
-
-
-def _names(value: str) -> tuple[str, ...]:
-    return tuple(v.strip() for v in value.split(",") if v.strip())
-
-
-#: URL parameter -> (FleetSpec field, parser)
-URL_PARAMS: dict[str, tuple[str, Callable[[str], object]]] = {
-    "nodes": ("nodes", int),
-    "gpus": ("gpus_per_node", int),
-    "rack": ("nodes_per_rack", int),
-    "seed": ("seed", int),
-    "accel": ("accel", float),
-    "step": ("step_s", int),
-    "start": ("start_ts", float),
-    "sudden": ("sudden_fraction", float),
-    "rate": ("failure_rate_per_gpu_day", float),
-    "lookalikes": ("lookalike_fraction", float),
-    "models": ("models", _names),
-    "kinds": ("kinds", _names),
-}
-
-
-def url_params(url: str) -> dict[str, object]:
-    """FleetSpec keyword arguments from a ``sim://`` URL; ConfigError names a bad parameter."""
-    parts = urlsplit(url)
-    if parts.scheme != "sim":
-        raise ConfigError(f"not a sim:// URL: {url!r}")
-    kwargs: dict[str, object] = {}
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
-        if key not in URL_PARAMS:
-            known = ", ".join(URL_PARAMS)
-            raise ConfigError(f"sim:// parameter {key!r} is unknown; known: {known}")
-        name, parse = URL_PARAMS[key]
-        try:
-            kwargs[name] = parse(value)
-        except ValueError as exc:
-            kind = getattr(parse, "__name__", "value")
-            raise ConfigError(f"sim:// parameter {key}={value!r} is not a valid {kind}") from exc
-    return kwargs

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuwarden.collectors import _sim_calib as C
-from gpuwarden.collectors._sim_counters import Events, Reset
-from gpuwarden.collectors._sim_dense import Cooling, dense_fields
-from gpuwarden.collectors._sim_engine import ChunkArrays, Engine
-from gpuwarden.collectors._sim_life import CHANNELS
+from gpuwarden.sim import calib as C
+from gpuwarden.sim._counters import Events, Reset
+from gpuwarden.sim._dense import Cooling, dense_fields
+from gpuwarden.sim._engine import ChunkArrays, Engine
+from gpuwarden.sim._life import CHANNELS
 from gpuwarden.telemetry import FIELD_NAMES, Event, Failure
 
 _LIFE_PARAMS = ("gpu_off_c", "mem_off_c", "theta_scale", "idle_scale")

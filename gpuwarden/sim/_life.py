@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpuwarden.collectors import _sim_calib as C
+from gpuwarden.sim import calib as C
 from gpuwarden.telemetry import GpuId
 
 # Sparse event channels: each feeds one or two counter fields.

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuwarden import telemetry as T
-from gpuwarden.collectors._sim_life import STREAM_WORK, keyed_rng
+from gpuwarden.sim._life import STREAM_WORK, keyed_rng
 
 IDLE, TRAIN, INFER = 0, 1, 2
 # Segment lengths (median h, log-sd) and what follows each kind (idle, train, infer).

@@ -9,15 +9,14 @@ event counts, restarted at resets), and the events due.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gpuwarden.collectors import _sim_calib as C
-from gpuwarden.collectors import _sim_life as L
-from gpuwarden.collectors._sim_counters import CounterBook
-from gpuwarden.collectors._sim_dense import SlotStatics, Workloads
-from gpuwarden.collectors._sim_events import (
+from gpuwarden.sim import _life as L
+from gpuwarden.sim import calib as C
+from gpuwarden.sim._counters import CounterBook
+from gpuwarden.sim._dense import SlotStatics, Workloads
+from gpuwarden.sim._events import (
     GPU_REPLACED,
     EpochInputs,
     EventStore,
@@ -25,10 +24,8 @@ from gpuwarden.collectors._sim_events import (
     NodeReset,
     background_epoch,
 )
+from gpuwarden.sim.spec import FleetSpec
 from gpuwarden.telemetry import Event, Failure, GpuId
-
-if TYPE_CHECKING:
-    from gpuwarden.collectors.sim import FleetSpec
 
 _TRAITS = (
     "gpu_off_c",

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpuwarden.collectors import _sim_calib as C
-from gpuwarden.collectors._sim_life import (
+from gpuwarden.sim import calib as C
+from gpuwarden.sim._life import (
     DBE,
     NVL_DATA,
     NVL_FLIT,

@@ -1,0 +1,280 @@
+"""The simulated fleet: determinism, NVML-like counters, failures and their precursors,
+benign look-alikes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpuwarden.sim import FAILURE_KINDS, FRAME_COLUMNS, SUDDEN_KINDS, Fleet, FleetSpec, calib
+from gpuwarden.telemetry import (
+    CLOCK_EVENT_SW_THERMAL,
+    COUNTER_FIELDS,
+    FIELD_NAMES,
+    RESETTING_COUNTERS,
+)
+
+START = 1767225600.0
+MIXED = FleetSpec(
+    nodes=8, days=8, step_s=300, accel=150, seed=3, models=("H100-80GB", "A100-80GB", "H200")
+)
+HARDWARE_XIDS = {48, 63, 64, 74, 92, 94, 95}
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    fleet = Fleet(MIXED)
+    return fleet, fleet.run(progress=False)
+
+
+def _by_board(df: pd.DataFrame) -> pd.DataFrame:
+    return df.assign(uuid=df["uuid"].astype(str)).sort_values(["uuid", "ts"], kind="stable")
+
+
+# --- determinism ---------------------------------------------------------------------------
+def test_same_seed_same_fleet_other_seed_other_fleet():
+    spec = FleetSpec(nodes=2, days=1.5, step_s=300, accel=500, seed=4)
+    a, b = Fleet(spec).run(progress=False), Fleet(spec).run(progress=False)
+    pd.testing.assert_frame_equal(a.samples, b.samples)
+    assert a.events == b.events and a.failures == b.failures and a.failures
+    c = Fleet(FleetSpec(nodes=2, days=1.5, step_s=300, accel=500, seed=5)).run(progress=False)
+    assert set(c.samples["uuid"].astype(str)).isdisjoint(a.samples["uuid"].astype(str))
+
+
+def test_chunk_length_does_not_change_the_run():
+    spec = FleetSpec(nodes=3, days=3, step_s=120, accel=300, seed=7)
+    runs = []
+    for chunk_s in (86400, 5 * 3600 + 120):
+        fleet = Fleet(spec)
+        parts = list(fleet.chunks(chunk_s=chunk_s, progress=False))
+        runs.append(
+            (
+                pd.concat([p.samples for p in parts], ignore_index=True),
+                [e for p in parts for e in p.events],
+                fleet.failures,
+            )
+        )
+    (a, ea, fa), (b, eb, fb) = runs
+    assert (a["uuid"].astype(str) == b["uuid"].astype(str)).all()
+    np.testing.assert_allclose(a[list(FIELD_NAMES)], b[list(FIELD_NAMES)], rtol=1e-12)
+    assert ea == eb and fa == fb
+
+
+def test_arrays_mode_counts_the_same_samples():
+    spec = FleetSpec(nodes=2, days=1, step_s=300, accel=300, seed=2)
+    with_frames = [c.n_samples for c in Fleet(spec).chunks(progress=False, chunk_s=7200)]
+    arrays = list(Fleet(spec).chunks(progress=False, chunk_s=7200, frames=False))
+    assert with_frames == [c.n_samples for c in arrays]
+    assert all(c.samples is None and c.arrays["gpu_temp_c"].shape == c.alive.shape for c in arrays)
+
+
+# --- the frame -----------------------------------------------------------------------------
+def test_frame_layout_and_missing_fields(mixed):
+    _, res = mixed
+    df = res.samples
+    assert tuple(df.columns) == FRAME_COLUMNS
+    assert all(df[f].dtype == np.float64 for f in FIELD_NAMES)
+    # Ampere and later remap rows instead of retiring pages: absent, never 0.
+    for f in ("retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending"):
+        assert df[f].isna().all()
+    supported = [f for f in FIELD_NAMES if not f.startswith("retired_pages")]
+    assert not df[supported].isna().any().any()
+    per_model = df.groupby("model", observed=True)[
+        ["fb_total_mib", "power_limit_w", "pcie_link_gen_max", "pcie_link_width_max"]
+    ].max()
+    assert per_model.loc["A100-80GB"].tolist() == [81920, 400, 4, 16]
+    assert per_model.loc["H100-80GB"].tolist() == [81559, 700, 5, 16]
+    assert per_model.loc["H200"].tolist() == [143771, 700, 5, 16]
+    assert ((df["ts"] - START) % MIXED.step_s == 0).all()
+    busy = df[df["gpu_util_pct"] > 50]
+    assert (busy["power_w"] > busy["power_limit_w"] * 0.3).mean() > 0.9
+    assert (busy["mem_temp_c"] > df.loc[df["gpu_util_pct"] == 0, "mem_temp_c"].mean()).mean() > 0.8
+    # DCGM's profiling ratios: within 0..1, below utilisation, the tensor pipes below the engine
+    gr, tensor = df["gr_engine_active"], df["tensor_active"]
+    assert gr.between(0, 1).all() and tensor.between(0, 1).all()
+    assert (gr <= df["gpu_util_pct"] / 100 + 1e-6).all() and (tensor <= gr + 1e-6).all()
+    assert gr[df["gpu_util_pct"] == 0].max() == 0 and gr[df["gpu_util_pct"] > 50].min() > 0.45
+
+
+def test_counters_never_decrease_except_at_a_recorded_reset(mixed):
+    fleet, res = mixed
+    df = _by_board(res.samples)
+    prev_ts = df.groupby("uuid")["ts"].shift()
+    resets = pd.DataFrame([(r.hostname, r.ts) for r in res.resets], columns=["hostname", "ts"])
+    assert len(resets) > 0
+    for name in COUNTER_FIELDS:
+        dropped = df[df.groupby("uuid")[name].diff() < 0]
+        if name not in RESETTING_COUNTERS:
+            assert dropped.empty, name
+            continue
+        for i, row in dropped.iterrows():
+            node = resets[resets["hostname"] == row["hostname"]]["ts"]
+            assert ((node > prev_ts[i]) & (node <= row["ts"])).any(), (name, row["hostname"])
+    vol = df.groupby("uuid")["ecc_sbe_volatile_total"].diff()
+    assert (vol < 0).any()  # resets really happen in this run
+
+
+# --- failures ------------------------------------------------------------------------------
+def test_failed_gpu_drops_out_and_returns_as_a_new_board(mixed):
+    fleet, res = mixed
+    df = res.samples.assign(uuid=res.samples["uuid"].astype(str))
+    end = START + MIXED.days * 86400
+    xids = {(e.gpu.uuid, e.code) for e in res.events if e.kind == "xid"}
+    returned = 0
+    assert len(res.failures) >= 10
+    for f in res.failures:
+        slot = df[(df["hostname"] == f.gpu.hostname) & (df["gpu"] == f.gpu.index)]
+        assert not ((slot["uuid"] == f.gpu.uuid) & (slot["ts"] >= f.ts)).any()
+        assert not ((slot["ts"] >= f.ts) & (slot["ts"] < f.ts + f.repair_s)).any()
+        if f.xid is not None:
+            assert (f.gpu.uuid, f.xid) in xids
+        if f.ts + f.repair_s + 3600 < end:
+            new = slot[slot["ts"] >= f.ts + f.repair_s].sort_values("ts")
+            assert new["uuid"].iloc[0] != f.gpu.uuid
+            first = new.iloc[0]
+            assert first["ecc_dbe_aggregate_total"] == 0 and first["remapped_rows_correctable"] == 0
+            assert first["energy_mj"] < first["power_limit_w"] * 3600 * 1000
+            returned += 1
+    assert returned >= 5
+
+
+def test_run_failures_are_the_planned_ones(mixed):
+    fleet, res = mixed
+    assert res.failures == Fleet(MIXED).planned_failures()
+    assert {f.kind for f in res.failures} <= set(FAILURE_KINDS)
+
+
+def _rate(board: pd.DataFrame, col: str, lo: float, hi: float) -> float:
+    part = board[(board["ts"] >= lo) & (board["ts"] < hi)]
+    if len(part) < 2:
+        return np.nan
+    return float(part[col].diff().clip(lower=0).sum() / ((hi - lo) / 3600))
+
+
+@pytest.mark.parametrize(
+    ("kind", "col"),
+    [
+        ("hbm_degradation", "ecc_sbe_aggregate_total"),
+        ("pcie_degradation", "pcie_replay_total"),
+        ("nvlink_degradation", "nvlink_crc_flit_errors_total"),
+        ("cooling_degradation", None),
+    ],
+)
+def test_precursors_come_before_the_failure(kind, col):
+    spec = FleetSpec(
+        nodes=8, days=8, step_s=300, accel=300, seed=11, sudden_fraction=0, kinds=(kind,)
+    )
+    res = Fleet(spec).run(progress=False)
+    df = _by_board(res.samples)
+    checked = rising = 0
+    lengths = []
+    for f in res.failures:
+        assert f.kind == kind and f.precursor_start_ts is not None
+        lengths.append(f.ts - f.precursor_start_ts)
+        if f.precursor_start_ts < START + 86400:
+            continue
+        board = df[df["uuid"] == f.gpu.uuid]
+        ps, ts = f.precursor_start_ts, f.ts
+        if board["ts"].iloc[0] > ps - 86400 + spec.step_s:
+            continue  # a replacement board with no day of history before its precursor
+        checked += 1
+        if col is not None:  # the same GPU's rate: during the precursor vs the day before
+            rising += _rate(board, col, ps, ts) > 2 * _rate(board, col, ps - 86400, ps) + 0.1
+        else:  # HBM runs hot against the node's other GPUs
+            node = df[(df["hostname"] == f.gpu.hostname) & (df["uuid"] != f.gpu.uuid)]
+            rel = board.set_index("ts")["mem_temp_c"] - node.groupby("ts")["mem_temp_c"].median()
+            late = rel[rel.index >= ts - 0.1 * (ts - ps)].mean()
+            rising += late > rel[(rel.index >= ps - 86400) & (rel.index < ps)].mean() + 3
+    assert checked >= 5
+    assert rising >= 0.85 * checked
+    assert max(lengths) > 8 * min(lengths)  # precursors vary a lot from one GPU to the next
+    if kind == "pcie_degradation":
+        narrowed = df[df["uuid"].isin([f.gpu.uuid for f in res.failures])]["pcie_link_width"]
+        assert (narrowed < 16).any()
+    if kind == "cooling_degradation":
+        hot = res.samples["clock_event_reasons"].astype(int) & CLOCK_EVENT_SW_THERMAL
+        assert hot.any() and res.samples["thermal_violation_us"].max() > 0
+
+
+def test_sudden_failures_have_no_precursor():
+    spec = FleetSpec(nodes=4, days=6, step_s=300, accel=400, seed=8, sudden_fraction=1.0)
+    res = Fleet(spec).run(progress=False)
+    assert len(res.failures) >= 8
+    assert all(f.kind in SUDDEN_KINDS and f.precursor_start_ts is None for f in res.failures)
+    failing = {f.gpu.uuid: f.ts for f in res.failures}
+    for e in res.events:
+        if e.gpu.uuid in failing and e.ts < failing[e.gpu.uuid]:
+            assert e.code not in {48, 64, 74, 79, 94, 95}, e
+    last = _by_board(res.samples).groupby("uuid").last()
+    assert (last.loc[list(failing), "ecc_dbe_aggregate_total"] == 0).all()
+
+
+def test_sudden_share_and_failure_rate_match_the_configuration():
+    spec = FleetSpec(nodes=128, days=200, step_s=600, accel=10, seed=21)
+    fleet = Fleet(spec)
+    failures = fleet.planned_failures(START + 200 * 86400)
+    sudden = np.mean([f.kind in SUDDEN_KINDS for f in failures])
+    assert 0.25 < sudden < 0.35
+    assert all((f.precursor_start_ts is None) == (f.kind in SUDDEN_KINDS) for f in failures)
+    look = set(fleet.benign)
+    healthy = [u for u in {f.gpu.uuid for f in failures}]
+    assert look.isdisjoint(healthy)
+    # failures per GPU-day the slot was filled, against the configured rate x accel
+    down = sum(min(f.repair_s, START + 200 * 86400 - f.ts) for f in failures) / 86400
+    rate = len(failures) / (128 * 8 * 200 - down)
+    assert 0.85 < rate / (spec.failure_rate_per_gpu_day * spec.accel) < 1.15
+    assert np.median([f.repair_s for f in failures]) < 2 * 86400 < max(f.repair_s for f in failures)
+
+
+# --- benign look-alikes --------------------------------------------------------------------
+def test_lookalikes_raise_alarms_and_never_fail():
+    spec = FleetSpec(nodes=8, days=8, step_s=300, accel=100, seed=13, lookalike_fraction=0.4)
+    fleet = Fleet(spec)
+    res = fleet.run(progress=False)
+    benign = fleet.benign
+    assert len(set(benign.values())) >= 4
+    later = fleet.planned_failures(START + 400 * 86400)
+    assert set(benign).isdisjoint(f.gpu.uuid for f in later)
+    df = _by_board(res.samples)
+    failed = {f.gpu.uuid for f in later if f.ts < START + 16 * 86400}
+    last, first = df.groupby("uuid").last(), df.groupby("uuid").first()
+    sbe = last["ecc_sbe_aggregate_total"] - first["ecc_sbe_aggregate_total"]
+    plain = [u for u in sbe.index if u not in benign and u not in failed]
+    high = [u for u, k in benign.items() if k == "sbe_stable" and u in sbe.index]
+    assert high and np.median(sbe[high]) > np.percentile(sbe[plain], 90)
+    spread = (df["mem_temp_c"] - df["gpu_temp_c"]).groupby(df["uuid"]).mean()
+    hot = [u for u, k in benign.items() if k == "hot_mem" and u in spread.index]
+    assert hot and spread[hot].min() > spread[plain].median() + 3
+    app = {e.gpu.uuid for e in res.events if e.code in (13, 31, 43)}
+    assert len(app - failed) >= 5  # application Xids land on healthy GPUs
+
+
+def test_rack_heat_event_warms_the_whole_rack():
+    spec = FleetSpec(
+        nodes=8, nodes_per_rack=2, days=6, step_s=300, seed=6, heat_events_per_rack_day=0.4
+    )
+    fleet = Fleet(spec)
+    df = fleet.run(progress=False).samples
+    # Temperature less what the board's own power explains: what is left is the air.
+    theta = calib.MODELS["H100-80GB"].theta_gpu_c_per_w
+    resid = df.assign(r=df["gpu_temp_c"] - theta * df["power_w"])
+    air = resid.pivot_table(index="ts", columns="rack", values="r", observed=True)
+    checked = 0
+    for h in fleet.heat_events:
+        if (
+            h.amp_c <= 4
+            or h.end_ts - h.start_ts < 5400
+            or any(
+                o != h and o.end_ts > h.start_ts - 6 * 3600 and o.start_ts < h.end_ts
+                for o in fleet.heat_events
+            )
+        ):
+            continue  # too weak, too short, or another event in the way
+        gap = air[h.rack] - air.drop(columns=h.rack).median(axis=1)
+        during = gap[(gap.index >= h.start_ts + 1800) & (gap.index < h.end_ts - 1800)]
+        before = gap[(gap.index >= h.start_ts - 6 * 3600) & (gap.index < h.start_ts)]
+        if len(during) and len(before):
+            assert during.median() - before.median() > h.amp_c / 2
+            checked += 1
+    assert checked >= 2
