@@ -96,6 +96,11 @@ def threshold_text(threshold: float) -> str:
     return f">= {threshold:g}"
 
 
+#: What to do with an at-risk GPU.
+AT_RISK_ACTION = (
+    "Move its work to interruptible jobs and watch the signals; drain it if they keep rising."
+)
+
 # -- Xids -----------------------------------------------------------------------------------
 
 XidClass = Literal["hardware", "application", "driver"]
@@ -365,6 +370,7 @@ VERDICT_COLUMNS: tuple[str, ...] = (
 
 __all__ = [
     "APPLICATION_XIDS",
+    "AT_RISK_ACTION",
     "CAUSES",
     "VERDICT_COLUMNS",
     "Reason",

@@ -28,6 +28,7 @@ from gpuwarden.counters import step_increases
 from gpuwarden.dashboard import _signals
 from gpuwarden.dashboard._reads import read_window, resolution_for
 from gpuwarden.health import (
+    AT_RISK_ACTION,
     DEFAULT_AT_RISK,
     MISSING,
     GpuState,
@@ -47,9 +48,6 @@ SPREAD_LIMIT_C = 15.0  # HBM more than 15 C above the core: a cooling or HBM pro
 #: DCGM's PCIe replay limit per lane per minute by link generation; times the lanes.
 PCIE_REPLAY_LIMIT_PER_LANE_MIN: dict[int, float] = {1: 0.12, 2: 0.24, 3: 0.48, 4: 0.96, 5: 1.92}
 DAY_S = 86400.0
-AT_RISK_ACTION = (
-    "Move its work to interruptible jobs and watch the signals; drain it if they keep rising."
-)
 NODES_PER_GROUP = 8  # heatmap panel size for nodes with no rack
 
 STATE_COLUMNS = [

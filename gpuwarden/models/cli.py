@@ -169,12 +169,16 @@ def train(
 
 
 def _render(frame: pd.DataFrame, fmt: str, top: int) -> str:
-    from gpuwarden.models.score import render_table
+    from gpuwarden.models.score import COLUMNS, render_table
 
     if fmt == "csv":
-        return frame.to_csv(index=False)
+        return frame[list(COLUMNS)].to_csv(index=False)
     if fmt == "json":
-        rows = frame.replace({np.nan: None}).to_dict(orient="records")
+        shown = frame[list(COLUMNS)].replace({np.nan: None})
+        rows = shown.to_dict(orient="records")
+        if "evidence" in frame:  # each reason with the features behind it
+            for row, evidence in zip(rows, frame["evidence"], strict=True):
+                row["evidence"] = [r.to_json() for r in evidence]
         return json.dumps(rows, indent=1) + "\n"
     return render_table(frame, top=top)
 
@@ -191,6 +195,12 @@ def _render(frame: pd.DataFrame, fmt: str, top: int) -> str:
 @click.option("--start", help="Backtest: first scoring time.")
 @click.option("--end", help="Backtest: last scoring time.")
 @click.option("--step", default="6h", show_default=True, help="Backtest: time between scores.")
+@click.option(
+    "--into",
+    "into_url",
+    help="Also store the rows as verdicts in this store (a backfill of history with --start, "
+    "--end and --step 1h, for the dashboard and the weekly report).",
+)
 @click.option(
     "--format",
     "fmt",
@@ -219,6 +229,7 @@ def score(
     fmt: str | None,
     output: str | None,
     top: int,
+    into_url: str | None,
 ) -> None:
     """One row per GPU: hostname, gpu, UUID, risk, state (ok / at-risk / unhealthy), reasons.
 
@@ -247,6 +258,15 @@ def score(
             frame = score_store(store, model, at=parse_time(at, "--at"))
     finally:
         store.close()
+    if into_url:
+        from gpuwarden.models.score import verdicts
+
+        into = open_store(into_url)
+        try:
+            n = into.write_verdicts(verdicts(frame, model.threshold))
+        finally:
+            into.close()
+        click.echo(f"stored {n} verdicts in {into_url}", err=True)
     if fmt is None:
         fmt = Path(output).suffix.lstrip(".").lower() if output else "table"
         fmt = fmt if fmt in ("csv", "json") else "table"

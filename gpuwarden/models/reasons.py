@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from gpuwarden.health import describe
+from gpuwarden.health import AT_RISK_ACTION, GpuState, Reason, describe
 from gpuwarden.models.features import FEATURES
 from gpuwarden.models.rules import HARD, hard_table
 
@@ -131,6 +131,10 @@ def group_shares(model, X: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, index=X.index)
 
 
+def _features(row: pd.Series, columns: list[str]) -> dict[str, float]:
+    return {c: float(row[c]) for c in columns}
+
+
 def hard_reasons(row: pd.Series, present: pd.Series, fatal_xid: float) -> list[str]:
     """The hard signals ``present`` (a ``rules.hard_table`` row) in words, each with the
     action NVIDIA's Xid catalogue gives (the fatal Xid seen, or the one the signal implies);
@@ -151,16 +155,46 @@ def hard_reasons(row: pd.Series, present: pd.Series, fatal_xid: float) -> list[s
             x = describe(code)
             text += f" (Xid {code}, {x.name}): {x.action.rstrip('.')}"
             said.add(code)
-        out.append(text)
+        out.append(Reason(text, _features(row, rule.columns)))
+    return out
+
+
+def actions(X: pd.DataFrame, meta: pd.DataFrame, state: np.ndarray) -> list[str]:
+    """What to do, per row: for an unhealthy GPU the action of its first hard signal (the
+    Xid catalogue's), for an at-risk one ``health.AT_RISK_ACTION``, else nothing."""
+    out = [AT_RISK_ACTION if s == GpuState.AT_RISK else "" for s in state]
+    bad = np.flatnonzero(np.asarray(state) == GpuState.UNHEALTHY)
+    if bad.size == 0:
+        return out
+    hard = hard_table(X.iloc[bad])
+    fatal = meta["fatal_xid"].to_numpy(np.float64)[bad] if "fatal_xid" in meta else None
+    for j, i in enumerate(bad):
+        for rule in HARD:
+            if not hard.iloc[j][rule.name]:
+                continue
+            code = rule.xid
+            if code is None and fatal is not None and np.isfinite(fatal[j]):
+                code = int(fatal[j])
+            if code is not None:
+                out[i] = describe(code).action
+                break
     return out
 
 
 def explain(
     model, X: pd.DataFrame, meta: pd.DataFrame, which: np.ndarray, *, top: int = 2
 ) -> list[str]:
-    """Reasons for the rows where ``which`` is True ("" elsewhere): hard signals first, then
-    the ``top`` feature groups that raise the risk most, each in words."""
-    reasons = [""] * len(X)
+    """``explain_reasons`` as one sentence list per row, joined with "; " ("" for none)."""
+    return ["; ".join(r) for r in explain_reasons(model, X, meta, which, top=top)]
+
+
+def explain_reasons(
+    model, X: pd.DataFrame, meta: pd.DataFrame, which: np.ndarray, *, top: int = 2
+) -> list[tuple[Reason, ...]]:
+    """Reasons for the rows where ``which`` is True (none elsewhere): hard signals first, then
+    the ``top`` feature groups that raise the risk most, each in words with the features of
+    its group (or of its hard signal) behind it."""
+    reasons: list[tuple[Reason, ...]] = [()] * len(X)
     idx = np.flatnonzero(which)
     if idx.size == 0:
         return reasons
@@ -174,14 +208,22 @@ def explain(
     )
     for j, i in enumerate(idx):
         row = sub.iloc[j]
-        parts = hard_reasons(row, hard.iloc[j], fatal[j])
+        parts: list[Reason] = list(hard_reasons(row, hard.iloc[j], fatal[j]))
         ranked = shares.iloc[j].sort_values(ascending=False)
         for g, share in ranked.iloc[:top].items():
             if share < MIN_SHARE:
                 break
-            parts += _SAY[str(g)](row)[:2]
+            parts += _said(row, str(g))
         if not parts:  # nothing stands out on its own: say the strongest group anyway
             g = str(ranked.index[0])
-            parts = _SAY[g](row)[:2] or [f"{g} signals unusual for this fleet"]
-        reasons[i] = "; ".join(parts)
+            parts = _said(row, g) or [
+                Reason(f"{g} signals unusual for this fleet", _features(row, _GROUP_COLUMNS[g]))
+            ]
+        reasons[i] = tuple(parts)
     return reasons
+
+
+def _said(row: pd.Series, group: str) -> list[Reason]:
+    """The group's first two sentences, each with the group's features behind it."""
+    behind = _features(row, _GROUP_COLUMNS[group])
+    return [Reason(text, behind) for text in _SAY[group](row)[:2]]

@@ -38,14 +38,32 @@ class Rule:
     #: Xid whose catalogue action applies (hard signals only)
     xid: int | None = None
 
+    @property
+    def columns(self) -> list[str]:
+        """The feature column the rule reads: the evidence behind its reason."""
+        return [self.test.column] if isinstance(self.test, _Limit) else []
 
-def _gt(col: str, limit: float) -> Callable[[pd.DataFrame], np.ndarray]:
-    # NaN compares False: an unreported signal never trips a rule
-    return lambda X: X[col].to_numpy(np.float64) > limit
+
+@dataclass(frozen=True)
+class _Limit:
+    """``X[column] > limit`` (or ``>=``); NaN compares False: an unreported signal never trips
+    a rule."""
+
+    column: str
+    limit: float
+    inclusive: bool = False
+
+    def __call__(self, X: pd.DataFrame) -> np.ndarray:
+        v = X[self.column].to_numpy(np.float64)
+        return v >= self.limit if self.inclusive else v > self.limit
 
 
-def _ge(col: str, limit: float) -> Callable[[pd.DataFrame], np.ndarray]:
-    return lambda X: X[col].to_numpy(np.float64) >= limit
+def _gt(col: str, limit: float) -> _Limit:
+    return _Limit(col, limit)
+
+
+def _ge(col: str, limit: float) -> _Limit:
+    return _Limit(col, limit, inclusive=True)
 
 
 RULES: tuple[Rule, ...] = (

@@ -11,6 +11,7 @@ else ok. Reasons are given for every GPU that is not ok, and for any with risk >
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -18,18 +19,24 @@ import numpy as np
 import pandas as pd
 
 from gpuwarden.errors import InputError
+from gpuwarden.health import GpuState, RiskAssessment, Verdict
 from gpuwarden.models.artifact import RiskModel
 from gpuwarden.models.features import compute_features, rows_at
 from gpuwarden.models.history import load_panel, newest_sample_ts
 from gpuwarden.models.panel import HOUR_S, HourlyPanel
-from gpuwarden.models.reasons import explain
+from gpuwarden.models.reasons import actions, explain_reasons
 from gpuwarden.models.rules import OK, hard_signal, states
 from gpuwarden.store.base import Store
+from gpuwarden.telemetry import GpuId
 
 HISTORY_S = 7 * 86400.0 + 2 * HOUR_S  # the 7-day window plus the hour before it (increases)
 REPORTING_H = 24
 EXPLAIN_FROM = 0.3
 COLUMNS = ("at", "hostname", "gpu", "uuid", "model", "risk", "state", "reasons")
+#: Beside ``COLUMNS`` a frame carries ``evidence`` (each row's reasons as ``health.Reason``
+#: records: the sentence and the features behind it) and ``action`` (NVIDIA's, for people),
+#: which ``assessments`` and ``verdicts`` hand on; the CLI prints ``COLUMNS``.
+FRAME_COLUMNS = (*COLUMNS, "evidence", "action")
 
 
 @dataclass(frozen=True)
@@ -64,7 +71,7 @@ def _score_rows(
     started = time.perf_counter()
     rows = rows_at(panel, t, recent_h=REPORTING_H)
     if len(rows) == 0:
-        return pd.DataFrame(columns=list(COLUMNS))
+        return pd.DataFrame(columns=list(FRAME_COLUMNS))
     if partial and t[0] > 0:
         whole = rows.copy()
         known = np.isin(rows[:, 1], rows_at(panel, [t[0] - 1], recent_h=REPORTING_H)[:, 1])
@@ -85,6 +92,7 @@ def _score_rows(
         hard = hard_signal(X)
     state = states(risk, hard, model.threshold)
     which = (state != OK) | (risk >= EXPLAIN_FROM) | explain_all
+    evidence = explain_reasons(model.estimator, X, meta, np.asarray(which))
     out = pd.DataFrame(
         {
             "at": meta["at"].to_numpy(),
@@ -94,7 +102,9 @@ def _score_rows(
             "model": meta["model"].to_numpy(),
             "risk": np.round(risk, 4),
             "state": state,
-            "reasons": explain(model.estimator, X, meta, np.asarray(which)),
+            "reasons": ["; ".join(r) for r in evidence],
+            "evidence": evidence,
+            "action": actions(X, meta, state),
         }
     )
     if timings is not None:
@@ -180,7 +190,7 @@ def backtest(
         ]
     parts = [p for p in parts if len(p)]
     if not parts:
-        return pd.DataFrame(columns=list(COLUMNS))
+        return pd.DataFrame(columns=list(FRAME_COLUMNS))
     return _order(pd.concat(parts, ignore_index=True))
 
 
@@ -204,6 +214,43 @@ def render_table(frame: pd.DataFrame, *, top: int = 20) -> str:
     more = f"... {rest} more; " if rest else ""
     lines.append(f"{more}{len(frame)} GPUs at {when:%Y-%m-%d %H:%M} UTC: {summary}")
     return "\n".join(lines) + "\n"
+
+
+def assessments(frame: pd.DataFrame) -> list[RiskAssessment]:
+    """Score rows as the typed records ``serve`` decides on: risk, the model's own state, and
+    its reasons with the features behind them."""
+    out = []
+    for r in frame.itertuples(index=False):
+        risk = float(r.risk)
+        out.append(
+            RiskAssessment(
+                gpu=GpuId(str(r.hostname), int(r.gpu), str(r.uuid), "", str(r.model)),
+                ts=float(r.at),
+                risk=risk if np.isfinite(risk) else math.nan,
+                reasons=tuple(r.evidence),
+                action=str(r.action),
+                state=GpuState(str(r.state)),
+            )
+        )
+    return out
+
+
+def verdicts(frame: pd.DataFrame, threshold: float) -> list[Verdict]:
+    """Score rows as stored verdicts (``gpuwarden score --into``): the model's own state, a
+    hard signal's cause when it is unhealthy. No hysteresis or overrides: those are serve's."""
+    return [
+        Verdict(
+            ts=a.ts,
+            gpu=a.gpu,
+            state=a.state or GpuState.OK,
+            risk=a.risk,
+            cause="hard-signal" if a.state is GpuState.UNHEALTHY else "model",
+            reasons=a.reasons,
+            action=a.action,
+            threshold=threshold,
+        )
+        for a in assessments(frame)
+    ]
 
 
 def records(frame: pd.DataFrame) -> list[RiskScore]:

@@ -1,7 +1,7 @@
 """Where ``gpuwarden serve`` gets its risk scores: the pluggable ``assess(store, at)``.
 
-The default combines the trained model, when ``gpuwarden.models`` provides
-``assess(store, at) -> iterable of RiskAssessment-like records``, with the hard-signal assessor
+The default combines the trained model (``gpuwarden.models.assess(store, at)``, which returns
+``health.RiskAssessment`` records) with the hard-signal assessor
 (double-bit errors, remap failures, lost GPUs, fatal Xids), so hard signals act even without a
 model and whatever the model does with them. ``--assess module:function`` picks another scorer
 in place of the model; ``gpuwarden serve`` still combines it with the hard signals.
@@ -18,7 +18,7 @@ from typing import Any
 from gpuwarden.alerts.base import RiskAssessment
 from gpuwarden.alerts.hard_signals import HardSignalAssessor
 from gpuwarden.errors import ConfigError, GpuwardenError
-from gpuwarden.health import DEFAULT_AT_RISK
+from gpuwarden.health import DEFAULT_AT_RISK, worst
 from gpuwarden.store.base import Store
 
 logger = logging.getLogger("gpuwarden.serve")
@@ -26,24 +26,21 @@ logger = logging.getLogger("gpuwarden.serve")
 Assessor = Callable[[Store, float], Iterable[Any]]
 
 
-def model_assessor() -> Assessor | None:
-    """``gpuwarden.models.assess`` if the models package provides one, else None."""
-    try:
-        models = importlib.import_module("gpuwarden.models")
-    except ImportError as exc:
-        logger.info("no risk model available (%s): hard signals only", exc)
-        return None
-    found = getattr(models, "assess", None)
-    return found if callable(found) else None
+def model_assessor() -> Assessor:
+    """The trained model: ``gpuwarden.models.assess``, which returns ``RiskAssessment``."""
+    from gpuwarden.models import assess
+
+    return assess  # type: ignore[no-any-return]
 
 
 def model_threshold() -> float:
     """The at-risk line of the model ``serve`` scores with: its card's threshold, or the
-    default when there is no model (hard signals only)."""
+    default when the model cannot be loaded (serve then acts on hard signals alone)."""
+    from gpuwarden.models import threshold
+
     try:
-        models = importlib.import_module("gpuwarden.models")
-        return float(models.threshold())
-    except (ImportError, GpuwardenError) as exc:
+        return float(threshold())
+    except GpuwardenError as exc:
         logger.info("no model card to read the at-risk threshold from (%s)", exc)
         return DEFAULT_AT_RISK
 
@@ -75,14 +72,15 @@ def _merge(a: RiskAssessment, b: RiskAssessment) -> RiskAssessment:
         reasons=tuple(dict.fromkeys((*a.reasons, *b.reasons))),
         action=hard.action if hard.hard_signal else (a.action or b.action),
         hard_signal_ts=hard.hard_signal_ts,
+        state=worst([s for s in (a.state, b.state) if s is not None])
+        if a.state or b.state
+        else None,
     )
 
 
 def default_assessor(lookback_s: float = 900.0) -> Assessor:
     """The model (if there is one) combined with the hard-signal assessor."""
-    hard = HardSignalAssessor(lookback_s=lookback_s)
-    model = model_assessor()
-    return hard if model is None else combine(model, hard)
+    return combine(model_assessor(), HardSignalAssessor(lookback_s=lookback_s))
 
 
 def load_assessor(spec: str) -> Assessor:
