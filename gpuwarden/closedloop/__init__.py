@@ -7,7 +7,8 @@
 One simulated fleet per (seed, sudden share) is scored once (``fleet``); four arms (no
 prediction, hard signals only, rule baseline, the model: ``arms``) replay it with the same workload (``workload``)
 through the real decision engine, circuit breaker and bundled-scheduler tagger (``loop``);
-``run`` drives the seeds and ``report`` aggregates them with confidence intervals and plots.
+``run`` drives the seeds and ``report`` aggregates them with confidence intervals and plots
+(``report.demo_run`` is the short version ``gpuwarden demo`` prints).
 docs/closed-loop.md has the method and the figures.
 
 Names are imported on first use, so ``gpuwarden --help`` (which registers the CLI command from
