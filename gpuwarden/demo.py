@@ -157,8 +157,8 @@ def run_demo(
     store.close()
     echo("")
 
-    from gpuwarden.serve._history_demo import run_history_loop_demo
     from gpuwarden.serve.demo import run_loop_demo
+    from gpuwarden.serve.history_demo import run_history_loop_demo
 
     echo("[5/7] The risk loop: a GPU degrades, is flagged, and its node is re-tagged")
     store = open_store(f"sqlite:///{db}")

@@ -16,6 +16,7 @@ import pandas as pd
 
 from gpuwarden import cliutil
 from gpuwarden.cliutil import domain_errors, store_option
+from gpuwarden.config import parse_duration
 from gpuwarden.errors import InputError
 
 
@@ -40,8 +41,6 @@ def parse_time(text: str | None, name: str) -> float | None:
 
 def parse_span(text: str, name: str) -> float:
     """ "6h", "30m", "7d", "600s" or plain seconds -> seconds."""
-    from gpuwarden.store._url import parse_duration
-
     value = parse_duration(text, name)
     if value <= 0:
         raise InputError(f"{name}={text!r} must be positive")

@@ -61,7 +61,7 @@ def serve(
     and $GPUWARDEN_AGENT_SECRET (or, from older setups, $GPUWARDEN_AGENT_TOKEN), the master
     secret each node's agent token is derived from (see `agent-token`).
     """
-    from gpuwarden._lifecycle import wait_for_stop
+    from gpuwarden.lifecycle import wait_for_stop
     from gpuwarden.scheduler._auth import TokenBook
     from gpuwarden.scheduler.api import SchedulerServer
     from gpuwarden.scheduler.service import Principal, SchedulerService
@@ -173,7 +173,7 @@ def agent(
     """
     import socket
 
-    from gpuwarden._lifecycle import wait_for_stop
+    from gpuwarden.lifecycle import wait_for_stop
     from gpuwarden.scheduler.agent import Agent, hide_environment, host_inventory
 
     node = node or socket.gethostname()

@@ -5,7 +5,7 @@ import pytest
 
 from gpuwarden.collectors.sim import Fleet
 from gpuwarden.models.simdata import fleet_spec
-from gpuwarden.serve._history_demo import run_history_loop_demo
+from gpuwarden.serve.history_demo import run_history_loop_demo
 from gpuwarden.store.sqlite import SqliteStore
 
 T0 = 1_767_225_600.0  # 2026-01-01
