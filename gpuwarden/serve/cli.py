@@ -9,24 +9,17 @@ from typing import Any
 
 import click
 
-from gpuwarden.cliutil import (
-    collector_option,
-    domain_errors,
-    open_collector,
-    open_store,
-    settings,
-    store_option,
-)
+from gpuwarden import cliutil
 
 logger = logging.getLogger("gpuwarden.serve")
 
 
 @click.command()
-@collector_option
+@cliutil.collector_option
 @click.option(
     "--no-collect", is_flag=True, help="Do not collect: score what others write into the store."
 )
-@store_option
+@cliutil.store_option
 @click.option("--interval", "interval_s", type=float, help="Seconds between two scoring runs.")
 @click.option(
     "--listen",
@@ -118,7 +111,7 @@ def serve(ctx: click.Context, **opts: Any) -> None:
     (/alertmanager). POSTs need the bearer token in $GPUWARDEN_API_TOKEN; Slack messages go to
     $GPUWARDEN_SLACK_WEBHOOK_URL when it is set.
     """
-    with domain_errors():
+    with cliutil.domain_errors():
         _serve(ctx, **opts)
 
 
@@ -135,7 +128,7 @@ def _serve(ctx: click.Context, **o: Any) -> None:
     from gpuwarden.serve.server import ServeHandle, run_serve
     from gpuwarden.serve.service import RiskService
 
-    cfg = settings(ctx)
+    cfg = cliutil.settings(ctx)
     host, port = parse_listen(o["listen"])
     interval = o["interval_s"] or cfg["interval_s"]
     engine = DecisionEngine(
@@ -157,8 +150,8 @@ def _serve(ctx: click.Context, **o: Any) -> None:
     token = os.environ.get(ENV_API_TOKEN) or None
     if token is None and not o["once"]:
         click.echo(f"{ENV_API_TOKEN} is not set: overrides and /alertmanager are refused", err=True)
-    store = open_store(o["store_url"], cfg)
-    collector = None if o["no_collect"] else open_collector(o["collector_url"], cfg)
+    store = cliutil.open_store(o["store_url"], cfg)
+    collector = None if o["no_collect"] else cliutil.open_collector(o["collector_url"], cfg)
     audit = AuditLog(o["audit_path"])
     try:
         exporter = (
