@@ -10,65 +10,24 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import click
 
 from gpuwarden import __version__
+from gpuwarden.cliutil import (
+    DomainErrorGroup,
+    collector_option,
+    domain_errors,
+    open_collector,
+    open_store,
+    settings,
+    store_option,
+)
+from gpuwarden.cliutil import collector_url as _collector_url  # noqa: F401  (tests/test_cli.py)
 from gpuwarden.config import SETTINGS, load_settings, parse_listen
-from gpuwarden.errors import GpuwardenError
 
 
-class _Group(click.Group):
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except GpuwardenError as exc:
-            raise click.ClickException(str(exc)) from exc
-
-
-def _settings(ctx: click.Context) -> dict[str, Any]:
-    return ctx.find_root().obj
-
-
-def _collector_url(url: str, cfg: dict[str, Any]) -> str:
-    """Fill the URL parameters the settings provide (timeouts, hostname) unless the URL has them."""
-    parts = urlsplit(url)
-    query = dict(parse_qsl(parts.query))
-    if parts.scheme == "smi":
-        query.setdefault("timeout", str(cfg["smi_timeout_s"]))
-    if parts.scheme.startswith("dcgm+"):
-        query.setdefault("timeout", str(cfg["dcgm_timeout_s"]))
-    if parts.scheme in ("nvml", "smi") and cfg["hostname"]:
-        query.setdefault("hostname", cfg["hostname"])
-    # rebuilt by hand: urlunsplit drops the "//" of "smi://" (an empty netloc)
-    base = url.split("?", 1)[0]
-    return f"{base}?{urlencode(query)}" if query else base
-
-
-def _open_store(url: str | None, cfg: dict[str, Any]) -> Any:
-    """Open the store, with the retention settings unless the URL sets its own."""
-    from gpuwarden.store import open_store
-
-    url = url or cfg["store"]
-    if url.startswith("sqlite:") or "://" not in url:
-        sep = "&" if "?" in url else "?"
-        if "retention=" not in url:
-            url += f"{sep}retention={cfg['retention_raw_days']}d"
-            sep = "&"
-        if "rollup_retention=" not in url:
-            url += f"{sep}rollup_retention={cfg['retention_rollup_days']}d"
-    return open_store(url)
-
-
-def _open_collector(url: str | None, cfg: dict[str, Any]) -> Any:
-    from gpuwarden.collectors import open_collector
-
-    return open_collector(_collector_url(url or cfg["collector"], cfg))
-
-
-@click.group(cls=_Group)
+@click.group(cls=DomainErrorGroup)
 @click.option(
     "--config",
     "config_path",
@@ -83,10 +42,8 @@ def main(ctx: click.Context, config_path: str | None, verbose: int) -> None:
     """Watch every GPU, predict which ones are about to fail, and move them to interruptible work."""
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
+    with domain_errors():
         ctx.obj = load_settings(config_path)
-    except GpuwardenError as exc:
-        raise click.ClickException(str(exc)) from exc
 
 
 @main.command()
@@ -107,14 +64,14 @@ def fields() -> None:
 @click.pass_context
 def show_config(ctx: click.Context) -> None:
     """Show every setting, its effective value and where to set it."""
-    values = _settings(ctx)
+    values = settings(ctx)
     for s in SETTINGS:
         click.echo(f"{s.name} = {values[s.name]!r}    # {s.help} [{s.env}]")
 
 
 @main.command()
-@click.option("--collector", "collector_url", help="Collector URL (default: setting `collector`).")
-@click.option("--store", "store_url", help="Store URL (default: setting `store`).")
+@collector_option
+@store_option
 @click.option("--interval", "interval_s", type=float, help="Seconds between collections.")
 @click.option(
     "--iterations", type=int, default=None, help="Stop after N collections (default: run forever)."
@@ -130,9 +87,9 @@ def collect(
     """Run a collector into a store on an interval; survives collector errors."""
     from gpuwarden.collect import CollectLoop
 
-    cfg = _settings(ctx)
-    collector = _open_collector(collector_url, cfg)
-    store = _open_store(store_url, cfg)
+    cfg = settings(ctx)
+    collector = open_collector(collector_url, cfg)
+    store = open_store(store_url, cfg)
     loop = CollectLoop(
         collector,
         store,
@@ -153,7 +110,7 @@ def collect(
 
 
 @main.command()
-@click.option("--collector", "collector_url", help="Collector URL (default: setting `collector`).")
+@collector_option
 @click.option("--listen", help="HOST:PORT to serve /metrics on (default: setting `listen`).")
 @click.option("--interval", "interval_s", type=float, help="Seconds between collections.")
 @click.option(
@@ -170,10 +127,10 @@ def exporter(
     """Serve /metrics for any collector, with dcgm-exporter names plus gpuwarden_* series."""
     from gpuwarden.exporter import run_exporter
 
-    cfg = _settings(ctx)
+    cfg = settings(ctx)
     host, port = parse_listen(listen or cfg["listen"])
-    collector = _open_collector(collector_url, cfg)
-    store = _open_store(store_url, cfg) if store_url else None
+    collector = open_collector(collector_url, cfg)
+    store = open_store(store_url, cfg) if store_url else None
     try:
         run_exporter(collector, host, port, interval_s or cfg["interval_s"], store=store)
     finally:
@@ -183,7 +140,7 @@ def exporter(
 
 
 @main.command()
-@click.option("--store", "store_url", help="Store URL (default: setting `store`).")
+@store_option
 @click.option(
     "--telemetry",
     "telemetry_files",
@@ -223,7 +180,7 @@ def ingest(
 
     if not (telemetry_files or xid_files or failure_files):
         raise click.UsageError("give at least one of --telemetry, --xids, --failures")
-    store = _open_store(store_url, _settings(ctx))
+    store = open_store(store_url, settings(ctx))
     bad = 0
     try:
         jobs: list[tuple[str, str]] = [(f, "telemetry") for f in telemetry_files]
@@ -254,7 +211,7 @@ def ingest(
 
 
 @main.command()
-@click.option("--store", "store_url", help="Store URL (default: setting `store`).")
+@store_option
 @click.option("--nodes", type=int, default=16, show_default=True, help="Nodes in the fleet.")
 @click.option(
     "--gpus", "gpus_per_node", type=int, default=8, show_default=True, help="GPUs per node."
@@ -306,7 +263,7 @@ def simulate(
         accel=accel,
         end_ts=end_ts,
     )
-    store = _open_store(store_url, _settings(ctx))
+    store = open_store(store_url, settings(ctx))
     try:
         n_samples, n_events, n_failures = simulate_into(store, spec)
     finally:
@@ -317,7 +274,7 @@ def simulate(
 
 
 @main.command()
-@click.option("--store", "store_url", help="Store URL (default: setting `store`).")
+@store_option
 @click.option(
     "--window",
     "window_h",
@@ -332,7 +289,7 @@ def summary(ctx: click.Context, store_url: str | None, window_h: float, top: int
     """Print a readable fleet summary: inventory, missing GPUs, failures, Xids, GPUs to watch."""
     from gpuwarden.summary import fleet_summary
 
-    store = _open_store(store_url, _settings(ctx))
+    store = open_store(store_url, settings(ctx))
     try:
         click.echo(fleet_summary(store, window_s=window_h * 3600).render(top=top))
     finally:

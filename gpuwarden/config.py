@@ -5,11 +5,13 @@ the defaults below, a TOML file (``--config FILE``, ``$GPUWARDEN_CONFIG``, or
 ``/etc/gpuwarden/gpuwarden.toml`` when it exists), then ``GPUWARDEN_<NAME>`` environment
 variables (``GPUWARDEN_STORE=sqlite:///data/gpu.db``). Command-line options override all three.
 Secrets (tokens, webhook URLs) are read from the environment only, never from the TOML file.
+``parse_listen`` and ``parse_duration`` read the values settings, options and URLs take.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -109,3 +111,16 @@ def parse_listen(listen: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ConfigError(f"listen address {listen!r} must look like HOST:PORT")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smhd]?)\s*$")
+_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str, name: str) -> float:
+    """``"14d"``, ``"36h"``, ``"90m"``, ``"600s"`` or plain seconds -> seconds; ``name`` (the
+    option or URL parameter) names the value in the ``ConfigError``."""
+    m = _DURATION.match(text)
+    if not m:
+        raise ConfigError(f"{name}={text!r} is not a duration such as 14d, 36h, 90m or 600")
+    return float(m.group(1)) * _UNIT_S[m.group(2)]

@@ -157,8 +157,8 @@ def run_demo(
     store.close()
     echo("")
 
-    from gpuwarden.serve._history_demo import run_history_loop_demo
     from gpuwarden.serve.demo import run_loop_demo
+    from gpuwarden.serve.history_demo import run_history_loop_demo
 
     echo("[5/7] The risk loop: a GPU degrades, is flagged, and its node is re-tagged")
     store = open_store(f"sqlite:///{db}")
@@ -167,7 +167,7 @@ def run_demo(
     if flagged is None:  # this seed's last two days hold no degrading GPU: the scripted loop
         run_loop_demo(echo=echo)
     echo("")
-    from gpuwarden.closedloop.run import demo_run
+    from gpuwarden.closedloop.report import demo_run
 
     # before the dashboard, which keeps serving until Ctrl-C when a person is watching
     echo("[6/7] Closed loop: does flagging keep inference off failing GPUs? (simulated fleet)")

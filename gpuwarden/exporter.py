@@ -27,9 +27,9 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from gpuwarden._exporter_render import CONTENT_TYPE, ExporterState
-from gpuwarden._lifecycle import wait_for_stop
 from gpuwarden.collectors.base import Collector
 from gpuwarden.errors import ConfigError
+from gpuwarden.lifecycle import wait_for_stop
 from gpuwarden.store.base import Store
 from gpuwarden.telemetry import Batch
 

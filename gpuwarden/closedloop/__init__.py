@@ -7,7 +7,8 @@
 One simulated fleet per (seed, sudden share) is scored once (``fleet``); four arms (no
 prediction, hard signals only, rule baseline, the model: ``arms``) replay it with the same workload (``workload``)
 through the real decision engine, circuit breaker and bundled-scheduler tagger (``loop``);
-``run`` drives the seeds and ``report`` aggregates them with confidence intervals and plots.
+``run`` drives the seeds and ``report`` aggregates them with confidence intervals and plots
+(``report.demo_run`` is the short version ``gpuwarden demo`` prints).
 docs/closed-loop.md has the method and the figures.
 
 Names are imported on first use, so ``gpuwarden --help`` (which registers the CLI command from
@@ -16,29 +17,23 @@ Names are imported on first use, so ``gpuwarden --help`` (which registers the CL
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from gpuwarden.plugins import lazy_exports
 
-_WHERE = {
-    "ARMS": "arms",
-    "ArmResult": "loop",
-    "ClosedLoopResult": "run",
-    "RunConfig": "run",
-    "ScoredFleet": "fleet",
-    "Workload": "workload",
-    "WorkloadSpec": "workload",
-    "make_workload": "workload",
-    "render": "report",
-    "run_arm": "loop",
-    "run_closed_loop": "run",
-    "run_seed": "run",
-    "scored_fleet": "fleet",
-    "write_report": "report",
+_EXPORTS = {
+    "ARMS": "gpuwarden.closedloop.arms",
+    "ArmResult": "gpuwarden.closedloop.loop",
+    "ClosedLoopResult": "gpuwarden.closedloop.run",
+    "RunConfig": "gpuwarden.closedloop.run",
+    "ScoredFleet": "gpuwarden.closedloop.fleet",
+    "Workload": "gpuwarden.closedloop.workload",
+    "WorkloadSpec": "gpuwarden.closedloop.workload",
+    "make_workload": "gpuwarden.closedloop.workload",
+    "render": "gpuwarden.closedloop.report",
+    "run_arm": "gpuwarden.closedloop.loop",
+    "run_closed_loop": "gpuwarden.closedloop.run",
+    "run_seed": "gpuwarden.closedloop.run",
+    "scored_fleet": "gpuwarden.closedloop.fleet",
+    "write_report": "gpuwarden.closedloop.report",
 }
-__all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"gpuwarden.closedloop.{_WHERE[name]}"), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)

@@ -11,7 +11,8 @@ import os
 
 import click
 
-from gpuwarden.errors import GpuwardenError, InputError
+from gpuwarden.cliutil import domain_errors
+from gpuwarden.errors import InputError
 
 
 def parse_shares(text: str) -> tuple[float, ...]:
@@ -90,7 +91,7 @@ def closed_loop(
     from gpuwarden.closedloop.run import run_closed_loop
     from gpuwarden.closedloop.workload import WorkloadSpec
 
-    try:
+    with domain_errors():
         if seeds < 1:
             raise InputError(f"--seeds must be at least 1, got {seeds}")
         result = run_closed_loop(
@@ -105,7 +106,5 @@ def closed_loop(
             progress=progress,
         )
         paths = write_report(result, out_dir)
-    except GpuwardenError as exc:
-        raise click.ClickException(str(exc)) from exc
     click.echo(render(result), nl=False)
     click.echo(f"wrote {', '.join(str(p) for p in paths)}")

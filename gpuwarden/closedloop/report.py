@@ -13,6 +13,7 @@ mean). Files written by ``write_report``:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from gpuwarden.closedloop.arms import ARM_TITLES, ARMS
-from gpuwarden.closedloop.run import ClosedLoopResult
+from gpuwarden.closedloop.run import ClosedLoopResult, run_closed_loop
 
 DEFAULT_SUDDEN = 0.3
 #: the issue's targets for the model arm at the default sudden share
@@ -208,3 +209,15 @@ def write_report(result: ClosedLoopResult, out: str | Path) -> list[Path]:
         _plots.interruptions(frame, folder / "interruptions.png"),
         _plots.withheld(result, folder / "withheld.png", sudden=DEFAULT_SUDDEN),
     ]
+
+
+def demo_run(echo: Callable[[str], None] = print) -> ClosedLoopResult:
+    """The short version ``gpuwarden demo`` shows: one seed, 256 GPUs, 14 days, 30% sudden."""
+    result = run_closed_loop(seeds=1, days=14, gpus=256, sudden=(0.3,), jobs=1, progress=False)
+    for line in render_short(result):
+        echo(f"      {line}")
+    echo(
+        f"      ({result.seconds:.0f} s; the full evaluation: gpuwarden evaluate closed-loop, "
+        "docs/closed-loop.md)"
+    )
+    return result

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,17 +135,3 @@ def run_closed_loop(
     finally:
         bar.close()
     return ClosedLoopResult(config, results, time.perf_counter() - t0, dict(model.card))
-
-
-def demo_run(echo: Callable[[str], None] = print) -> ClosedLoopResult:
-    """The short version ``gpuwarden demo`` shows: one seed, 256 GPUs, 14 days, 30% sudden."""
-    from gpuwarden.closedloop.report import render_short
-
-    result = run_closed_loop(seeds=1, days=14, gpus=256, sudden=(0.3,), jobs=1, progress=False)
-    for line in render_short(result):
-        echo(f"      {line}")
-    echo(
-        f"      ({result.seconds:.0f} s; the full evaluation: gpuwarden evaluate closed-loop, "
-        "docs/closed-loop.md)"
-    )
-    return result

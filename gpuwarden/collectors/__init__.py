@@ -11,13 +11,8 @@ point naming a callable ``(url: str) -> Collector``.
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
-from importlib.metadata import entry_points
-from urllib.parse import urlsplit
-
 from gpuwarden.collectors.base import Collector
-from gpuwarden.errors import UnknownSchemeError
+from gpuwarden.plugins import open_by_scheme
 
 #: scheme -> "module:factory"; imported only when used, so heavy sources stay optional.
 BUILTIN: dict[str, str] = {
@@ -29,24 +24,12 @@ BUILTIN: dict[str, str] = {
 }
 
 
-def _load(target: str) -> Callable[[str], Collector]:
-    module_name, _, attr = target.partition(":")
-    obj: object = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj  # type: ignore[return-value]
-
-
 def open_collector(url: str) -> Collector:
     """Open the collector for ``url``; raises ``UnknownSchemeError`` for an unknown scheme."""
-    scheme = urlsplit(url).scheme
-    if scheme in BUILTIN:
-        return _load(BUILTIN[scheme])(url)
-    for ep in entry_points(group="gpuwarden.collectors"):
-        if ep.name == scheme:
-            return ep.load()(url)
-    known = ", ".join(sorted(BUILTIN))
-    raise UnknownSchemeError(f"no collector for {url!r}: scheme must be one of {known}")
+    collector: Collector = open_by_scheme(
+        url, BUILTIN, group="gpuwarden.collectors", what="collector"
+    )
+    return collector
 
 
 __all__ = ["Collector", "open_collector", "BUILTIN"]

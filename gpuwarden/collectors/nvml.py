@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from gpuwarden.collectors import _nvml
+from gpuwarden.collectors import libnvml
 from gpuwarden.collectors._gpu_state import OK, GpuStates
 from gpuwarden.errors import CollectorError, ConfigError
 from gpuwarden.telemetry import Batch, Event, GpuId, Sample
@@ -64,7 +64,7 @@ _VIOLATIONS = (
 )
 
 
-def discover_nvlinks(q: _nvml.DeviceQuery) -> tuple[int, ...]:
+def discover_nvlinks(q: libnvml.DeviceQuery) -> tuple[int, ...]:
     """The NVLink indices this GPU answers for (``nvidia-smi nvlink -s``); () without NVLink.
 
     Links past the GPU's count answer InvalidArgument and GPUs without NVLink NotSupported;
@@ -78,7 +78,7 @@ def discover_nvlinks(q: _nvml.DeviceQuery) -> tuple[int, ...]:
     )
 
 
-def read_values(q: _nvml.DeviceQuery, nvlinks: tuple[int, ...], out: dict[str, float]) -> None:
+def read_values(q: libnvml.DeviceQuery, nvlinks: tuple[int, ...], out: dict[str, float]) -> None:
     """Fill ``out`` with every catalogue field NVML offers on this GPU, in catalogue units.
 
     ``out`` is filled as the reads go, so when the GPU falls off the bus halfway (``GpuGone``)
@@ -125,7 +125,7 @@ def read_values(q: _nvml.DeviceQuery, nvlinks: tuple[int, ...], out: dict[str, f
     for name, counter in _NVLINK:
         code = getattr(nv, counter)
         per_link = (q.call("nvmlDeviceGetNvLinkErrorCounter", link, code) for link in nvlinks)
-        put(name, _nvml.sum_present(per_link))
+        put(name, libnvml.sum_present(per_link))
     for name, policy in _VIOLATIONS:
         violation = q.call("nvmlDeviceGetViolationStatus", getattr(nv, policy))
         put(name, None if violation is None else violation.violationTime, 1000)  # ns
@@ -136,7 +136,7 @@ def read_values(q: _nvml.DeviceQuery, nvlinks: tuple[int, ...], out: dict[str, f
     put("clock_event_reasons", reasons)
 
 
-def _memory_info(q: _nvml.DeviceQuery) -> Any:
+def _memory_info(q: libnvml.DeviceQuery) -> Any:
     # The v2 struct leaves driver-reserved memory out of "used", as nvidia-smi shows it;
     # drivers before r510 only have v1, where "used" includes the reserved part.
     version = getattr(q.nvml, "nvmlMemory_v2", None)
@@ -152,7 +152,7 @@ class _Slot:
     gpu: GpuId
     handle: Any = None
     nvlinks: tuple[int, ...] | None = None
-    gpm: _nvml.GpmMetrics | None = None
+    gpm: libnvml.GpmMetrics | None = None
 
     @property
     def key(self) -> str:
@@ -178,23 +178,23 @@ class NvmlCollector:
     ) -> None:
         self.url = "nvml://"
         self.hostname = hostname or socket.gethostname()
-        self._nvml = nvml if nvml is not None else _nvml.real_module()
+        self._nvml = nvml if nvml is not None else libnvml.real_module()
         self._clock = clock
         self._states = GpuStates()
         self._closed = False
-        count = _nvml.init(self._nvml)
+        count = libnvml.init(self._nvml)
         self._by_handle: dict[int, _Slot] = {}
         self._slots = [_Slot(i, GpuId(self.hostname, i, "")) for i in range(count)]
         self._open_problems: list[str] = []
         try:
-            self._xids = _nvml.XidEvents(self._nvml)
+            self._xids = libnvml.XidEvents(self._nvml)
             for slot in self._slots:
                 try:
                     self._open(slot, self._open_problems)
-                except _nvml.GpuGone:
+                except libnvml.GpuGone:
                     pass  # the first collect() reports it
         except BaseException:
-            _nvml.shutdown(self._nvml)  # do not leave NVML initialised behind a failed start
+            libnvml.shutdown(self._nvml)  # do not leave NVML initialised behind a failed start
             raise
 
     @classmethod
@@ -241,7 +241,7 @@ class NvmlCollector:
             if slot.gpm is not None:
                 slot.gpm.close()
         self._xids.close()
-        _nvml.shutdown(self._nvml)
+        libnvml.shutdown(self._nvml)
 
     def __enter__(self) -> NvmlCollector:
         return self
@@ -251,24 +251,24 @@ class NvmlCollector:
 
     def _open(self, slot: _Slot, problems: list[str]) -> None:
         """Get the handle and identity of ``slot``; raises ``GpuGone`` for a lost GPU."""
-        query = _nvml.DeviceQuery(self._nvml)
+        query = libnvml.DeviceQuery(self._nvml)
         handle = query.call("nvmlDeviceGetHandleByIndex", slot.index)
         problems.extend(f"{slot.label}: {p}" for p in query.problems)
         if handle is None:
             return
-        device = _nvml.DeviceQuery(self._nvml, handle)
+        device = libnvml.DeviceQuery(self._nvml, handle)
         pci = device.call("nvmlDeviceGetPciInfo")
         slot.gpu = GpuId(
             hostname=self.hostname,
             index=slot.index,
-            uuid=_nvml.text(device.call("nvmlDeviceGetUUID")),
-            pci_bus_id=_nvml.text(None if pci is None else pci.busId),
-            model=_nvml.text(device.call("nvmlDeviceGetName")),
+            uuid=libnvml.text(device.call("nvmlDeviceGetUUID")),
+            pci_bus_id=libnvml.text(None if pci is None else pci.busId),
+            model=libnvml.text(device.call("nvmlDeviceGetName")),
         )
         slot.handle = handle
-        self._by_handle[_nvml.handle_key(handle)] = slot
+        self._by_handle[libnvml.handle_key(handle)] = slot
         if slot.gpm is None:
-            slot.gpm = _nvml.GpmMetrics(self._nvml)
+            slot.gpm = libnvml.GpmMetrics(self._nvml)
             slot.gpm.start(device)
         problems.extend(f"{slot.label}: {p}" for p in device.problems)
         if not self._xids.register(handle):
@@ -283,19 +283,19 @@ class NvmlCollector:
         problems: list[str],
     ) -> None:
         values: dict[str, float] = {}
-        query: _nvml.DeviceQuery | None = None
+        query: libnvml.DeviceQuery | None = None
         state, detail = OK, ""
         try:
             if slot.handle is None:
                 self._open(slot, problems)
             if slot.handle is not None:
-                query = _nvml.DeviceQuery(self._nvml, slot.handle)
+                query = libnvml.DeviceQuery(self._nvml, slot.handle)
                 if slot.nvlinks is None:
                     slot.nvlinks = discover_nvlinks(query)
                 read_values(query, slot.nvlinks, values)
                 if slot.gpm is not None:
                     slot.gpm.read(query, values)
-        except _nvml.GpuGone as gone:
+        except libnvml.GpuGone as gone:
             state, detail = gone.kind, gone.detail
             problems.append(f"{slot.label}: {gone.detail}")
         if slot.handle is None and state == OK:

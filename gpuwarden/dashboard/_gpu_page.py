@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from gpuwarden.dashboard import _cache, _charts, _risk_history, data
-from gpuwarden.dashboard._pages import Context, fmt_age, fmt_time, states
+from gpuwarden.dashboard._context import Context, fmt_age, fmt_time, states
 
 _STATE_BADGE = {
     data.OK: ":green[ok]",

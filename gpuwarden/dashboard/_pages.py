@@ -1,55 +1,19 @@
 """The dashboard's pages: the fleet overview, the GPUs needing attention, the empty store.
 
-Each page takes a ``Context`` and draws what ``data`` returns through the caches in
-``_cache``; the GPU page lives in ``_gpu_page``.
+Each page takes a ``Context`` (``_context``) and draws what ``data`` returns through the caches
+in ``_cache``; the GPU page lives in ``_gpu_page``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 import streamlit as st
 
 from gpuwarden.dashboard import _cache, _charts, _decisions, data
-from gpuwarden.dashboard._api import Api
-from gpuwarden.dashboard._background import BackgroundScores
-
-
-@dataclass(frozen=True)
-class Context:
-    url: str
-    snap: data.Snapshot
-    range_s: float  # the time range picked in the sidebar
-    scorer: data.Scorer | None  # called while the page draws (tests, embedding apps)
-    now: float
-    background: BackgroundScores | None = None  # the model, scoring beside the pages
-    serve: Api | None = None  # gpuwarden serve's API, for the node tag status
-
-    @property
-    def scorer_key(self) -> str:
-        s = self.scorer
-        return (
-            ""
-            if s is None
-            else f"{getattr(s, '__module__', '')}.{getattr(s, '__qualname__', repr(s))}"
-        )
-
-
-def fmt_time(ts: float) -> str:
-    return pd.Timestamp(ts, unit="s", tz="UTC").strftime("%Y-%m-%d %H:%M UTC")
-
-
-def fmt_age(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
+from gpuwarden.dashboard._context import Context, fmt_age, fmt_time, states
 
 
 def how_to_collect(url: str) -> None:
@@ -68,32 +32,6 @@ def empty_store(url: str, why: str) -> None:
     st.title("GPU fleet health")
     st.info(f"{why} Nothing to show until a collector writes GPU samples to `{url}`.")
     how_to_collect(url)
-
-
-def states(ctx: Context) -> pd.DataFrame:
-    """The fleet's states, with the model's risk when there is one. A scorer that fails is
-    shown as a warning and the hard-signal states are shown anyway; background scores that
-    are not ready yet are announced."""
-    snap = ctx.snap
-    args = (ctx.url, snap.as_of, snap.stale_s, data.DAY_S)
-    if ctx.scorer is not None:
-        try:
-            return _cache.fleet_states(*args, ctx.scorer_key, ctx.scorer, None)
-        except Exception as exc:  # a model bug must not take the dashboard down
-            st.warning(
-                f"The risk model failed ({type(exc).__name__}: {exc}); "
-                "states come from hard signals only."
-            )
-    elif ctx.background is not None:
-        latest = ctx.background.latest()
-        if latest is None:
-            st.caption("The risk model is scoring the fleet; risk shows at the next refresh.")
-        elif latest.error:
-            st.warning(f"The risk model failed ({latest.error}); showing its last scores, if any.")
-        if latest is not None and latest.frame is not None:
-            key = f"background@{latest.at}"
-            return _cache.fleet_states(*args, key, None, latest.frame)
-    return _cache.fleet_states(*args, "", None, None)
 
 
 def _header(ctx: Context, title: str) -> None:
@@ -297,9 +235,3 @@ def attention(ctx: Context) -> None:
                 "action": st.column_config.TextColumn("what to check", width="large"),
             },
         )
-
-
-def gpu_detail(ctx: Context) -> None:
-    from gpuwarden.dashboard._gpu_page import gpu_detail as draw
-
-    draw(ctx)

@@ -21,7 +21,16 @@ from pathlib import Path
 import streamlit as st
 
 from gpuwarden.config import load_settings
-from gpuwarden.dashboard import _api, _cache, _decisions, _gate, _pages, _scheduler_page
+from gpuwarden.dashboard import (
+    _api,
+    _cache,
+    _context,
+    _decisions,
+    _gate,
+    _gpu_page,
+    _pages,
+    _scheduler_page,
+)
 from gpuwarden.dashboard._background import BackgroundScores
 from gpuwarden.errors import GpuwardenError
 
@@ -149,8 +158,12 @@ def _body(
             scorer, background = given, None
     else:
         scorer, background = None, _cache.background_scores(url)
-    ctx = _pages.Context(url, snap, range_s, scorer, time.time(), background, serve)
-    pages = {"overview": _pages.overview, "attention": _pages.attention, "gpu": _pages.gpu_detail}
+    ctx = _context.Context(url, snap, range_s, scorer, time.time(), background, serve)
+    pages = {
+        "overview": _pages.overview,
+        "attention": _pages.attention,
+        "gpu": _gpu_page.gpu_detail,
+    }
     pages[view](ctx)
 
 

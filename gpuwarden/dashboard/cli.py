@@ -26,7 +26,8 @@ from typing import Any
 
 import click
 
-from gpuwarden.config import load_settings, parse_listen
+from gpuwarden.cliutil import domain_errors, settings, store_option
+from gpuwarden.config import parse_listen
 from gpuwarden.errors import ConfigError, GpuwardenError
 
 APP = Path(__file__).with_name("app.py")
@@ -146,7 +147,7 @@ def stop_dashboard(proc: subprocess.Popen[bytes]) -> None:
 
 
 @click.command()
-@click.option("--store", "store_url", help="Store URL (default: setting `store`).")
+@store_option
 @click.option(
     "--listen",
     default=DEFAULT_LISTEN,
@@ -183,14 +184,12 @@ def dashboard(
     """Serve the health dashboard (fleet overview, GPUs needing attention, GPU detail,
     serve's decisions, the scheduler). With $GPUWARDEN_DASHBOARD_PASSWORD set, every page
     asks for it first."""
-    try:
-        cfg = ctx.find_root().obj or load_settings()
+    with domain_errors():
+        cfg = settings(ctx)
         url = store_url or str(cfg["store"])
         host, port = parse_listen(listen)
         check_exposure(host, os.environ, insecure=insecure)
         require_streamlit()
-    except GpuwardenError as exc:
-        raise click.ClickException(str(exc)) from exc
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
     click.echo(f"Dashboard on http://{shown}:{port}/ over {url} (Ctrl-C stops it)")
     extra: tuple[str, ...] = ()

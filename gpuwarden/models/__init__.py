@@ -21,8 +21,7 @@ cheap. docs/models.md describes every feature, the metrics and the measured resu
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from gpuwarden.plugins import lazy_exports
 
 _EXPORTS = {
     "load_panel": "gpuwarden.models.history",
@@ -44,11 +43,6 @@ _EXPORTS = {
     "threshold": "gpuwarden.models._assess",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'gpuwarden.models' has no attribute {name!r}")
-
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = sorted(_EXPORTS)

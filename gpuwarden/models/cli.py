@@ -7,37 +7,17 @@ the main group has loaded settings. A ``GpuwardenError`` becomes one line and ex
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 import numpy as np
 import pandas as pd
 
-from gpuwarden.errors import GpuwardenError, InputError
-
-
-def _domain_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except GpuwardenError as exc:
-            raise click.ClickException(str(exc)) from exc
-
-    return wrapper
-
-
-def _store_url(ctx: click.Context, url: str | None) -> str:
-    if url:
-        return url
-    settings = ctx.find_root().obj
-    if isinstance(settings, dict) and settings.get("store"):
-        return str(settings["store"])
-    raise click.UsageError("give --store URL (e.g. sqlite:///gpuwarden.db)")
+from gpuwarden import cliutil
+from gpuwarden.cliutil import domain_errors, store_option
+from gpuwarden.config import parse_duration
+from gpuwarden.errors import InputError
 
 
 def parse_time(text: str | None, name: str) -> float | None:
@@ -61,8 +41,6 @@ def parse_time(text: str | None, name: str) -> float | None:
 
 def parse_span(text: str, name: str) -> float:
     """ "6h", "30m", "7d", "600s" or plain seconds -> seconds."""
-    from gpuwarden.store._url import parse_duration
-
     value = parse_duration(text, name)
     if value <= 0:
         raise InputError(f"{name}={text!r} must be positive")
@@ -92,7 +70,7 @@ def _model(path: str | None):
 
 
 @click.command("train")
-@click.option("--store", "store_url", help="Store URL (default: setting `store`).")
+@store_option
 @click.option(
     "--failures",
     "failures_file",
@@ -123,7 +101,7 @@ def _model(path: str | None):
 )
 @click.option("--progress/--no-progress", default=True, help="Show progress bars.")
 @click.pass_context
-@_domain_errors
+@domain_errors()
 def train(
     ctx: click.Context,
     store_url: str | None,
@@ -147,7 +125,7 @@ def train(
         horizon_s=parse_span(horizon, "--horizon"), step_h=int(step_s // 3600), method=calibration
     )
     failures = read_failures_file(failures_file) if failures_file else None
-    store = open_store(_store_url(ctx, store_url))
+    store = open_store(cliutil.store_url(ctx, store_url))
     try:
         model = train_from_store(
             store,
@@ -184,7 +162,7 @@ def _render(frame: pd.DataFrame, fmt: str, top: int) -> str:
 
 
 @click.command("score")
-@click.option("--store", "store_url", help="Store URL (default: setting `store`).")
+@store_option
 @click.option(
     "--model",
     "model_path",
@@ -217,7 +195,7 @@ def _render(frame: pd.DataFrame, fmt: str, top: int) -> str:
     help="Table: GPUs to list at least (every GPU not ok is listed).",
 )
 @click.pass_context
-@_domain_errors
+@domain_errors()
 def score(
     ctx: click.Context,
     store_url: str | None,
@@ -243,7 +221,7 @@ def score(
     if at is not None and start is not None:
         raise click.UsageError("give either --at or --start/--end")
     model = _model(model_path)
-    store = open_store(_store_url(ctx, store_url))
+    store = open_store(cliutil.store_url(ctx, store_url))
     try:
         if start is not None:
             frame = backtest(
@@ -279,7 +257,7 @@ def score(
 
 
 @click.group("evaluate", invoke_without_command=True)
-@click.option("--store", "store_url", help="Store URL (default: setting `store`).")
+@store_option
 @click.option(
     "--model",
     "model_path",
@@ -305,7 +283,7 @@ def score(
 )
 @click.option("--progress/--no-progress", default=False, help="Show progress bars.")
 @click.pass_context
-@_domain_errors
+@domain_errors()
 def evaluate(
     ctx: click.Context,
     store_url: str | None,
@@ -330,7 +308,7 @@ def evaluate(
         raise click.BadParameter("must be whole hours", param_hint="--step")
     failures = read_failures_file(failures_file) if failures_file else None
     model = _model(model_path)
-    store = open_store(_store_url(ctx, store_url))
+    store = open_store(cliutil.store_url(ctx, store_url))
     try:
         ev = evaluate_store(
             store,

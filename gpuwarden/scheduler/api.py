@@ -28,6 +28,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpuwarden.errors import GpuwardenError, InputError, StoreError
+from gpuwarden.lifecycle import AppServer
 from gpuwarden.scheduler._auth import NODE_NAME, TokenBook, bearer
 from gpuwarden.scheduler._service_jobs import MAX_INT, MAX_TASKS
 from gpuwarden.scheduler.billing import to_csv
@@ -37,7 +38,6 @@ from gpuwarden.scheduler.service import (
     Principal,
     SchedulerService,
 )
-from gpuwarden.serve.server import ServeHandle
 
 _STATES = ("queued", "running", "checkpointing", "succeeded", "failed", "cancelled")
 
@@ -311,18 +311,12 @@ def create_app(service: SchedulerService, tokens: TokenBook) -> FastAPI:
     return app
 
 
-class SchedulerServer(ServeHandle):
+class SchedulerServer(AppServer[SchedulerService]):
     """The API under uvicorn in a thread plus the service's round loop, started and stopped
-    together: ``ServeHandle``'s start/stop, with this service and app instead of the risk one."""
+    together (``gpuwarden.lifecycle.AppServer``)."""
 
     def __init__(self, service: SchedulerService, tokens: TokenBook) -> None:
-        # not ServeHandle.__init__: that builds the risk service's app
-        self.service = service  # type: ignore[assignment]
-        self.app = create_app(service, tokens)
-        self._server = None
-        self._thread = None
-        self.host = ""
-        self.port = 0
+        super().__init__(create_app(service, tokens), service)
 
 
 __all__ = ["SchedulerServer", "create_app"]

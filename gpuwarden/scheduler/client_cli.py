@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import click
 
+from gpuwarden.cliutil import DomainErrorGroup, domain_errors
 from gpuwarden.scheduler.billing import BillRow, tenant_totals, write_csv
 from gpuwarden.scheduler.client import DEFAULT_URL, URL_ENV, SchedulerClient, read_token
 
@@ -58,7 +59,7 @@ def _fmt_option(f: F) -> F:
 # ---- jobs ------------------------------------------------------------------------------------
 
 
-@click.group()
+@click.group(cls=DomainErrorGroup)
 def jobs() -> None:
     """Submit, list, cancel jobs and read their logs on the scheduler service."""
 
@@ -200,6 +201,7 @@ def logs(
 @click.command()
 @_fmt_option
 @_connection
+@domain_errors()
 def nodes(fmt: str, url: str, token_file: str | None) -> None:
     """List the nodes the scheduler knows, one line per GPU: the node's state (ok, or lost
     when its agent stopped syncing) and seconds since its agent's last sync."""
@@ -234,6 +236,7 @@ def nodes(fmt: str, url: str, token_file: str | None) -> None:
 @click.command()
 @_fmt_option
 @_connection
+@domain_errors()
 def quota(fmt: str, url: str, token_file: str | None) -> None:
     """Show GPU quotas and use per tenant (a tenant token sees its own row)."""
     with _client(url, token_file) as c:
@@ -264,6 +267,7 @@ def quota(fmt: str, url: str, token_file: str | None) -> None:
               help="Write CSV (tenant,job_id,name,gpu_hours) to this file.")  # fmt: skip
 @_fmt_option
 @_connection
+@domain_errors()
 def billing(
     since: str | None,
     until: str | None,

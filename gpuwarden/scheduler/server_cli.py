@@ -10,7 +10,8 @@ from typing import Any
 
 import click
 
-from gpuwarden.errors import ConfigError, GpuwardenError
+from gpuwarden.cliutil import domain_errors
+from gpuwarden.errors import ConfigError
 
 
 @click.group()
@@ -60,13 +61,13 @@ def serve(
     and $GPUWARDEN_AGENT_SECRET (or, from older setups, $GPUWARDEN_AGENT_TOKEN), the master
     secret each node's agent token is derived from (see `agent-token`).
     """
-    from gpuwarden._lifecycle import wait_for_stop
+    from gpuwarden.lifecycle import wait_for_stop
     from gpuwarden.scheduler._auth import TokenBook
     from gpuwarden.scheduler.api import SchedulerServer
     from gpuwarden.scheduler.service import Principal, SchedulerService
     from gpuwarden.scheduler.state import SchedulerDB
 
-    try:
+    with domain_errors():
         tokens = TokenBook.from_env()
         db = SchedulerDB(db_path)
         service = SchedulerService(
@@ -77,8 +78,6 @@ def serve(
                 service.set_quota(Principal("admin"), tenant, limits.get("gpus"),
                                   limits.get("gpu_memory_mib"), limits.get("guaranteed_gpus"))  # fmt: skip
         server = SchedulerServer(service, tokens).start(host, port)
-    except GpuwardenError as exc:
-        raise click.ClickException(str(exc)) from exc
     print(
         f"gpuwarden scheduler: {server.url} ({len(tokens.tenants)} tenants, db {db_path}); "
         "Ctrl-C to stop",
@@ -174,15 +173,13 @@ def agent(
     """
     import socket
 
-    from gpuwarden._lifecycle import wait_for_stop
+    from gpuwarden.lifecycle import wait_for_stop
     from gpuwarden.scheduler.agent import Agent, hide_environment, host_inventory
 
     node = node or socket.gethostname()
-    try:
+    with domain_errors():
         inventory = host_inventory(node, fake_gpus=fake_gpus, gpu_model=gpu_model)
         runner = Agent(node, url, Path(workdir), inventory, interval_s=interval_s)
-    except GpuwardenError as exc:
-        raise click.ClickException(str(exc)) from exc
     if not hide_environment():
         print(
             "gpuwarden agent: cannot make the agent non-dumpable; tasks may read its token in /proc",

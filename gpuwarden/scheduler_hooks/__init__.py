@@ -15,12 +15,7 @@ callable ``(url: str, *, dry_run: bool) -> Tagger``.
 
 from __future__ import annotations
 
-import importlib
-from importlib.metadata import entry_points
-from typing import Any
-from urllib.parse import urlsplit
-
-from gpuwarden.errors import UnknownSchemeError
+from gpuwarden.plugins import open_by_scheme
 from gpuwarden.scheduler_hooks.base import NodeHealth, Tagger, TagResult
 from gpuwarden.scheduler_hooks.breaker import CircuitBreaker
 
@@ -35,19 +30,10 @@ BUILTIN: dict[str, str] = {
 
 def open_tagger(url: str, *, dry_run: bool = False) -> Tagger:
     """The tagger for ``url``; raises ``UnknownSchemeError`` for an unknown scheme."""
-    scheme = urlsplit(url).scheme
-    factory: Any
-    if scheme in BUILTIN:
-        module_name, _, attr = BUILTIN[scheme].partition(":")
-        factory = importlib.import_module(module_name)
-        for part in attr.split("."):
-            factory = getattr(factory, part)
-        return factory(url, dry_run=dry_run)
-    for ep in entry_points(group="gpuwarden.taggers"):
-        if ep.name == scheme:
-            return ep.load()(url, dry_run=dry_run)
-    known = ", ".join(sorted(BUILTIN))
-    raise UnknownSchemeError(f"no scheduler hook for {url!r}: scheme must be one of {known}")
+    tagger: Tagger = open_by_scheme(
+        url, BUILTIN, group="gpuwarden.taggers", what="scheduler hook", dry_run=dry_run
+    )
+    return tagger
 
 
 __all__ = ["BUILTIN", "CircuitBreaker", "NodeHealth", "TagResult", "Tagger", "open_tagger"]

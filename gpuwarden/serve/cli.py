@@ -9,27 +9,18 @@ from typing import Any
 
 import click
 
-from gpuwarden.errors import GpuwardenError
+from gpuwarden import cliutil
 from gpuwarden.health import DEFAULT_AT_RISK
 
 logger = logging.getLogger("gpuwarden.serve")
 
 
-def _settings(ctx: click.Context) -> dict[str, Any]:
-    root = ctx.find_root().obj
-    if isinstance(root, dict):
-        return root
-    from gpuwarden.config import load_settings
-
-    return load_settings()
-
-
 @click.command()
-@click.option("--collector", "collector_url", help="Collector URL (default: setting `collector`).")
+@cliutil.collector_option
 @click.option(
     "--no-collect", is_flag=True, help="Do not collect: score what others write into the store."
 )
-@click.option("--store", "store_url", help="Store URL (default: setting `store`).")
+@cliutil.store_option
 @click.option("--interval", "interval_s", type=float, help="Seconds between two scoring runs.")
 @click.option(
     "--listen",
@@ -131,23 +122,20 @@ def serve(ctx: click.Context, **opts: Any) -> None:
     (/alertmanager). POSTs need the bearer token in $GPUWARDEN_API_TOKEN; Slack messages go to
     $GPUWARDEN_SLACK_WEBHOOK_URL when it is set.
     """
-    try:
+    with cliutil.domain_errors():
         _serve(ctx, **opts)
-    except GpuwardenError as exc:
-        raise click.ClickException(str(exc)) from exc
 
 
 def verdict_store(store: Any, url: str | None, cfg: dict[str, Any]) -> Any:
     """Where serve writes verdicts: ``url``; else the telemetry store when it takes writes (a
     Prometheus server does not), else a SQLite file in the working directory."""
-    from gpuwarden.cli import _open_store
     from gpuwarden.store.base import WritableStore
 
     if url:
-        return _open_store(url, cfg)
+        return cliutil.open_store(url, cfg)
     if isinstance(store, WritableStore):
         return store
-    return _open_store("sqlite:///gpuwarden-verdicts.db", cfg)
+    return cliutil.open_store("sqlite:///gpuwarden-verdicts.db", cfg)
 
 
 def _serve(ctx: click.Context, **o: Any) -> None:
@@ -155,7 +143,6 @@ def _serve(ctx: click.Context, **o: Any) -> None:
     from gpuwarden.alerts.decision import DecisionEngine
     from gpuwarden.alerts.hard_signals import HardSignalAssessor
     from gpuwarden.alerts.slack import ENV_WEBHOOK_URL, SlackNotifier
-    from gpuwarden.cli import _open_collector, _open_store
     from gpuwarden.config import parse_listen
     from gpuwarden.exporter import Exporter
     from gpuwarden.scheduler_hooks import open_tagger
@@ -169,7 +156,7 @@ def _serve(ctx: click.Context, **o: Any) -> None:
     from gpuwarden.serve.server import ServeHandle, run_serve
     from gpuwarden.serve.service import RiskService
 
-    cfg = _settings(ctx)
+    cfg = cliutil.settings(ctx)
     host, port = parse_listen(o["listen"])
     interval = o["interval_s"] or cfg["interval_s"]
     enter_at = o["enter_at"] if o["enter_at"] is not None else model_threshold()
@@ -193,8 +180,8 @@ def _serve(ctx: click.Context, **o: Any) -> None:
     token = os.environ.get(ENV_API_TOKEN) or None
     if token is None and not o["once"]:
         click.echo(f"{ENV_API_TOKEN} is not set: overrides and /alertmanager are refused", err=True)
-    store = _open_store(o["store_url"], cfg)
-    collector = None if o["no_collect"] else _open_collector(o["collector_url"], cfg)
+    store = cliutil.open_store(o["store_url"], cfg)
+    collector = None if o["no_collect"] else cliutil.open_collector(o["collector_url"], cfg)
     audit = AuditLog(o["audit_path"])
     verdicts = verdict_store(store, o["verdicts_url"], cfg)
     try:

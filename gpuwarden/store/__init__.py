@@ -10,12 +10,7 @@ InfluxDB and Prometheus-compatible backends plug in the same way. Third-party st
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
-from importlib.metadata import entry_points
-from urllib.parse import urlsplit
-
-from gpuwarden.errors import UnknownSchemeError
+from gpuwarden.plugins import open_by_scheme
 from gpuwarden.store.base import Store
 
 BUILTIN: dict[str, str] = {
@@ -23,26 +18,12 @@ BUILTIN: dict[str, str] = {
 }
 
 
-def _load(target: str) -> Callable[[str], Store]:
-    module_name, _, attr = target.partition(":")
-    obj: object = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj  # type: ignore[return-value]
-
-
 def open_store(url: str) -> Store:
     """Open the store for ``url``. A bare path is taken as a SQLite file."""
     if "://" not in url:
         url = "sqlite:///" + url
-    scheme = urlsplit(url).scheme
-    if scheme in BUILTIN:
-        return _load(BUILTIN[scheme])(url)
-    for ep in entry_points(group="gpuwarden.stores"):
-        if ep.name == scheme:
-            return ep.load()(url)
-    known = ", ".join(sorted(BUILTIN))
-    raise UnknownSchemeError(f"no store for {url!r}: scheme must be one of {known}")
+    store: Store = open_by_scheme(url, BUILTIN, group="gpuwarden.stores", what="store")
+    return store
 
 
 __all__ = ["Store", "open_store", "BUILTIN"]

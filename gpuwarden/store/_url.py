@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from gpuwarden.config import parse_duration
 from gpuwarden.errors import ConfigError
 
 #: URL parameter -> SqliteStore keyword
@@ -14,16 +14,6 @@ URL_PARAMS = {
     "rollup_retention": "rollup_retention_s",
     "busy_timeout": "busy_timeout_s",
 }
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smhd]?)\s*$")
-_UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(text: str, name: str) -> float:
-    """``"14d"``, ``"36h"``, ``"90m"``, ``"600s"`` or plain seconds -> seconds."""
-    m = _DURATION.match(text)
-    if not m:
-        raise ConfigError(f"{name}={text!r} is not a duration such as 14d, 36h, 90m or 600")
-    return float(m.group(1)) * _UNIT_S[m.group(2)]
 
 
 def parse_url(url: str) -> tuple[str, dict[str, Any]]:

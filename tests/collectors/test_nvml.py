@@ -13,7 +13,7 @@ import pytest
 from fake_nvml import FakeNvml, load_fixture
 
 from gpuwarden.collectors import Collector, open_collector
-from gpuwarden.collectors._nvml import NO_LIBRARY
+from gpuwarden.collectors.libnvml import NO_LIBRARY
 from gpuwarden.collectors.nvml import NvmlCollector
 from gpuwarden.errors import CollectorError, CollectorUnavailable, ConfigError
 from gpuwarden.telemetry import FIELD_NAMES, FIELDS, Batch, samples_to_frame
@@ -24,7 +24,7 @@ H100_FIELDS = set(FIELD_NAMES) - RETIRED
 
 SOURCES = [
     Path(__file__).resolve().parents[2] / "gpuwarden" / "collectors" / name
-    for name in ("nvml.py", "_nvml.py")
+    for name in ("nvml.py", "libnvml.py")
 ]
 
 

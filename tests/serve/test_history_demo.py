@@ -4,7 +4,7 @@ simulator was degrading, and the bundled scheduler moves the critical job off it
 import pytest
 
 from gpuwarden.models.simdata import fleet_spec
-from gpuwarden.serve._history_demo import run_history_loop_demo
+from gpuwarden.serve.history_demo import run_history_loop_demo
 from gpuwarden.sim import Fleet
 from gpuwarden.store.sqlite import SqliteStore
 

@@ -1,16 +1,30 @@
-"""The NVML boundary: the only module that imports pynvml.
+"""The NVML boundary: gpuwarden's one wrapper of NVIDIA's management library (pynvml).
+
+It is the only module that imports pynvml (ruff's banned-api rule TID251 enforces it); every
+other piece of gpuwarden that reads NVIDIA GPUs goes through it: the ``nvml://`` collector
+(``collectors/nvml.py``) today, the node agent for MIG and power caps later. Its public API:
+
+    real_module() / init(nvml) / shutdown(nvml)   load and start NVML; count of GPUs
+    DeviceQuery(nvml, handle).call(name, ...)      one NVML call, its errors sorted (below)
+    DeviceQuery.field_value(field_id, label)       one nvmlDeviceGetFieldValues value
+    XidEvents(nvml)                                 Xid errors through NVML's event set
+    GpmMetrics(nvml)                                GPM ratios (Hopper and later)
+    text(), handle_key(), sum_present()             small conversions of NVML's values
+    GpuGone, NOT_AVAILABLE, GONE, NO_LIBRARY        what the errors become
 
 Every NVML call goes through ``DeviceQuery.call``, which sorts NVML's errors three ways:
 
 * "not available" (NotSupported, FunctionNotFound on an older driver, InvalidArgument for an
-  NVLink index past the GPU's links, ...): the value is None and the field stays absent;
+  NVLink index past the GPU's links, ...): the value is None and the field stays absent, never 0;
 * GpuIsLost / GpuRequiresReset: raises ``GpuGone``, so the caller stops reading that GPU and
   records an event while the other GPUs keep being read;
 * anything else (Unknown Error, Timeout, a corrupted InfoROM): the value is None and the call is
   named in ``DeviceQuery.problems`` for ``Batch.problems``.
 
-The functions take the NVML module as an argument (the real pynvml, or the test fake) and only
-use the function names and constants pynvml defines; the exception classes are always pynvml's.
+Errors at start (no driver, driver/library mismatch) become ``CollectorUnavailable`` with one
+readable line. The functions take the NVML module as an argument (the real pynvml, or the test
+fake) and only use the function names and constants pynvml defines; the exception classes are
+always pynvml's.
 """
 
 from __future__ import annotations
@@ -321,3 +335,22 @@ class GpmMetrics:
 
     def _free(self, sample: Any) -> None:
         DeviceQuery(self._nvml).call("nvmlGpmSampleFree", sample)
+
+
+__all__ = [
+    "GONE",
+    "GPM_METRICS",
+    "NOT_AVAILABLE",
+    "NO_LIBRARY",
+    "XID_DRAIN_LIMIT",
+    "DeviceQuery",
+    "GpmMetrics",
+    "GpuGone",
+    "XidEvents",
+    "handle_key",
+    "init",
+    "real_module",
+    "shutdown",
+    "sum_present",
+    "text",
+]

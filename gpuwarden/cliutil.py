@@ -1,0 +1,120 @@
+"""What every ``gpuwarden`` command shares: settings, store and collector URLs, error handling.
+
+    @click.command()
+    @cliutil.store_option
+    @click.pass_context
+    @cliutil.domain_errors()
+    def mycommand(ctx, store_url):
+        cfg = cliutil.settings(ctx)
+        store = cliutil.open_store(store_url, cfg)
+
+A command reads its defaults from the settings the main group loaded (``gpuwarden.config``),
+or loads them itself when it runs alone (tests invoke commands through ``CliRunner``). A
+``GpuwardenError`` becomes a ``click.ClickException``: one line on stderr and exit status 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import click
+
+from gpuwarden.errors import GpuwardenError
+
+#: ``--store`` and ``--collector`` as most commands take them (default: the setting).
+store_option = click.option("--store", "store_url", help="Store URL (default: setting `store`).")
+collector_option = click.option(
+    "--collector", "collector_url", help="Collector URL (default: setting `collector`)."
+)
+
+
+@contextmanager
+def domain_errors() -> Iterator[None]:
+    """``GpuwardenError`` -> ``click.ClickException``; a ``with`` block or a decorator."""
+    try:
+        yield
+    except GpuwardenError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+class DomainErrorGroup(click.Group):
+    """A group whose subcommands' ``GpuwardenError`` becomes one line and exit status 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with domain_errors():
+            return super().invoke(ctx)
+
+
+def settings(ctx: click.Context) -> dict[str, Any]:
+    """The settings the main group loaded, or (a command run alone) freshly loaded ones."""
+    root = ctx.find_root().obj
+    if isinstance(root, dict):
+        return root
+    from gpuwarden.config import load_settings
+
+    return load_settings()
+
+
+def store_url(ctx: click.Context, url: str | None) -> str:
+    """``url``, else the ``store`` setting the main group loaded; a usage error without both
+    (a command run alone does not guess a store to write into)."""
+    if url:
+        return url
+    root = ctx.find_root().obj
+    if isinstance(root, dict) and root.get("store"):
+        return str(root["store"])
+    raise click.UsageError("give --store URL (e.g. sqlite:///gpuwarden.db)")
+
+
+def collector_url(url: str, cfg: dict[str, Any]) -> str:
+    """Fill the URL parameters the settings provide (timeouts, hostname) unless the URL has them."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    if parts.scheme == "smi":
+        query.setdefault("timeout", str(cfg["smi_timeout_s"]))
+    if parts.scheme.startswith("dcgm+"):
+        query.setdefault("timeout", str(cfg["dcgm_timeout_s"]))
+    if parts.scheme in ("nvml", "smi") and cfg["hostname"]:
+        query.setdefault("hostname", cfg["hostname"])
+    # rebuilt by hand: urlunsplit drops the "//" of "smi://" (an empty netloc)
+    base = url.split("?", 1)[0]
+    return f"{base}?{urlencode(query)}" if query else base
+
+
+def open_store(url: str | None, cfg: dict[str, Any]) -> Any:
+    """Open the store (default: setting ``store``), with the retention settings unless the
+    URL sets its own."""
+    from gpuwarden.store import open_store as open_url
+
+    url = url or cfg["store"]
+    if url.startswith("sqlite:") or "://" not in url:
+        sep = "&" if "?" in url else "?"
+        if "retention=" not in url:
+            url += f"{sep}retention={cfg['retention_raw_days']}d"
+            sep = "&"
+        if "rollup_retention=" not in url:
+            url += f"{sep}rollup_retention={cfg['retention_rollup_days']}d"
+    return open_url(url)
+
+
+def open_collector(url: str | None, cfg: dict[str, Any]) -> Any:
+    """Open the collector (default: setting ``collector``) with ``collector_url``'s parameters."""
+    from gpuwarden.collectors import open_collector as open_url
+
+    return open_url(collector_url(url or cfg["collector"], cfg))
+
+
+__all__ = [
+    "DomainErrorGroup",
+    "collector_option",
+    "collector_url",
+    "domain_errors",
+    "open_collector",
+    "open_store",
+    "settings",
+    "store_option",
+    "store_url",
+]
