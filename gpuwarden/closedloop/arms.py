@@ -130,7 +130,7 @@ class ArmDriver:
         the engine too. Returns the work that was on it (interrupted, not moved)."""
         self.failed[slot] = True
         host, index = self.slots[slot]
-        evicted = self.target.scheduler.set_health(host, index, "unhealthy")
+        evicted = self.target.scheduler.set_health(host, index, GpuState.UNHEALTHY)
         self.assess(gpu, ts, math.nan, f"GPU failed ({kind})")
         return evicted
 

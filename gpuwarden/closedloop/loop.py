@@ -28,6 +28,7 @@ import numpy as np
 from gpuwarden.closedloop.arms import ArmDriver, HealthChange
 from gpuwarden.closedloop.fleet import ScoredFleet, SlotFailure
 from gpuwarden.closedloop.workload import Workload, cluster_nodes
+from gpuwarden.health import GpuState
 from gpuwarden.scheduler import Eviction, Job, PriorityClass, Scheduler
 from gpuwarden.telemetry import GpuId
 
@@ -198,7 +199,7 @@ class _Loop:
                     self.n["pre_train"] += self.counting()
                     run.done_s += self.now - run.started
                 self.stop(e.job.job_id)
-            if ch.health == "at-risk":  # training stays, but saves its work now
+            if ch.health == GpuState.AT_RISK:  # training stays, but saves its work now
                 for job_id in self.on_gpu.get((ch.hostname, ch.index), ()):
                     self.runs[job_id].ckpt = self.now
 

@@ -13,7 +13,7 @@ STATE_COLORS = {OK: "#2e9e5b", AT_RISK: "#f2a93b", UNHEALTHY: "#d6322d", MISSING
 #: ``data.risk_band`` -> colour: pale to red with the risk, then states the risk does not tell.
 RISK_BAND_COLORS = {
     **dict(zip(RISK_BANDS, ("#fff1c1", "#fdd08a", "#fc8d59", "#d7301f"), strict=True)),
-    "unhealthy": "#67000d",
+    UNHEALTHY: "#67000d",
     "missing": "#9aa0a6",
     "not scored": "#dde1e6",
 }

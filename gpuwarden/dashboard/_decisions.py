@@ -17,8 +17,9 @@ import streamlit as st
 
 from gpuwarden.dashboard import _cache, _gate
 from gpuwarden.dashboard._api import Api, ApiError
+from gpuwarden.health import GpuState
 
-STATES = ("ok", "at-risk", "unhealthy")
+STATES = tuple(GpuState)
 AUDIT_LIMIT = 2000
 NOT_CONFIGURED = "serve not configured"
 _DONE_KEY = "_override_done"  # serve's answer to the last override, shown after the rerun

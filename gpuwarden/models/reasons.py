@@ -135,11 +135,12 @@ def _features(row: pd.Series, columns: list[str]) -> dict[str, float]:
     return {c: float(row[c]) for c in columns}
 
 
-def hard_reasons(row: pd.Series, present: pd.Series, fatal_xid: float) -> list[str]:
+def hard_reasons(row: pd.Series, present: pd.Series, fatal_xid: float) -> list[Reason]:
     """The hard signals ``present`` (a ``rules.hard_table`` row) in words, each with the
     action NVIDIA's Xid catalogue gives (the fatal Xid seen, or the one the signal implies);
     an action is said once even when two signals point at the same Xid."""
-    out, said = [], set()
+    out: list[Reason] = []
+    said: set[int] = set()
     for rule in HARD:
         if not present[rule.name]:
             continue

@@ -25,7 +25,7 @@ from gpuwarden.models.features import compute_features, rows_at
 from gpuwarden.models.history import load_panel, newest_sample_ts
 from gpuwarden.models.panel import HOUR_S, HourlyPanel
 from gpuwarden.models.reasons import actions, explain_reasons
-from gpuwarden.models.rules import OK, hard_signal, states
+from gpuwarden.models.rules import AT_RISK, OK, UNHEALTHY, hard_signal, states
 from gpuwarden.store.base import Store
 from gpuwarden.telemetry import GpuId
 
@@ -114,7 +114,7 @@ def _score_rows(
 
 
 def _order(frame: pd.DataFrame) -> pd.DataFrame:
-    rank = frame["state"].map({"unhealthy": 0, "at-risk": 1, "ok": 2})
+    rank = frame["state"].map({UNHEALTHY: 0, AT_RISK: 1, OK: 2})
     frame = frame.assign(_rank=rank).sort_values(
         ["at", "_rank", "risk", "hostname", "gpu"], ascending=[True, True, False, True, True]
     )
@@ -210,7 +210,7 @@ def render_table(frame: pd.DataFrame, *, top: int = 20) -> str:
     rest = len(frame) - len(shown)
     counts = frame["state"].value_counts()
     when = pd.Timestamp(float(frame["at"].iloc[-1]), unit="s", tz="UTC")
-    summary = ", ".join(f"{counts.get(s, 0)} {s}" for s in ("unhealthy", "at-risk", "ok"))
+    summary = ", ".join(f"{counts.get(s, 0)} {s}" for s in (UNHEALTHY, AT_RISK, OK))
     more = f"... {rest} more; " if rest else ""
     lines.append(f"{more}{len(frame)} GPUs at {when:%Y-%m-%d %H:%M} UTC: {summary}")
     return "\n".join(lines) + "\n"

@@ -9,7 +9,6 @@ in place of the model; ``gpuwarden serve`` still combines it with the hard signa
 
 from __future__ import annotations
 
-import importlib
 import logging
 import math
 from collections.abc import Callable, Iterable
@@ -19,6 +18,7 @@ from gpuwarden.alerts.base import RiskAssessment
 from gpuwarden.alerts.hard_signals import HardSignalAssessor
 from gpuwarden.errors import ConfigError, GpuwardenError
 from gpuwarden.health import DEFAULT_AT_RISK, worst
+from gpuwarden.plugins import load_object
 from gpuwarden.store.base import Store
 
 logger = logging.getLogger("gpuwarden.serve")
@@ -89,9 +89,7 @@ def load_assessor(spec: str) -> Assessor:
     if not sep or not module_name or not attr:
         raise ConfigError(f"--assess must look like package.module:function, not {spec!r}")
     try:
-        obj: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
+        obj: Any = load_object(spec)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"cannot load assessor {spec!r}: {exc}") from exc
     if not callable(obj):

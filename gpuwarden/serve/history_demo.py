@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from gpuwarden.health import GpuState
 from gpuwarden.store.base import Store
 
 
@@ -72,8 +73,8 @@ def run_history_loop_demo(
         clock[0] = t
         when = _hhmm(t)
         for tr in service.tick(t):
-            if tr.new != "at-risk" or target is not None:
-                if tr.new == "unhealthy":
+            if tr.new is not GpuState.AT_RISK or target is not None:
+                if tr.new is GpuState.UNHEALTHY:
                     echo(
                         f"      {when}  {tr.gpu.hostname}/{tr.gpu.index} -> unhealthy (hard signal)"
                     )

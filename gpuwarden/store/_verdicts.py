@@ -51,7 +51,7 @@ def _num(x: float | None) -> float | None:
 
 
 def rows(verdicts: Sequence[Verdict]) -> list[tuple[object, ...]]:
-    out = []
+    out: list[tuple[object, ...]] = []
     for v in verdicts:
         reasons = [r.to_json() if isinstance(r, Reason) else str(r) for r in v.reasons]
         out.append(
