@@ -9,7 +9,10 @@ in this process on the same arrival sequences; the fragmentation-aware ones get 
 the pod file, as the paper's FGD does.
 
     .venv/bin/python bench/bench_openb.py                      # default trace, seeds 42-51
-    .venv/bin/python bench/bench_openb.py --pods .../openb_pod_list_gpushare40.csv --seeds 42-44
+    .venv/bin/python bench/bench_openb.py --pods ../shared/data/openb/openb_pod_list_gpushare40.csv
+
+The default trace and the node list are vendored in tests/data/openb (byte-identical, see
+SOURCES.md there) and are the defaults; the other pod lists are read from ../shared/data/openb.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ PUBLISHED: dict[str, dict[str, float]] = {
     "gpuspec10": {"random": 87.43, "gpupacking": 92.46, "bestfit": 93.30, "fgd": 94.95},
 }
 POLICIES = ("warden", "fgd", "bestfit", "gpupacking", "random")
+#: The vendored node list and default pod list (tests/data/openb/SOURCES.md).
+VENDORED = Path(__file__).resolve().parents[1] / "tests" / "data" / "openb"
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -78,7 +83,8 @@ def run_one(args: tuple[str, int, list[NodeSpec], list[Job], float]) -> tuple[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    nodes_default, pods_default = openb.default_paths("default")
+    nodes_default = VENDORED / "openb_node_list_gpu_node.csv"
+    pods_default = VENDORED / "openb_pod_list_default.csv"
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=Path, default=nodes_default, help="openb node list CSV")
     ap.add_argument("--pods", type=Path, default=pods_default, help="openb pod list CSV")

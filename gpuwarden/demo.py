@@ -1,12 +1,22 @@
 """`gpuwarden demo`: the whole pipeline on a simulated fleet, with nothing outside the project.
 
-1. simulate a fleet's history with failures and write it into a SQLite store;
-2. serve the exporter over the live simulated fleet, collecting into the same store, and scrape
-   it once as Prometheus would;
-3. roll the raw samples up (retention);
-4. print a readable fleet summary.
+It prints seven numbered steps:
 
-Later stages (scoring, alerts, the scheduler, the dashboard) join this pipeline as they land.
+1. simulate a fleet's history with failures (8 nodes x 8 GPUs, 30 days, failure rate x40 by
+   default) and write it into a SQLite store (``demo-out/gpuwarden.db``);
+2. serve the exporter over the live simulated fleet, collecting into the same store, and scrape
+   ``/metrics`` once as Prometheus would;
+3. roll the raw samples up into hourly buckets (retention);
+4. print a fleet summary, then the risk of every GPU now as ``gpuwarden score`` gives it with the
+   shipped model, GPUs needing attention first;
+5. the risk loop: replay the store's last two days through the risk service (shipped model plus
+   hard signals) with a bundled scheduler running a critical job on every GPU, and narrate the
+   GPU it flags: its risk climbing, the at-risk decision and its reasons, the job told to
+   checkpoint and leave (a scripted loop on a small fleet when nothing is flagged in that window);
+6. a short closed-loop run (one seed, 256 GPUs, 14 days): inference interruptions, training lost
+   and capacity withheld with no prediction, hard signals only, the rule baseline and the model;
+7. start the dashboard on the demo store; it keeps serving until Ctrl-C when stdin and stdout are
+   a terminal, and is stopped again otherwise (skipped when streamlit is not installed).
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@
     open_tagger("k8s://?kubeconfig=/path&context=prod")
     open_tagger("bundled+http://sched:8477")             gpuwarden scheduler serve, admin token
 
-The bundled scheduler lives in the same process, so its tagger is built from the scheduler
-object (``BundledTagger(SchedulerTarget(scheduler))``), not from a URL. Wrap any tagger in
+A bundled scheduler in the same process needs no URL: build its tagger from the scheduler
+object (``BundledTagger(SchedulerTarget(scheduler))``). Wrap any tagger in
 ``CircuitBreaker`` so no backend re-tags more than a share of the fleet at once (``gpuwarden
 serve`` does). Third-party backends register a ``gpuwarden.taggers`` entry point naming a
 callable ``(url: str, *, dry_run: bool) -> Tagger``.

@@ -1,5 +1,5 @@
 """The openb trace: loading, the paper's arrival sequence, and a short replay on all 1,213
-nodes. Needs /work/shared/data (skipped when absent, failed under CI=true)."""
+nodes. Reads the default trace vendored in tests/data/openb (the `openb_files` fixture)."""
 
 from __future__ import annotations
 
