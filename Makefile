@@ -22,6 +22,7 @@ lint: install
 	$(BIN)/ruff check gpuwarden tests bench
 	$(BIN)/ruff format --check gpuwarden tests bench
 	$(BIN)/mypy
+	$(BIN)/python tests/check_architecture.py
 
 format: install
 	$(BIN)/ruff check --fix gpuwarden tests bench

@@ -169,6 +169,9 @@ def fleet_states(
     inv = inv[inv["first_ts"] <= at]
     if inv.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in STATE_COLUMNS})
+    stored = stored_verdicts(store, at, window_s)
+    if not stored.empty:
+        return _from_verdicts(inv, stored, at, stale_s)
     hard = _signals.hard_signals(store, at - window_s, at, list(inv["uuid"]), probe_s=stale_s)
     out = inv[["rack", "hostname", "gpu", "uuid", "model", "last_ts"]].copy()
     out = out.merge(hard, on="uuid", how="left")
@@ -193,6 +196,40 @@ def fleet_states(
     out = out.sort_values(["_rank", "_risk", "hostname", "gpu"], kind="stable")
     out["reasons"] = out["reasons"].fillna("")
     out["action"] = out["action"].fillna("")
+    out["flagged_ts"] = out["flagged_ts"].astype(float)
+    return out[STATE_COLUMNS].reset_index(drop=True)
+
+
+def stored_verdicts(store: Store, at: float, window_s: float = DAY_S) -> pd.DataFrame:
+    """Each GPU's newest verdict stored in the ``window_s`` before ``at`` (what ``serve`` or
+    ``gpuwarden score --into`` decided); empty when the store holds none there."""
+    reader = getattr(store, "read_verdicts", None)
+    if reader is None:
+        return pd.DataFrame(columns=["uuid"])
+    return reader(start=at - window_s, end=at + 1e-3, latest=True)
+
+
+def _from_verdicts(
+    inv: pd.DataFrame, stored: pd.DataFrame, at: float, stale_s: float
+) -> pd.DataFrame:
+    """States from stored verdicts: exactly what serve decided (hysteresis, holds, overrides
+    included), except that a GPU which stopped reporting shows as missing unless unhealthy."""
+    out = inv[["rack", "hostname", "gpu", "uuid", "model", "last_ts"]].copy()
+    v = stored.drop_duplicates("uuid", keep="last").set_index("uuid").reindex(out["uuid"])
+    known = v["state"].notna().to_numpy()
+    out["state"] = np.where(known, v["state"].astype(object).fillna(OK).map(str), OK)
+    out["risk"] = v["risk"].to_numpy(dtype=float)
+    out["reasons"] = ["; ".join(r) if isinstance(r, tuple) else "" for r in v["reasons"]]
+    out["action"] = v["action"].fillna("").to_numpy(dtype=object)
+    out["flagged_ts"] = np.where(out["state"] != OK, v["since"].to_numpy(dtype=float), np.nan)
+    missing = ((out["last_ts"] < at - stale_s) & (out["state"] != UNHEALTHY)).to_numpy()
+    out.loc[missing, "state"] = MISSING
+    out.loc[missing, "reasons"] = "no sample since " + _fmt_times(out.loc[missing, "last_ts"])
+    out.loc[missing, "action"] = _signals.MISSING_ACTION
+    out.loc[missing, "flagged_ts"] = out.loc[missing, "last_ts"]
+    rank = out["state"].map({UNHEALTHY: 0, AT_RISK: 1, MISSING: 2, OK: 3})
+    out = out.assign(_rank=rank, _risk=-out["risk"].fillna(-1.0))
+    out = out.sort_values(["_rank", "_risk", "hostname", "gpu"], kind="stable")
     out["flagged_ts"] = out["flagged_ts"].astype(float)
     return out[STATE_COLUMNS].reset_index(drop=True)
 
