@@ -1,9 +1,10 @@
-"""Node liveness: a node whose agent has not synced for ``node_timeout_s`` seconds is lost.
+"""The cluster side of the service: node inventories, GPU health, liveness, placement rounds.
 
-Agents sync every second, so a minute of silence (the default timeout) means a crashed host, a
-killed agent or a cut network. A lost node takes no placements: the in-memory scheduler is
-rebuilt without it, through ``rebuild`` as after a restart. The current attempt of every job
-with a task there is written off:
+A node whose agent has not synced for ``node_timeout_s`` seconds is lost. Agents sync every
+second, so a minute of silence (the default timeout) means a crashed host, a killed agent or a
+cut network. A lost node takes no placements: the in-memory scheduler is rebuilt without it,
+through ``JobLifecycle.rebuild`` as after a restart. The current attempt of every job with a
+task there is written off:
 
 - an interruptible job with a checkpoint hook goes down the preemption path (``stop_reason``
   "preempt") with no grace period, since nobody is left to deliver the hook, and is queued
@@ -13,124 +14,203 @@ with a task there is written off:
 Either way its usage interval closes at the node's last sync, not when the loss was noticed: the
 tenant is not billed for time nobody saw the job run. Its tasks on live nodes get the usual stop
 orders. When the agent syncs again the node is back and takes placements; tasks it still reports
-for written-off attempts are strangers to the service and are stopped (``agent_sync``).
+for written-off attempts are strangers to the service and are stopped (``_service_sync``).
 
 The service's own downtime does not count: after a restart each agent gets a full timeout to sync
-again (``svc.started_at``), so restarting the service never writes off a healthy cluster.
+again (``started_at``), so restarting the service never writes off a healthy cluster. Every
+method runs under the service's lock inside one open transaction.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gpuwarden.errors import InputError
 from gpuwarden.scheduler._service_jobs import FINISHED
-from gpuwarden.scheduler._service_sync import forget, maybe_finish_stop, rebuild
-from gpuwarden.scheduler.resources import GPU_MILLI
+from gpuwarden.scheduler._service_lifecycle import JobLifecycle, node_spec
+from gpuwarden.scheduler._service_types import NotFoundError
+from gpuwarden.scheduler.resources import GPU_MILLI, Health
 from gpuwarden.scheduler.state import NodeRow
-
-if TYPE_CHECKING:
-    from gpuwarden.scheduler.service import SchedulerService
 
 logger = logging.getLogger("gpuwarden.scheduler.service")
 
 
-def check_nodes(svc: SchedulerService, now: float) -> list[str]:
-    """Find the nodes whose agent went silent, write off their work and rebuild the scheduler
-    without them; returns their names (none most of the time, at the cost of one query)."""
-    quiet_since = now - svc.node_timeout_s
-    if svc.started_at >= quiet_since:  # up for less than a timeout: every agent gets its chance
-        return []
-    silent = svc.db.silent_nodes(quiet_since)
-    for node, seen in silent:
-        _lose(svc, node, svc.started_at if seen is None else seen, now)
-    if silent:
-        rebuild(svc, now)
-    return [node for node, _ in silent]
+class Nodes:
+    """Registers nodes, marks GPU health, writes off silent nodes and runs placement rounds."""
 
+    def __init__(
+        self,
+        lifecycle: JobLifecycle,
+        *,
+        node_timeout_s: float,
+        started_at: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self.lifecycle = lifecycle
+        self.db = lifecycle.db
+        self.node_timeout_s = node_timeout_s
+        self.started_at = started_at  # silence before this (the service was down) does not count
+        self.clock = clock
 
-def node_back(svc: SchedulerService, old: NodeRow, now: float) -> None:
-    """A lost node's agent synced again: it takes placements from this sync on."""
-    svc.db.set_node_lost(old.node, None)
-    lost_s = now - (old.lost_at or now)
-    svc.db.audit(now, "scheduler", "node-back", node=old.node,
-                 reason=f"agent synced again {lost_s:.0f} s after the node was lost")  # fmt: skip
-    logger.warning("node %s is back, %.0f s after it was lost", old.node, lost_s)
-    rebuild(svc, now)
+    def run_round(self, now: float, *, preempt: bool) -> None:
+        """Write off nodes whose agent went silent, then place what waits (and preempt for it)."""
+        self.check_nodes(now)
+        s = self.lifecycle.scheduler
+        if s is None:
+            return
+        for decision in s.schedule(now=now, preempt=preempt):
+            self.lifecycle.apply_decision(decision, now)
 
-
-def _lose(svc: SchedulerService, node: str, seen: float, now: float) -> None:
-    silent_s = now - seen
-    reason = f"node {node} lost: no agent sync for {silent_s:.0f} s"
-    svc.db.set_node_lost(node, now)
-    hit = _write_off_tasks(svc, node, seen)
-    for row in svc.db.jobs(states=("running",)):
-        if row.stop_reason is None and any(t["node"] == node for t in row.placement or ()):
-            hit.add(row.job_id)  # placed there, but the agent never got or answered the order
-    svc.db.audit(now, "scheduler", "node-lost", node=node,
-                 reason=f"no agent sync for {silent_s:.0f} s (timeout {svc.node_timeout_s:g} s); "
-                        f"{len(hit)} job(s) written off")  # fmt: skip
-    logger.warning("%s; %d job(s) written off", reason, len(hit))
-    for job_id in sorted(hit):
-        _write_off(svc, job_id, node, reason, seen, now)
-
-
-def _write_off_tasks(svc: SchedulerService, node: str, seen: float) -> set[str]:
-    """Count every live task on ``node`` as exited at its last sync (exit status unknown);
-    returns the jobs whose current attempt had one."""
-    hit = set()
-    for t in svc.db.tasks(node=node, live=True):
-        svc.db.upsert_task(replace(t, state="exited", ended_at=max(seen, t.started_at or seen)))
-        job = svc.db.job(t.job_id)
-        if job is not None and job.attempt == t.attempt and job.state not in FINISHED:
-            hit.add(job.job_id)
-    return hit
-
-
-def _write_off(
-    svc: SchedulerService, job_id: str, node: str, reason: str, seen: float, now: float
-) -> None:
-    row = svc.db.job(job_id)
-    if row is None:
-        return
-    if row.state == "running" and row.stop_reason is None:
-        forget(svc, job_id)
-        if row.spec["interruptible"] and row.spec.get("checkpoint"):
-            # the preemption path, without the grace period: requeued once its other tasks stop
-            svc.db.update_job(job_id, state="checkpointing", stop_reason="preempt",
-                              stop_after=now, reason=reason)  # fmt: skip
-            outcome = f"attempt {row.attempt} requeued"
-        else:
-            svc.db.update_job(job_id, stop_reason="failed", stop_after=now, reason=reason)
-            outcome = f"attempt {row.attempt} failed"
-    else:
-        outcome = f"attempt {row.attempt} was already stopping ({row.stop_reason})"
-    svc.db.close_usage(job_id, seen)
-    svc.db.audit(now, "scheduler", "node-lost", job_id=job_id, tenant=row.tenant, node=node,
-                 reason=f"{reason}; {outcome}")  # fmt: skip
-    maybe_finish_stop(svc, job_id, now)
-
-
-def nodes_json(svc: SchedulerService, now: float) -> list[dict[str, Any]]:
-    """``GET /v1/nodes``: each node's state (ok / lost), seconds since its agent's last sync,
-    and its GPUs (``used_milli`` None where the scheduler does not hold the node: lost)."""
-    out = []
-    s = svc.scheduler
-    for n in svc.db.nodes():
-        idx = s.cluster.index.get(n.node) if s is not None else None
+    def register(self, node: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """An agent says what its node has; rebuilds the scheduler when the inventory changed."""
+        now = self.clock()
+        old = self.db.node(node)
+        keep = {g["index"]: g for g in old.gpus} if old else {}
         gpus = []
-        for g in n.gpus:
-            used = None if idx is None else GPU_MILLI - int(s.cluster.free[idx, g["index"]])  # type: ignore[union-attr]
-            gpus.append({"index": g["index"], "uuid": g.get("uuid", ""), "model": g["model"],
-                         "memory_mib": g.get("memory_mib"), "health": g.get("health", "ok"),
-                         "mode": g.get("mode", "fractional"), "used_milli": used})  # fmt: skip
-        seen = n.agent_seen_at
-        out.append({"node": n.node, "state": "ok" if n.lost_at is None else "lost",
-                    "since_sync_s": None if seen is None else round(max(0.0, now - seen), 1),
-                    "lost_at": n.lost_at, "cpu_milli": n.cpu_milli, "memory_mib": n.memory_mib,
-                    "agent_seen_at": seen, "gpus": gpus})  # fmt: skip
-    return out
+        for g in body["gpus"]:
+            prev = keep.get(g["index"], {})
+            gpus.append({**g, "health": prev.get("health", "ok"),
+                         "mode": g.get("mode") or prev.get("mode", "fractional")})  # fmt: skip
+        row = NodeRow(
+            node, body["cpu_milli"], body["memory_mib"], gpus, now, old.sync_seq if old else 0
+        )
+        spec = node_spec(row)  # checks the inventory before anything is stored
+        changed = old is None or node_spec(old) != spec
+        self.db.upsert_node(row)
+        if changed:
+            self.lifecycle.rebuild(now)
+            self.run_round(now, preempt=False)
+        return {"node": node, "gpus": len(gpus), "rebuilt": changed}
+
+    def set_health(
+        self, actor: str, node: str, gpu: int, health: str, reason: str
+    ) -> dict[str, Any]:
+        """Mark one GPU (``health`` checked by ``health_of``); work that may no longer run there
+        is evicted through the same checkpoint path as a preemption."""
+        row = self.db.node(node)
+        if row is None:
+            raise NotFoundError(f"no node {node!r} is registered")
+        if not any(g["index"] == gpu for g in row.gpus):
+            raise NotFoundError(f"node {node} has no GPU {gpu}")
+        now = self.clock()
+        evictions = []
+        # a lost node holds no work; the rebuild when it is back applies the stored health
+        if row.lost_at is None and self.lifecycle.scheduler is not None:
+            evictions = self.lifecycle.scheduler.set_health(node, gpu, health)
+        gpus = [{**g, "health": health} if g["index"] == gpu else g for g in row.gpus]
+        self.db.upsert_node(NodeRow(node, row.cpu_milli, row.memory_mib, gpus,
+                                    row.agent_seen_at, row.sync_seq))  # fmt: skip
+        self.db.audit(now, actor, "health", node=node, gpu=gpu, reason=f"{health}: {reason}")
+        evicted = [e.job.job_id for e in evictions]
+        for e in evictions:
+            self.lifecycle.evicted(e.job.job_id, e.reason, now, actor)
+        self.run_round(now, preempt=False)
+        return {"node": node, "gpu": gpu, "health": health, "evicted": evicted}
+
+    def check_nodes(self, now: float) -> list[str]:
+        """Find the nodes whose agent went silent, write off their work and rebuild the scheduler
+        without them; returns their names (none most of the time, at the cost of one query)."""
+        quiet_since = now - self.node_timeout_s
+        if (
+            self.started_at >= quiet_since
+        ):  # up for less than a timeout: every agent gets its chance
+            return []
+        silent = self.db.silent_nodes(quiet_since)
+        for node, seen in silent:
+            self._lose(node, self.started_at if seen is None else seen, now)
+        if silent:
+            self.lifecycle.rebuild(now)
+        return [node for node, _ in silent]
+
+    def node_back(self, old: NodeRow, now: float) -> None:
+        """A lost node's agent synced again: it takes placements from this sync on."""
+        self.db.set_node_lost(old.node, None)
+        lost_s = now - (old.lost_at or now)
+        self.db.audit(now, "scheduler", "node-back", node=old.node,
+                      reason=f"agent synced again {lost_s:.0f} s after the node was lost")  # fmt: skip
+        logger.warning("node %s is back, %.0f s after it was lost", old.node, lost_s)
+        self.lifecycle.rebuild(now)
+
+    def nodes_json(self, now: float) -> list[dict[str, Any]]:
+        """``GET /v1/nodes``: each node's state (ok / lost), seconds since its agent's last sync,
+        and its GPUs (``used_milli`` None where the scheduler does not hold the node: lost)."""
+        out = []
+        s = self.lifecycle.scheduler
+        for n in self.db.nodes():
+            idx = s.cluster.index.get(n.node) if s is not None else None
+            gpus = []
+            for g in n.gpus:
+                used = None if idx is None else GPU_MILLI - int(s.cluster.free[idx, g["index"]])  # type: ignore[union-attr]
+                gpus.append({"index": g["index"], "uuid": g.get("uuid", ""), "model": g["model"],
+                             "memory_mib": g.get("memory_mib"), "health": g.get("health", "ok"),
+                             "mode": g.get("mode", "fractional"), "used_milli": used})  # fmt: skip
+            seen = n.agent_seen_at
+            out.append({"node": n.node, "state": "ok" if n.lost_at is None else "lost",
+                        "since_sync_s": None if seen is None else round(max(0.0, now - seen), 1),
+                        "lost_at": n.lost_at, "cpu_milli": n.cpu_milli,
+                        "memory_mib": n.memory_mib, "agent_seen_at": seen,
+                        "gpus": gpus})  # fmt: skip
+        return out
+
+    def _lose(self, node: str, seen: float, now: float) -> None:
+        silent_s = now - seen
+        reason = f"node {node} lost: no agent sync for {silent_s:.0f} s"
+        self.db.set_node_lost(node, now)
+        hit = self._write_off_tasks(node, seen)
+        for row in self.db.jobs(states=("running",)):
+            if row.stop_reason is None and any(t["node"] == node for t in row.placement or ()):
+                hit.add(row.job_id)  # placed there, but the agent never got or answered the order
+        self.db.audit(now, "scheduler", "node-lost", node=node,
+                      reason=f"no agent sync for {silent_s:.0f} s (timeout "
+                             f"{self.node_timeout_s:g} s); {len(hit)} job(s) written off")  # fmt: skip
+        logger.warning("%s; %d job(s) written off", reason, len(hit))
+        for job_id in sorted(hit):
+            self._write_off(job_id, node, reason, seen, now)
+
+    def _write_off_tasks(self, node: str, seen: float) -> set[str]:
+        """Count every live task on ``node`` as exited at its last sync (exit status unknown);
+        returns the jobs whose current attempt had one."""
+        hit = set()
+        for t in self.db.tasks(node=node, live=True):
+            self.db.upsert_task(
+                replace(t, state="exited", ended_at=max(seen, t.started_at or seen))
+            )
+            job = self.db.job(t.job_id)
+            if job is not None and job.attempt == t.attempt and job.state not in FINISHED:
+                hit.add(job.job_id)
+        return hit
+
+    def _write_off(self, job_id: str, node: str, reason: str, seen: float, now: float) -> None:
+        row = self.db.job(job_id)
+        if row is None:
+            return
+        if row.state == "running" and row.stop_reason is None:
+            self.lifecycle.forget(job_id)
+            if row.spec["interruptible"] and row.spec.get("checkpoint"):
+                # the preemption path, without the grace period: requeued once its other tasks stop
+                self.db.update_job(job_id, state="checkpointing", stop_reason="preempt",
+                                   stop_after=now, reason=reason)  # fmt: skip
+                outcome = f"attempt {row.attempt} requeued"
+            else:
+                self.db.update_job(job_id, stop_reason="failed", stop_after=now, reason=reason)
+                outcome = f"attempt {row.attempt} failed"
+        else:
+            outcome = f"attempt {row.attempt} was already stopping ({row.stop_reason})"
+        self.db.close_usage(job_id, seen)
+        self.db.audit(now, "scheduler", "node-lost", job_id=job_id, tenant=row.tenant, node=node,
+                      reason=f"{reason}; {outcome}")  # fmt: skip
+        self.lifecycle.maybe_finish_stop(job_id, now)
 
 
-__all__ = ["check_nodes", "node_back", "nodes_json"]
+def health_of(text: str) -> str:
+    """``text`` as a GPU health (ok, at-risk or unhealthy); checked before the lock is taken."""
+    try:
+        return str(Health(text))
+    except ValueError:
+        raise InputError(f"health must be ok, at-risk or unhealthy, got {text!r}") from None
+
+
+__all__ = ["Nodes", "health_of"]

@@ -49,7 +49,7 @@ _STATES = ("queued", "running", "checkpointing", "succeeded", "failed", "cancell
 Whole = Annotated[int, Field(ge=0, le=MAX_INT)]
 Attempt = Annotated[int, Field(ge=1, le=MAX_INT)]
 TaskIndex = Annotated[int, Field(ge=0, lt=MAX_TASKS)]
-#: Times an agent reports, unix seconds on its clock (the service clamps them, ``_agent_time``).
+#: Times an agent reports, unix seconds on its clock (the service clamps them, ``agent_time``).
 AgentTime = Annotated[float | None, Field(ge=-MAX_INT, le=MAX_INT)]
 #: What ``Popen.returncode`` can be: an exit status, or minus the signal that killed the task.
 ExitCode = Annotated[int | None, Field(ge=-(2**31), lt=2**31)]

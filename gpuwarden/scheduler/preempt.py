@@ -21,14 +21,12 @@ The search only asks a ``fits(victims)`` oracle, so it is independent of how pla
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from gpuwarden.scheduler.jobs import Job, PriorityClass
-
-if TYPE_CHECKING:
-    from gpuwarden.scheduler.scheduler import Scheduler
+from gpuwarden.scheduler.cluster import ClusterState
+from gpuwarden.scheduler.jobs import Job, Placement, PriorityClass, Runtime
 
 #: Oracle calls the exact search may make after greedy (each is one trial placement).
 MAX_TRIALS = 256
@@ -37,6 +35,19 @@ Key = tuple[float, int, int]
 
 #: Priority classes whose interruptible jobs an inference job may preempt.
 PREEMPTIBLE = frozenset({PriorityClass.TRAINING, PriorityClass.BATCH, PriorityClass.DEV})
+
+
+class Placed(Protocol):
+    """What ``candidates`` reads of the running work; ``Scheduler`` is one. A protocol rather
+    than the ``Scheduler`` itself, which calls this module: the dependency points one way."""
+
+    @property
+    def cluster(self) -> ClusterState: ...
+
+    @property
+    def placements(self) -> Mapping[str, Placement]: ...
+
+    def runtime(self, job_id: str) -> Runtime: ...
 
 
 @dataclass(frozen=True)
@@ -63,7 +74,7 @@ class VictimSet:
     trials: int
 
 
-def candidates(scheduler: Scheduler, job: Job, now: float) -> list[Candidate]:
+def candidates(scheduler: Placed, job: Job, now: float) -> list[Candidate]:
     """The placed jobs ``job`` may preempt: interruptible training, batch and dev jobs holding
     GPUs on nodes where ``job`` could run (or charged to its tenant's quota); never inference,
     and never CPU-only work, which frees no GPU."""

@@ -1,20 +1,18 @@
 """The scheduler as a service: one lock around a ``Scheduler``, every transition in one transaction.
 
-The SQLite file (``state.SchedulerDB``) is the truth; the in-memory ``Scheduler`` is rebuilt
-from it at start, whenever a node registers with a changed inventory and after a transition
-that failed (``_service_tx``: all or nothing in memory too), through the same code, so a
-restart after ``kill -9`` is not a special case. A job moves
+``SchedulerService`` is the facade the HTTP API (``api.py``) and the CLI call. It opens the
+transaction of each request and hands the work to the part that owns it; the parts depend on
+one another in one direction only, each given its collaborators when it is built:
 
-    queued -> running -> succeeded | failed | cancelled
-    running -> checkpointing (hook sent, grace running) -> queued (attempt + 1) -> running
+    SchedulerService -> JobRequests (_service_requests), AgentSync (_service_sync)
+                     -> Nodes (_service_nodes): inventories, GPU health, liveness, rounds
+                     -> Transactions (_service_tx): the lock, rollback and rebuild
+                     -> JobLifecycle (_service_lifecycle): memory and job transitions
+                     -> SchedulerDB (state)
 
 Placement rounds run on each submission and agent sync, and every ``round_every_s`` seconds with
-preemption. An evicted job leaves the ``Scheduler`` at once (its GPUs go to the job that needed
-them) but the agent only starts that job's tasks once the evicted tasks have exited, so two jobs
-never run on one GPU beyond what the placement allows. A node whose agent has not synced for
-``node_timeout_s`` is lost: its work is written off and it takes no placements until its agent
-syncs again (``_service_nodes``). Agent syncs are handled in ``_service_sync``; this module holds
-the requests people make.
+preemption. A node whose agent has not synced for ``node_timeout_s`` is lost: its work is
+written off and it takes no placements until its agent syncs again (``_service_nodes``).
 """
 
 from __future__ import annotations
@@ -22,53 +20,28 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from gpuwarden.errors import ConfigError, InputError
-from gpuwarden.scheduler import _service_nodes as liveness
-from gpuwarden.scheduler import _service_sync as sync
-from gpuwarden.scheduler import _service_tx as tx
-from gpuwarden.scheduler._service_jobs import (
-    FINISHED,
-    MAX_INT,
-    check_text,
-    job_json,
-    job_of,
-    normalise_spec,
+from gpuwarden.scheduler._service_lifecycle import JobLifecycle
+from gpuwarden.scheduler._service_nodes import Nodes, health_of
+from gpuwarden.scheduler._service_requests import JobRequests
+from gpuwarden.scheduler._service_sync import AgentSync
+from gpuwarden.scheduler._service_tx import Transactions
+from gpuwarden.scheduler._service_types import (
+    ConflictError,
+    NotFoundError,
+    Principal,
+    quota_of,
 )
 from gpuwarden.scheduler.billing import BillRow, UsageInterval, gpu_hours
-from gpuwarden.scheduler.quota import Quota
-from gpuwarden.scheduler.resources import GPU_MILLI, Health
+from gpuwarden.scheduler.resources import GPU_MILLI
 from gpuwarden.scheduler.scheduler import Scheduler
-from gpuwarden.scheduler.state import JobRow, NodeRow, SchedulerDB
+from gpuwarden.scheduler.state import SchedulerDB
 
 logger = logging.getLogger("gpuwarden.scheduler.service")
-
-
-class NotFoundError(InputError):
-    """No such job, node or GPU (or one another tenant owns): HTTP 404."""
-
-
-class ConflictError(InputError):
-    """The job cannot do that in its state (cancelling a finished job): HTTP 409."""
-
-
-@dataclass(frozen=True)
-class Principal:
-    """Who is asking: ``kind`` tenant, admin or agent; ``name`` the tenant or node."""
-
-    kind: str
-    name: str = ""
-
-    @property
-    def actor(self) -> str:
-        return "admin" if self.kind == "admin" else f"{self.kind}:{self.name}"
-
-    def sees(self, tenant: str) -> bool:
-        return self.kind == "admin" or (self.kind == "tenant" and self.name == tenant)
 
 
 class SchedulerService:
@@ -92,27 +65,27 @@ class SchedulerService:
         self.node_timeout_s = node_timeout_s
         self.clock = clock
         self.started_at = clock()  # silence before this (the service was down) does not count
-        self.lock = threading.RLock()
-        self._scheduler: Scheduler | None = None
-        self.touched = False  # the scheduler was reached in this transition (``_service_tx``)
-        self.stale = ""  # why memory could not be rebuilt after a failed transition
+        self._lifecycle = JobLifecycle(db, policy)
+        self._tx = Transactions(self._lifecycle, clock)
+        self._nodes = Nodes(
+            self._lifecycle, node_timeout_s=node_timeout_s, started_at=self.started_at, clock=clock
+        )
+        self._agents = AgentSync(self._lifecycle, self._nodes)
+        self._jobs = JobRequests(self._lifecycle, self._nodes, clock)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_round_error = ""
-        with self.lock, db.transaction():
-            sync.rebuild(self, self.clock())
+        self._tx.load()
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The one lock every request takes (re-entrant)."""
+        return self._tx.lock
 
     @property
     def scheduler(self) -> Scheduler | None:
-        """The in-memory scheduler, a cache of the database. Every change to it goes through
-        this attribute, so a transition that never read it cannot have changed it."""
-        self.touched = True
-        return self._scheduler
-
-    @scheduler.setter
-    def scheduler(self, value: Scheduler | None) -> None:
-        self.touched = True
-        self._scheduler = value
+        """The in-memory scheduler, a cache of the database (``JobLifecycle.scheduler``)."""
+        return self._lifecycle.scheduler
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -138,140 +111,78 @@ class SchedulerService:
 
     def tick(self) -> None:
         """One placement round with preemption."""
-        with tx.transition(self):
-            sync.run_round(self, self.clock(), preempt=True)
+        with self._tx.transition():
+            self._nodes.run_round(self.clock(), preempt=True)
 
     def health(self) -> tuple[bool, str]:
-        if self.stale:
-            return False, f"scheduler state not rebuilt after a failed transaction: {self.stale}"
+        if self._tx.stale:
+            return (
+                False,
+                f"scheduler state not rebuilt after a failed transaction: {self._tx.stale}",
+            )
         if self.last_round_error:
             return False, f"last placement round failed: {self.last_round_error}"
-        # _scheduler: this runs without the lock, and must not mark a transition as touching it
-        return True, "" if self._scheduler else "no live node: none registered or all lost"
+        # ``loaded``: this runs without the lock, and must not mark a transition as touching it
+        return True, "" if self._lifecycle.loaded else "no live node: none registered or all lost"
 
     # ---- jobs ------------------------------------------------------------------------------
 
     def submit(self, who: Principal, body: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
         """Queue a job; returns (job JSON, created). The same ``idempotency_key`` from the same
         tenant returns the first job and creates nothing."""
-        tenant = self._tenant_for(who, body.get("tenant"))
-        key = body.get("idempotency_key")
-        if key is not None:
-            check_text("idempotency_key", key, max_chars=200)
-        spec = normalise_spec(body)
-        job_id = "j-" + uuid.uuid4().hex[:12]
-        job = job_of(job_id, tenant, spec)  # checks every field before anything is stored
-        with tx.transition(self):
-            if key is not None and (old := self.db.job_by_key(tenant, key)) is not None:
-                return job_json(old), False
-            now = self.clock()
-            row = JobRow(
-                job_id, self.db.next_seq(), tenant, spec["name"], spec, "queued", 1, key, now, now
-            )
-            self.db.insert_job(row)
-            self.db.audit(now, who.actor, "submit", job_id=job_id, tenant=tenant,
-                          reason=f"{spec['priority']} {job.total_gpu_milli} GPU milli")  # fmt: skip
-            if self.scheduler is not None:
-                self.scheduler.submit(job)
-                sync.run_round(self, now, preempt=False)
-            return job_json(self._row(job_id)), True
+        sub = self._jobs.check(who, body)  # checks every field before anything is stored
+        with self._tx.transition():
+            return self._jobs.submit(who, sub)
 
     def jobs(self, who: Principal, states: Sequence[str] = ()) -> list[dict[str, Any]]:
-        tenant = None if who.kind == "admin" else who.name
         with self.lock:
-            return [job_json(r) for r in self.db.jobs(tenant=tenant, states=states)]
+            return self._jobs.jobs(who, states)
 
     def job(self, who: Principal, job_id: str) -> dict[str, Any]:
         with self.lock:
-            return job_json(self._visible(who, job_id))
+            return self._jobs.job(who, job_id)
 
     def logs(self, who: Principal, job_id: str, *, attempt: int | None, task: int | None) -> str:
         with self.lock:
-            self._visible(who, job_id)
-            return self.db.log_text(job_id, attempt=attempt, task=task)
+            return self._jobs.logs(who, job_id, attempt=attempt, task=task)
 
     def cancel(self, who: Principal, job_id: str) -> dict[str, Any]:
         """Cancel a job: a queued one at once, a running one once its agent stopped it."""
-        with tx.transition(self):
-            row = self._visible(who, job_id)
-            if row.state in FINISHED:
-                raise ConflictError(f"job {job_id} has already {row.state}; nothing to cancel")
-            if row.stop_reason == "cancel":
-                return job_json(row)
-            now = self.clock()
-            self.db.audit(now, who.actor, "cancel", job_id=job_id, tenant=row.tenant,
-                          reason=f"cancelled while {row.state}")  # fmt: skip
-            if row.state == "queued":
-                sync.forget(self, job_id)
-                self.db.update_job(job_id, state="cancelled", ended_at=now, reason="cancelled")
-            else:
-                if row.state == "running" and row.stop_reason is None:
-                    sync.forget(self, job_id)
-                self.db.update_job(job_id, stop_reason="cancel", stop_after=now, reason="cancelled")
-                sync.maybe_finish_stop(self, job_id, now)
-            sync.run_round(self, now, preempt=False)
-            return job_json(self._row(job_id))
+        with self._tx.transition():
+            return self._jobs.cancel(who, job_id)
 
     def report_checkpoint(self, who: Principal, job_id: str, at: float | None) -> dict[str, Any]:
         """The job says it wrote a checkpoint (``POST /v1/jobs/{id}/checkpoint``)."""
-        with tx.transition(self):
-            row = self._visible(who, job_id)
-            if row.state not in ("running", "checkpointing"):
-                raise ConflictError(f"job {job_id} is {row.state}, not running")
-            now = self.clock()
-            sync.checkpointed(self, row, now if at is None else at, who.actor, now)
-            return job_json(self._row(job_id))
+        with self._tx.transition():
+            return self._jobs.report_checkpoint(who, job_id, at)
 
     # ---- cluster ---------------------------------------------------------------------------
 
     def register(self, node: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """An agent says what its node has; rebuilds the scheduler when the inventory changed."""
-        with tx.transition(self):
-            return sync.register(self, node, body, self.clock())
+        with self._tx.transition():
+            return self._nodes.register(node, body)
 
     def agent_sync(self, node: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        with tx.transition(self):
-            return sync.agent_sync(self, node, body, self.clock())
+        with self._tx.transition():
+            return self._agents.agent_sync(node, body, self.clock())
 
     def set_health(
         self, who: Principal, node: str, gpu: int, health: str, reason: str
     ) -> dict[str, Any]:
         """Mark one GPU ok / at-risk / unhealthy; work that may no longer run there is evicted
         through the same checkpoint path as a preemption."""
-        try:
-            health = str(Health(health))
-        except ValueError:
-            raise InputError(f"health must be ok, at-risk or unhealthy, got {health!r}") from None
-        with tx.transition(self):
-            row = self.db.node(node)
-            if row is None:
-                raise NotFoundError(f"no node {node!r} is registered")
-            if not any(g["index"] == gpu for g in row.gpus):
-                raise NotFoundError(f"node {node} has no GPU {gpu}")
-            now = self.clock()
-            evictions = []
-            # a lost node holds no work; the rebuild when it is back applies the stored health
-            if row.lost_at is None and self.scheduler is not None:
-                evictions = self.scheduler.set_health(node, gpu, health)
-            gpus = [{**g, "health": health} if g["index"] == gpu else g for g in row.gpus]
-            self.db.upsert_node(NodeRow(node, row.cpu_milli, row.memory_mib, gpus,
-                                        row.agent_seen_at, row.sync_seq))  # fmt: skip
-            self.db.audit(
-                now, who.actor, "health", node=node, gpu=gpu, reason=f"{health}: {reason}"
-            )
-            evicted = [e.job.job_id for e in evictions]
-            for e in evictions:
-                sync.evicted(self, e.job.job_id, e.reason, now, who.actor)
-            sync.run_round(self, now, preempt=False)
-            return {"node": node, "gpu": gpu, "health": health, "evicted": evicted}
+        health = health_of(health)
+        with self._tx.transition():
+            return self._nodes.set_health(who.actor, node, gpu, health, reason)
 
     def nodes(self) -> list[dict[str, Any]]:
         """Every node with its state (ok / lost) and seconds since its agent last synced; a node
         silent past the timeout is written off here, before it is shown."""
-        with tx.transition(self):
+        with self._tx.transition():
             now = self.clock()
-            liveness.check_nodes(self, now)
-            return liveness.nodes_json(self, now)
+            self._nodes.check_nodes(now)
+            return self._nodes.nodes_json(now)
 
     # ---- quotas and billing ----------------------------------------------------------------
 
@@ -284,26 +195,27 @@ class SchedulerService:
         guaranteed_gpus: float | None,
     ) -> dict[str, Any]:
         quota = quota_of(tenant, gpus, gpu_memory_mib, guaranteed_gpus)
-        with tx.transition(self):
+        with self._tx.transition():
             now = self.clock()
             self.db.set_quota(tenant, gpus, gpu_memory_mib, guaranteed_gpus)
-            if self.scheduler is not None:
-                self.scheduler.quotas.set(quota)
+            if self._lifecycle.scheduler is not None:
+                self._lifecycle.scheduler.quotas.set(quota)
             self.db.audit(now, who.actor, "quota", tenant=tenant,
                           reason=f"gpus={gpus} guaranteed_gpus={guaranteed_gpus} "
                                  f"gpu_memory_mib={gpu_memory_mib}")  # fmt: skip
-            sync.run_round(self, now, preempt=False)
+            self._nodes.run_round(now, preempt=False)
         return next(r for r in self.quota_rows(Principal("admin")) if r["tenant"] == tenant)
 
     def quota_rows(self, who: Principal) -> list[dict[str, Any]]:
         with self.lock:
-            tx.fresh(self)  # usage comes from memory
+            self._tx.fresh()  # usage comes from memory
             limits = {r["tenant"]: r for r in self.db.quotas()}
             tenants = set(limits) | {r.tenant for r in self.db.jobs()}
+            s = self._lifecycle.scheduler
             out = []
             for tenant in sorted(t for t in tenants if who.sees(t)):
                 q = limits.get(tenant)
-                used = self.scheduler.quotas.usage(tenant) if self.scheduler else None
+                used = s.quotas.usage(tenant) if s else None
                 out.append({
                     "tenant": tenant,
                     "gpus": q["gpus"] if q else None,
@@ -342,65 +254,12 @@ class SchedulerService:
             )
         return [asdict(r) for r in rows]
 
-    # ---- helpers ---------------------------------------------------------------------------
 
-    def _row(self, job_id: str) -> JobRow:
-        row = self.db.job(job_id)
-        if row is None:
-            raise NotFoundError(f"no job {job_id}")
-        return row
-
-    def _visible(self, who: Principal, job_id: str) -> JobRow:
-        row = self.db.job(job_id)
-        if row is None or not who.sees(row.tenant):  # another tenant's job is "not found" too
-            raise NotFoundError(f"no job {job_id}")
-        return row
-
-    @staticmethod
-    def _tenant_for(who: Principal, named: object) -> str:
-        if who.kind == "admin":
-            if not isinstance(named, str) or not named:
-                raise InputError("tenant: the admin token must name the tenant of the job")
-            return check_text("tenant", named, max_chars=200)
-        if named not in (None, who.name):
-            raise InputError("tenant: a tenant token submits for its own tenant only")
-        return who.name
-
-
-#: The most GPUs a quota may name: far beyond any cluster, and small enough that its GPU
-#: thousandths stay exact integers.
-MAX_QUOTA_GPUS = 1_000_000.0
-
-
-def quota_of(
-    tenant: str, gpus: float | None, gpu_memory_mib: int | None, guaranteed_gpus: float | None
-) -> Quota:
-    """The scheduler's ``Quota``: ``guaranteed_gpus`` is the guarantee, ``gpus`` the limit up to
-    which interruptible jobs may borrow (no guarantee given: ``gpus`` is both). Every value is
-    checked here, whether it came over HTTP, from ``--quotas`` or from the database."""
-    check_text("tenant", tenant, max_chars=200)
-    for name, value in (("gpus", gpus), ("guaranteed_gpus", guaranteed_gpus)):
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise InputError(f"quota of {tenant}: {name} must be a number of GPUs, got {value!r}")
-        if not 0 <= value <= MAX_QUOTA_GPUS:  # NaN and inf fail too
-            raise InputError(
-                f"quota of {tenant}: {name} must be within 0..{MAX_QUOTA_GPUS:g}, got {value!r}"
-            )
-    mem = gpu_memory_mib
-    if mem is not None and (isinstance(mem, bool) or not isinstance(mem, int)
-                            or not 0 <= mem <= MAX_INT):  # fmt: skip
-        raise InputError(
-            f"quota of {tenant}: gpu_memory_mib must be a whole number in 0..{MAX_INT}, got {mem!r}"
-        )
-    if gpus is not None and guaranteed_gpus is not None and guaranteed_gpus > gpus:
-        raise InputError(f"quota of {tenant}: guaranteed_gpus {guaranteed_gpus} > gpus {gpus}")
-    guarantee = guaranteed_gpus if guaranteed_gpus is not None else gpus
-    if guarantee is None:
-        return Quota(tenant, None, gpu_memory_mib)
-    borrow = 0.0 if gpus is None else gpus - guarantee
-    return Quota(tenant, round(guarantee * GPU_MILLI), gpu_memory_mib, round(borrow * GPU_MILLI))
-
-
-__all__ = ["ConflictError", "NotFoundError", "Principal", "SchedulerService", "quota_of"]
+__all__ = [
+    "ConflictError",
+    "NotFoundError",
+    "Principal",
+    "SchedulerDB",
+    "SchedulerService",
+    "quota_of",
+]
