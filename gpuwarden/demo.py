@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from gpuwarden.config import parse_listen
 from gpuwarden.errors import ConfigError
@@ -60,6 +61,52 @@ def fleet_spec(
         )
     except (ValueError, KeyError) as exc:
         raise ConfigError(f"bad simulated fleet: {exc}") from exc
+
+
+def demo_store(
+    path: Path,
+    *,
+    nodes: int = 128,
+    gpus_per_node: int = 8,
+    days: float = 3.0,
+    seed: int = 3,
+    accel: float = 20.0,
+    step_s: int = 300,
+) -> str:
+    """Simulate a fleet ending now into a new SQLite file, roll it up and backfill a week of hourly
+    verdicts (the dashboard's states and risk); returns its URL."""
+    from gpuwarden.models import load_model
+
+    for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        leftover.unlink(missing_ok=True)
+    url = f"sqlite:///{path}"
+    store = open_store(url)
+    try:
+        spec = fleet_spec(
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            models="H100-80GB,A100-80GB,H200",
+            days=days,
+            step_s=step_s,
+            seed=seed,
+            accel=accel,
+        )
+        simulate_into(store, spec, progress=False)
+        store.compact(time.time())
+        backfill_verdicts(store, load_model(), days=min(days, 7.0))
+    finally:
+        store.close()
+    return url
+
+
+def backfill_verdicts(store: Store, model: Any, *, days: float) -> int:
+    """Hourly verdicts for the ``days`` before the store's newest sample, stored in it (what
+    ``gpuwarden score --start ... --step 1h --into`` does): the dashboard's states and risk."""
+    from gpuwarden.models.score import backfill
+
+    newest = float(store.gpus()["last_ts"].max())
+    end = newest // 3600 * 3600
+    return backfill(store, model, store, start=end - days * 86400, end=end)
 
 
 def simulate_into(store: Store, spec, *, progress: bool = True) -> tuple[int, int, int]:
@@ -162,8 +209,11 @@ def run_demo(
     from gpuwarden.models import load_model, score_store
     from gpuwarden.models.score import render_table
 
+    model = load_model()
     echo("      Risk now (gpuwarden score, the shipped model), GPUs needing attention first:")
-    echo(render_table(score_store(store, load_model()), top=8))
+    echo(render_table(score_store(store, model), top=8))
+    n = backfill_verdicts(store, model, days=2.0)
+    echo(f"      Stored {n:,} hourly verdicts of the last 2 days for the dashboard (score --into)")
     store.close()
     echo("")
 

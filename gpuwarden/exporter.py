@@ -29,7 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from gpuwarden._exporter_render import CONTENT_TYPE, ExporterState
 from gpuwarden.collectors.base import Collector
 from gpuwarden.errors import ConfigError
-from gpuwarden.lifecycle import wait_for_stop
+from gpuwarden.lifecycle import stops_on_signal
 from gpuwarden.store.base import Store
 from gpuwarden.telemetry import Batch
 
@@ -231,14 +231,15 @@ def run_exporter(
     setting it returns as Ctrl-C would.
     """
     exporter = Exporter(collector, interval_s=interval_s, store=store)
-    server = exporter.serve(host, port)
-    print(
-        f"gpuwarden exporter: http://{host}:{server.server_port}/metrics "
-        f"(collector {collector.url}, every {interval_s:g} s); Ctrl-C to stop",
-        file=sys.stderr,
-    )
     try:
-        wait_for_stop(stop_event)
+        with stops_on_signal():  # before it answers: a SIGTERM right after is not lost
+            server = exporter.serve(host, port)
+            print(
+                f"gpuwarden exporter: http://{host}:{server.server_port}/metrics "
+                f"(collector {collector.url}, every {interval_s:g} s); Ctrl-C to stop",
+                file=sys.stderr,
+            )
+            (stop_event or threading.Event()).wait()
     finally:
         exporter.stop()
 

@@ -16,6 +16,8 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Generic, Protocol, Self, TypeVar
 
 from gpuwarden.errors import ConfigError
@@ -90,14 +92,16 @@ class AppServer(Generic[S]):
         self.service.stop()
 
 
-def wait_for_stop(stop_event: threading.Event | None = None) -> None:
-    """Block until Ctrl-C, SIGTERM or ``stop_event``. Containers stop with SIGTERM, so it ends
-    the wait as cleanly as Ctrl-C does; the previous SIGTERM handler is restored afterwards."""
+@contextmanager
+def stops_on_signal() -> Iterator[None]:
+    """Ctrl-C or SIGTERM inside the block ends it quietly. Containers stop with SIGTERM, so it
+    stops a service as cleanly as Ctrl-C; the previous SIGTERM handler is restored afterwards.
+    Enter it before the service answers, so a stop sent as soon as it answers is not lost."""
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
-        (stop_event or threading.Event()).wait()
+        yield
     except KeyboardInterrupt:
         pass
     finally:
@@ -105,8 +109,14 @@ def wait_for_stop(stop_event: threading.Event | None = None) -> None:
             signal.signal(signal.SIGTERM, previous)
 
 
+def wait_for_stop(stop_event: threading.Event | None = None) -> None:
+    """Block until Ctrl-C, SIGTERM or ``stop_event``."""
+    with stops_on_signal():
+        (stop_event or threading.Event()).wait()
+
+
 def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-__all__ = ["AppServer", "Service", "wait_for_stop"]
+__all__ = ["AppServer", "Service", "stops_on_signal", "wait_for_stop"]

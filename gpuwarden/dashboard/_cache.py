@@ -1,9 +1,8 @@
 """Cached reads for the app: each query runs at most once per ``TTL_S`` per store URL.
 
 Streamlit re-runs the whole script on every click; without these caches every click would
-re-read the store. Keys are the store URL and the query's arguments (the store object and the
-scorer are not hashable: they are passed with a leading underscore and identified by the URL
-and ``scorer_key``).
+re-read the store. Keys are the store URL and the query's arguments (the store object is not
+hashable: one is opened per URL).
 
 A read of serve or the scheduler that fails is remembered for ``FAIL_TTL_S`` (``Failures``):
 a service that does not answer would otherwise cost every render its timeout again.
@@ -22,7 +21,6 @@ import streamlit as st
 
 from gpuwarden.dashboard import data
 from gpuwarden.dashboard._api import Api, ApiError
-from gpuwarden.dashboard._background import BackgroundScores
 from gpuwarden.store import open_store
 from gpuwarden.store.base import Store
 
@@ -74,17 +72,6 @@ def store(url: str) -> Store:
     return open_store(url)
 
 
-@st.cache_resource(show_spinner=False)
-def background_scores(url: str) -> BackgroundScores | None:
-    """The risk model scoring ``url``'s fleet in the background (None without a model)."""
-    scorer = data.default_scorer()
-    if scorer is None:
-        return None
-    # start once the first page is drawn: loading scikit-learn would slow it on a small machine
-    hourly = getattr(scorer, "hourly", None)  # the model's hourly scores: the GPU page's history
-    return BackgroundScores(url, scorer, hourly=hourly, start_after_s=5.0)
-
-
 def clear() -> None:
     """Forget every cached query and failure (the "Refresh now" button); the open stores stay."""
     st.cache_data.clear()
@@ -97,19 +84,18 @@ def snapshot(url: str) -> data.Snapshot | None:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner="Reading GPU states...")
-def fleet_states(
-    url: str,
-    at: float,
-    stale_s: float,
-    window_s: float,
-    scores_key: str,
-    _scorer: data.Scorer | None,
-    _scores: pd.DataFrame | None,
-) -> pd.DataFrame:
-    """``scores_key`` names ``_scorer`` / ``_scores`` (which are not hashed): "" for none."""
-    return data.fleet_states(
-        store(url), at, stale_s=stale_s, window_s=window_s, scorer=_scorer, scores=_scores
-    )
+def fleet_states(url: str, at: float, stale_s: float, window_s: float) -> pd.DataFrame:
+    return data.fleet_states(store(url), at, stale_s=stale_s, window_s=window_s)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def has_verdicts(url: str, at: float, window_s: float) -> bool:
+    return not data.stored_verdicts(store(url), at, window_s).empty
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def risk_series(url: str, uuid: str, start: float, end: float) -> pd.DataFrame:
+    return data.risk_series(store(url), uuid, start, end)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -130,16 +116,6 @@ def recent_events(url: str, start: float, end: float, uuid: str | None = None) -
 @st.cache_data(ttl=TTL_S, show_spinner="Reading the GPU's history...")
 def gpu_series(url: str, uuid: str, start: float, end: float, step_s: float) -> pd.DataFrame:
     return data.gpu_series(store(url), uuid, start, end, step_s=step_s)
-
-
-@st.cache_data(ttl=TTL_S, show_spinner=False)
-def scorer_risk_history(
-    url: str, uuid: str, start: float, end: float, scorer_key: str, _scorer: data.Scorer
-) -> pd.DataFrame | None:
-    """``_scorer.risk_history(store, uuid, start, end)`` (rows ts, risk) of a scorer given in
-    the session state; None when it has no such method."""
-    history = getattr(_scorer, "risk_history", None)
-    return None if history is None else history(store(url), uuid, start, end)
 
 
 def api_get(base_url: str, path: str, params: tuple[tuple[str, Any], ...], api: Api) -> Any:

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from gpuwarden.dashboard import _cache, _charts, _risk_history, data
+from gpuwarden.dashboard import _cache, _charts, data
 from gpuwarden.dashboard._context import Context, fmt_age, fmt_time, states
 
 _STATE_BADGE = {
@@ -93,9 +93,7 @@ def gpu_detail(ctx: Context) -> None:
     start = snap.as_of - ctx.range_s
     series = _cache.gpu_series(ctx.url, uuid, start, end, snap.step_s)
     events = _cache.recent_events(ctx.url, start, end, uuid)
-    now_risk = float(gpu["risk"])
-    held, risk_note = _held_risk(ctx, uuid, start, end)
-    risk = data.gpu_risk_series(held, start, end, now_ts=_scored_at(ctx), now_risk=now_risk)
+    risk = _cache.risk_series(ctx.url, uuid, start, end)
 
     cols = st.columns(6)
     cols[0].metric(
@@ -178,7 +176,7 @@ def gpu_detail(ctx: Context) -> None:
         width="stretch",
     )
     with right:
-        _risk_chart(risk, risk_note, marks)
+        _risk_chart(risk, marks)
 
     st.subheader("Events in range")
     if events.empty:
@@ -201,66 +199,32 @@ def gpu_detail(ctx: Context) -> None:
         numbers.insert(0, "time", pd.to_datetime(numbers.pop("ts"), unit="s", utc=True))
         st.dataframe(numbers, hide_index=True, key="gpu_numbers")
         if not risk.empty:
-            st.markdown("**Risk score**: the model's past scores, then the current one")
+            st.markdown("**Risk score**: the stored verdicts' scores")
             scores = risk.assign(time=pd.to_datetime(risk["ts"], unit="s", utc=True))
             st.dataframe(scores[["time", "ts", "risk"]], hide_index=True, key="gpu_risk_numbers")
 
 
-def _scored_at(ctx: Context) -> float:
-    """When the GPU's current risk was scored: now for a scorer called while the page draws,
-    else the background's newest pass."""
-    latest = ctx.background.latest() if ctx.background is not None else None
-    return latest.at if latest is not None else ctx.snap.as_of
-
-
-def _held_risk(ctx: Context, uuid: str, start: float, end: float) -> tuple[pd.DataFrame, str]:
-    """The GPU's past risk scores (ts, risk) and a note on what is missing from them ("" when
-    nothing is): a scorer's own ``risk_history``, or the background's hourly history."""
-    none = pd.DataFrame({"ts": pd.Series(dtype=float), "risk": pd.Series(dtype=float)})
-    if ctx.scorer is not None:
-        held = _cache.scorer_risk_history(ctx.url, uuid, start, end, ctx.scorer_key, ctx.scorer)
-        return (none, "This scorer keeps no score history.") if held is None else (held, "")
-    history = ctx.background.history if ctx.background is not None else None
-    if history is None:
-        return none, ""
-    state = history.state()
-    held = _risk_history.series(state.frame, uuid, start, end)
-    notes = []
-    if state.status in (_risk_history.PENDING, _risk_history.RUNNING):
-        notes.append(
-            "The model is computing the week's risk history in the background; "
-            "it shows at the next refresh."
-        )
-    elif state.status == _risk_history.FAILED:
-        notes.append(
-            f"The week's risk history could not be computed ({state.error}); "
-            "it is tried again when the next hour completes."
-        )
-    elif state.error:
-        notes.append(f"The newest hours could not be scored ({state.error}).")
-    if ctx.range_s > history.keep_s:
-        notes.append(
-            f"Hourly scores are held for the last {history.keep_s / 86400:g} days only: "
-            "the chart shows those, not the whole range."
-        )
-    return held, " ".join(notes)
-
-
-def _risk_chart(risk: pd.DataFrame, note: str, marks: pd.DataFrame) -> None:
-    """The risk score over time against the at-risk line; the current score alone (a bar)
-    until there is a history to draw."""
+def _risk_chart(risk: pd.DataFrame, marks: pd.DataFrame) -> None:
+    """The stored risk over time against the at-risk line the verdicts were decided with; the
+    newest score alone (a bar) until there is a history to draw."""
     if risk.empty:
         st.markdown("**Risk score**")
-        st.caption("No risk model has scored this GPU yet; the state comes from hard signals.")
-        if note:
-            st.caption(note)
+        st.caption(
+            "No verdict with a risk is stored for this GPU in this range: run `gpuwarden serve`, "
+            "or backfill with `gpuwarden score --into`."
+        )
         return
-    st.markdown(f"**Risk score** against the {data.RISK_THRESHOLD} line")
+    line = (
+        float(risk["threshold"].dropna().iloc[-1])
+        if risk["threshold"].notna().any()
+        else (data.RISK_THRESHOLD)
+    )
+    st.markdown(f"**Risk score** against the {line:g} line")
     if len(risk) >= 2:
         st.altair_chart(
             _charts.gpu_chart(
                 risk, {"risk": "risk"}, "risk (0-1)", marks,
-                limit=data.RISK_THRESHOLD, limit_label="at risk",
+                limit=line, limit_label="at risk",
             ),
             width="stretch",
         )  # fmt: skip
@@ -268,6 +232,6 @@ def _risk_chart(risk: pd.DataFrame, note: str, marks: pd.DataFrame) -> None:
         now = float(risk["risk"].iloc[-1])
         st.progress(min(max(now, 0.0), 1.0), text=f"{now:.2f} now")
     st.caption(
-        "The model's probability that this GPU fails within its horizon (its past scores, "
-        f"then the current one); at risk from {data.RISK_THRESHOLD}. {note}"
+        "The model's probability that this GPU fails within its horizon, as gpuwarden's stored "
+        f"verdicts recorded it; at risk from {line:g}."
     )

@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from gpuwarden.dashboard import _cache, _charts, _decisions, data
-from gpuwarden.dashboard._context import Context, fmt_age, fmt_time, states
+from gpuwarden.dashboard._context import Context, fmt_age, fmt_time, states, verdicts_note
 
 
 def how_to_collect(url: str) -> None:
@@ -58,11 +58,14 @@ def overview(ctx: Context) -> None:
     _header(ctx, "GPU fleet health")
     table = states(ctx)
     counts = data.state_counts(table)
+    verdicts_note(ctx)
     now = _cache.fleet_now(ctx.url, snap.as_of, snap.stale_s)
     cols = st.columns(6)
     cols[0].metric("OK", f"{counts[data.OK]:,}")
     cols[1].metric(
-        "At risk", f"{counts[data.AT_RISK]:,}", help=f"Risk model score >= {data.RISK_THRESHOLD:g}"
+        "At risk",
+        f"{counts[data.AT_RISK]:,}",
+        help="At risk in gpuwarden's stored verdicts (serve's decision)",
     )
     cols[2].metric(
         "Unhealthy",
@@ -206,13 +209,10 @@ def attention(ctx: Context) -> None:
     counts = data.state_counts(table)
     st.markdown(
         f"**{counts[data.UNHEALTHY]}** unhealthy (hard signal in the last 24 h) · "
-        f"**{counts[data.AT_RISK]}** at risk (model score >= {data.RISK_THRESHOLD}) · "
+        f"**{counts[data.AT_RISK]}** at risk (serve's decision) · "
         f"**{counts[data.MISSING]}** missing"
     )
-    if ctx.scorer is None and ctx.background is None:  # the background thread is the model
-        st.caption(
-            "No risk model is installed yet: states come from hard signals only, risk is blank."
-        )
+    verdicts_note(ctx)
     _flagged_table(ctx, flagged, key="attention_flagged")
     st.subheader("Missing GPUs")
     missing = table[table["state"] == data.MISSING][

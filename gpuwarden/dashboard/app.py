@@ -31,7 +31,6 @@ from gpuwarden.dashboard import (
     _pages,
     _scheduler_page,
 )
-from gpuwarden.dashboard._background import BackgroundScores
 from gpuwarden.errors import GpuwardenError
 
 VIEWS = {
@@ -43,10 +42,6 @@ VIEWS = {
 }
 RANGES_H = {"Last 6 hours": 6, "Last 24 hours": 24, "Last 3 days": 72, "Last 7 days": 168, "Last 30 days": 720}  # fmt: skip
 REFRESH_S = {"Off": 0, "every 30 s": 30, "every minute": 60, "every 5 minutes": 300}
-#: A ``data.Scorer`` put here (by a test or an app embedding this one) is called while the
-#: page draws, instead of ``gpuwarden.models`` scoring in the background; a running
-#: ``_background.BackgroundScores`` is used as the background; None: no model.
-SCORER_KEY = "gpuwarden_scorer"
 
 
 def store_url(argv: list[str]) -> str:
@@ -150,15 +145,7 @@ def _body(
     if snap is None:
         _pages.empty_store(url, "The store holds no GPU telemetry yet.")
         return
-    if SCORER_KEY in st.session_state:  # given by a test or an embedding app (None: no model)
-        given = st.session_state[SCORER_KEY]
-        if isinstance(given, BackgroundScores):
-            scorer, background = None, given
-        else:
-            scorer, background = given, None
-    else:
-        scorer, background = None, _cache.background_scores(url)
-    ctx = _context.Context(url, snap, range_s, scorer, time.time(), background, serve)
+    ctx = _context.Context(url, snap, range_s, time.time(), serve)
     pages = {
         "overview": _pages.overview,
         "attention": _pages.attention,

@@ -3,22 +3,17 @@
 The Streamlit app (``app.py``) only draws what these return, so each number on a page can be
 tested without a browser. Nothing here imports Streamlit, a collector or NVML.
 
-States (``fleet_states``), first match wins:
-
-- ``unhealthy``: a hard signal in the window (default 24 h): a double-bit ECC error (DCGM:
-  ``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL`` rising), a row-remap failure
-  (``DCGM_FI_DEV_ROW_REMAP_FAILURE``), a fatal Xid (``health.FATAL_XIDS``), or the GPU lost from the
-  bus / needing a reset;
-- ``missing``: no sample for ``stale_s`` (three sampling intervals, at least a minute);
-- ``at-risk``: the risk model's score is at least its threshold (``health.at_risk_threshold``;
-  only when a scorer is available);
-- ``ok``: the rest. ``risk`` is NaN when no model scored the GPU, never 0.
+States (``fleet_states``) are gpuwarden's stored verdicts (``health.Verdict``: what ``serve``
+decided, with hysteresis, holds and overrides, or what ``gpuwarden score --into`` backfilled),
+with one thing the dashboard adds: a GPU that stopped reporting for ``stale_s`` (three sampling
+intervals, at least a minute) shows as ``missing`` unless it is unhealthy. Nothing here loads a
+model or scores anything. A store with no verdicts yet shows hard-signal states only (a
+double-bit ECC error, a row-remap failure, a fatal Xid, the GPU lost or needing a reset, read
+with ``health.HARD_SIGNALS``), and ``risk`` NaN: never 0.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,7 +23,6 @@ from gpuwarden.counters import step_increases
 from gpuwarden.dashboard import _signals
 from gpuwarden.dashboard._reads import read_window, resolution_for
 from gpuwarden.health import (
-    AT_RISK_ACTION,
     DEFAULT_AT_RISK,
     MISSING,
     GpuState,
@@ -54,10 +48,6 @@ STATE_COLUMNS = [
     "rack", "hostname", "gpu", "uuid", "model", "state", "risk", "reasons", "action",
     "flagged_ts", "last_ts",
 ]  # fmt: skip
-
-#: ``scorer(store, at)`` -> one row per scored GPU: uuid, risk (0-1), reasons, action, and
-#: optionally state and flagged_ts. See ``default_scorer``.
-Scorer = Callable[[Store, float], pd.DataFrame]
 
 
 @dataclass(frozen=True)
@@ -104,66 +94,16 @@ def slots(gpus: pd.DataFrame) -> pd.DataFrame:
     return latest.sort_values(["hostname", "gpu"]).reset_index(drop=True)
 
 
-class ModelScorer:
-    """``gpuwarden.models``' shipped model as a ``Scorer``: ``score_store(store, model, at)``.
-    The model (and scikit-learn) load on the first call, which raises the model's
-    ``InputError`` when there is no model file."""
-
-    def __init__(self, path: str | None = None) -> None:
-        self.path = path
-        self._model: object | None = None
-
-    def _loaded(self) -> object:
-        if self._model is None:
-            from gpuwarden.models import load_model
-
-            self._model = load_model(self.path)
-        return self._model
-
-    def __call__(self, store: Store, at: float) -> pd.DataFrame:
-        from gpuwarden.models import score_store
-
-        return score_store(store, self._loaded(), at=at)  # type: ignore[arg-type]
-
-    def hourly(self, store: Store, start: float, end: float) -> pd.DataFrame:
-        """The model's scores at every whole hour in ``[start, end]`` (uuid, at, risk): one
-        ``backtest`` call, which reads one panel for all the hours."""
-        from gpuwarden.models import backtest
-
-        model = self._loaded()
-        rows = backtest(store, model, start=start, end=end, step_s=3600.0)  # type: ignore[arg-type]
-        return rows[["uuid", "at", "risk"]]
-
-
-def default_scorer() -> Scorer | None:
-    """The risk model when ``gpuwarden.models`` is installed (``load_model``,
-    ``score_store``); None otherwise, and the states come from hard signals alone.
-
-    This is the one place the dashboard plugs the model in. Its rows (uuid, risk, state,
-    reasons) are merged by ``fleet_states``; the app runs it in the background
-    (``_background.BackgroundScores``) because scoring a large fleet takes seconds."""
-    try:
-        from gpuwarden.models import load_model, score_store  # noqa: F401
-    except ImportError:
-        return None
-    return ModelScorer()
-
-
 def fleet_states(
-    store: Store,
-    at: float,
-    *,
-    stale_s: float,
-    window_s: float = DAY_S,
-    scorer: Scorer | None = None,
-    scores: pd.DataFrame | None = None,
+    store: Store, at: float, *, stale_s: float, window_s: float = DAY_S
 ) -> pd.DataFrame:
     """One row per GPU slot at ``at`` (Unix s): ``STATE_COLUMNS``, worst first.
 
-    ``reasons`` and ``action`` are sentences; ``flagged_ts`` is when the first hard signal of
-    the window happened (for missing GPUs, their last sample). The model's risk comes from
-    ``scores`` (rows a scorer returned earlier) or from calling ``scorer`` now; an exception
-    from it propagates (the app shows it and keeps the hard states).
+    States, risk, reasons and actions are the verdicts ``gpuwarden serve`` (or ``gpuwarden
+    score --into``) stored in the ``window_s`` before ``at``: exactly what the scheduler hooks
+    were told. A store with no verdicts there gets hard-signal states only (no risk), and the
+    pages say how to store verdicts. ``flagged_ts`` is when the GPU entered its state (for
+    missing GPUs, their last sample).
     """
     inv = slots(store.gpus())
     inv = inv[inv["first_ts"] <= at]
@@ -182,10 +122,6 @@ def fleet_states(
     out.loc[missing, "reasons"] = "no sample since " + _fmt_times(out.loc[missing, "last_ts"])
     out.loc[missing, "action"] = _signals.MISSING_ACTION
     out.loc[missing, "flagged_ts"] = out.loc[missing, "last_ts"]
-    if scores is None and scorer is not None:
-        scores = scorer(store, at)
-    if scores is not None and len(scores):
-        out = _apply_scores(out, scores)
     bad = out["hard_reasons"].notna()
     out.loc[bad, "state"] = UNHEALTHY
     out.loc[bad, "reasons"] = out.loc[bad, "hard_reasons"]
@@ -203,10 +139,22 @@ def fleet_states(
 def stored_verdicts(store: Store, at: float, window_s: float = DAY_S) -> pd.DataFrame:
     """Each GPU's newest verdict stored in the ``window_s`` before ``at`` (what ``serve`` or
     ``gpuwarden score --into`` decided); empty when the store holds none there."""
-    reader = getattr(store, "read_verdicts", None)
-    if reader is None:
-        return pd.DataFrame(columns=["uuid"])
-    return reader(start=at - window_s, end=at + 1e-3, latest=True)
+    return store.read_verdicts(start=at - window_s, end=at + 1e-3, latest=True)
+
+
+def backfill_command(url: str, at: float, days: float = 7.0) -> str:
+    """The command that stores a week of hourly verdicts for a store that has none."""
+    end = int(at // 3600 * 3600)
+    start = end - int(days * 86400)
+    return f"gpuwarden score --store {url} --start {start} --end {end} --step 1h --into {url}"
+
+
+def risk_series(store: Store, uuid: str, start: float, end: float) -> pd.DataFrame:
+    """One GPU's stored risk over ``[start, end]`` (ts, risk, threshold): the verdicts' scores,
+    oldest first; unknown risks (NaN) left out."""
+    v = store.read_verdicts(start=start, end=end + 1e-3, uuids=[uuid])
+    v = v.loc[v["risk"].notna(), ["ts", "risk", "threshold"]]
+    return v.astype(float).sort_values("ts", kind="stable").reset_index(drop=True)
 
 
 def _from_verdicts(
@@ -232,31 +180,6 @@ def _from_verdicts(
     out = out.sort_values(["_rank", "_risk", "hostname", "gpu"], kind="stable")
     out["flagged_ts"] = out["flagged_ts"].astype(float)
     return out[STATE_COLUMNS].reset_index(drop=True)
-
-
-def _apply_scores(out: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
-    """Merge the model's answer: risk for every scored GPU; at-risk from the threshold (or the model's
-    own at-risk / unhealthy verdict, e.g. its extra rules), with its reasons and action. A
-    missing GPU stays missing: a score of stale data is not news."""
-    scores = scores.drop_duplicates("uuid", keep="last").set_index("uuid")
-    idx = out["uuid"]
-    out["risk"] = scores["risk"].reindex(idx).to_numpy(dtype=float)
-    verdict = (
-        scores["state"].reindex(idx).to_numpy(dtype=object)
-        if "state" in scores
-        else np.full(len(out), None, dtype=object)
-    )
-    present = (out["state"] != MISSING).to_numpy()
-    flagged = present & (
-        (out["risk"] >= RISK_THRESHOLD).to_numpy() | np.isin(verdict, [AT_RISK, UNHEALTHY])
-    )
-    out.loc[flagged, "state"] = np.where(verdict[flagged] == UNHEALTHY, UNHEALTHY, AT_RISK)
-    for col in ("reasons", "action", "flagged_ts"):
-        if col in scores:
-            out.loc[flagged, col] = scores[col].reindex(idx[flagged]).to_numpy()
-    if "action" not in scores:
-        out.loc[flagged, "action"] = AT_RISK_ACTION
-    return out
 
 
 def state_counts(states: pd.DataFrame) -> dict[str, int]:
@@ -421,19 +344,6 @@ GPU_SERIES_COLUMNS = [
     "mem_temp_c", "spread_c", "pcie_replay_per_min", "pcie_limit_per_min", "gpu_util_pct",
     "power_w",
 ]  # fmt: skip
-
-
-def gpu_risk_series(
-    held: pd.DataFrame, start: float, end: float, *, now_ts: float, now_risk: float
-) -> pd.DataFrame:
-    """One GPU's risk over ``[start, end]`` (ts, risk): the scores ``held`` for it (ts, risk,
-    e.g. the background's hourly history), then the current score as the newest point when
-    it is known and newer."""
-    rows = held.loc[(held["ts"] >= start) & (held["ts"] <= end), ["ts", "risk"]]
-    rows = rows.astype(float).sort_values("ts", kind="stable")
-    if not math.isnan(now_risk) and (rows.empty or now_ts > float(rows["ts"].iloc[-1])):
-        rows = pd.concat([rows, pd.DataFrame({"ts": [now_ts], "risk": [now_risk]})])
-    return rows.reset_index(drop=True)
 
 
 def _fmt_times(ts: pd.Series) -> pd.Series:

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuwarden import demo
 from gpuwarden.dashboard import data
 from gpuwarden.dashboard._browser import Browser, _free_port, blank_reason, find_chromium
 from gpuwarden.dashboard.cli import APP, start_dashboard, stop_dashboard, wait_ready
@@ -41,40 +42,6 @@ class Shot:
 class Captured:
     path: Path  # the PNG
     text: str  # the page's visible text, for checks
-
-
-def demo_store(
-    path: Path,
-    *,
-    nodes: int = 128,
-    gpus_per_node: int = 8,
-    days: float = 3.0,
-    seed: int = 3,
-    accel: float = 20.0,
-    step_s: int = 300,
-) -> str:
-    """Simulate a fleet ending now into a new SQLite file and roll it up; returns its URL."""
-    from gpuwarden.demo import fleet_spec, simulate_into
-
-    for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
-        leftover.unlink(missing_ok=True)
-    url = f"sqlite:///{path}"
-    store = open_store(url)
-    try:
-        spec = fleet_spec(
-            nodes=nodes,
-            gpus_per_node=gpus_per_node,
-            models="H100-80GB,A100-80GB,H200",
-            days=days,
-            step_s=step_s,
-            seed=seed,
-            accel=accel,
-        )
-        simulate_into(store, spec, progress=False)
-        store.compact(time.time())
-    finally:
-        store.close()
-    return url
 
 
 def pick_gpu(store_url: str) -> str | None:
@@ -224,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             url = args.store
             if url is None:
                 print(f"simulating {args.nodes * 8} GPUs over {args.days:g} days...", flush=True)
-                url = demo_store(Path(tmp) / "gpuwarden.db", nodes=args.nodes, days=args.days)
+                url = demo.demo_store(Path(tmp) / "gpuwarden.db", nodes=args.nodes, days=args.days)
             serve_url = args.serve_url
             if serve_url is None and args.store is None:
                 serve_url = stack.enter_context(local_serve(url, args.days * 86400))

@@ -236,7 +236,7 @@ def score(
             frame = score_store(store, model, at=parse_time(at, "--at"))
     finally:
         store.close()
-    if into_url:
+    if into_url:  # the rows just scored: the same as models.score.backfill
         from gpuwarden.models.score import verdicts
 
         into = open_store(into_url)

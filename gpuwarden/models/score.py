@@ -26,7 +26,7 @@ from gpuwarden.models.history import load_panel, newest_sample_ts
 from gpuwarden.models.panel import HOUR_S, HourlyPanel
 from gpuwarden.models.reasons import actions, explain_reasons
 from gpuwarden.models.rules import AT_RISK, OK, UNHEALTHY, hard_signal, states
-from gpuwarden.store.base import Store
+from gpuwarden.store.base import Store, WritableStore
 from gpuwarden.telemetry import GpuId
 
 HISTORY_S = 7 * 86400.0 + 2 * HOUR_S  # the 7-day window plus the hour before it (increases)
@@ -251,6 +251,22 @@ def verdicts(frame: pd.DataFrame, threshold: float) -> list[Verdict]:
         )
         for a in assessments(frame)
     ]
+
+
+def backfill(
+    store: Store,
+    model: RiskModel,
+    into: WritableStore,
+    *,
+    start: float,
+    end: float,
+    step_s: float = HOUR_S,
+    progress: bool = False,
+) -> int:
+    """Score ``store`` at every ``step_s`` in ``[start, end]`` and store the rows in ``into`` as
+    verdicts (what ``gpuwarden score --into`` does); returns verdicts written."""
+    frame = backtest(store, model, start=start, end=end, step_s=step_s, progress=progress)
+    return into.write_verdicts(verdicts(frame, model.threshold))
 
 
 def records(frame: pd.DataFrame) -> list[RiskScore]:

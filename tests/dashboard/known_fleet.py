@@ -30,23 +30,24 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from gpuwarden.health import AT_RISK_ACTION, GpuState, Reason, RiskAssessment, Verdict
 from gpuwarden.store.sqlite import SqliteStore
 from gpuwarden.telemetry import Event, GpuId
 
 if TYPE_CHECKING:
     from streamlit.testing.v1 import AppTest
 
+    from gpuwarden.serve.service import RiskService
 
-def run_app(url: str, scorer: object, monkeypatch: pytest.MonkeyPatch, **query: str) -> AppTest:
-    """Run the dashboard app over ``url`` in ``AppTest`` with ``scorer`` (None: hard signals
-    only; a scorer function or a running ``BackgroundScores``); fails on any exception box."""
+
+def run_app(url: str, monkeypatch: pytest.MonkeyPatch, **query: str) -> AppTest:
+    """Run the dashboard app over ``url`` in ``AppTest``; fails on any exception box."""
     from streamlit.testing.v1 import AppTest
 
     from gpuwarden.dashboard import app as app_module  # streamlit only when the extra is there
 
     monkeypatch.setenv("GPUWARDEN_STORE", url)
     at = AppTest.from_file(str(Path(app_module.__file__)), default_timeout=30)
-    at.session_state[app_module.SCORER_KEY] = scorer
     at.query_params.update(query)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
@@ -164,14 +165,70 @@ def risk_at(uuid: str, ts: float) -> float:
     return round(0.1 + 0.15 * (ts - START) / HOUR, 4)
 
 
-def hourly_risk(store: SqliteStore, start: float, end: float) -> pd.DataFrame:
-    """``risk_at`` as a ``_risk_history.HourlyScorer``: each whole hour in ``[start, end]``
-    after a GPU's first sample and within 24 h of its last (as the model scores)."""
-    gpus = store.gpus()
-    rows = [
-        (uuid, hour, risk_at(uuid, hour))
-        for hour in np.arange(np.ceil(start / HOUR) * HOUR, end + 1.0, HOUR)
-        for uuid, first, last in zip(gpus["uuid"], gpus["first_ts"], gpus["last_ts"], strict=True)
-        if first < hour <= last + 86400.0
-    ]
-    return pd.DataFrame(rows, columns=["uuid", "at", "risk"])
+class KnownRisk:
+    """A scorer for ``serve``: ``risk_at`` for the board each slot holds at ``at``."""
+
+    def __call__(self, store: SqliteStore, at: float) -> list[RiskAssessment]:
+        gpus = store.gpus()
+        gpus = gpus[gpus["first_ts"] <= at].sort_values("first_ts", kind="stable")
+        boards = gpus.drop_duplicates(["hostname", "gpu"], keep="last")
+        out = []
+        for r in boards.itertuples(index=False):
+            risk = risk_at(r.uuid, at)
+            why = (Reason("single-bit errors rising", {"sbe_per_day_24h": 2880.0}),)
+            gpu = GpuId(r.hostname, int(r.gpu), r.uuid, r.pci_bus_id, r.model, r.rack)
+            out.append(RiskAssessment(gpu, at, risk, reasons=why if risk >= 0.3 else ()))
+        return out
+
+
+def serve_known(url: str, *, enter_at: float = 0.7) -> RiskService:
+    """Run ``gpuwarden serve``'s loop over the known store every 5 minutes from START to the
+    newest sample, with ``KnownRisk`` and the hard signals: its verdicts land in the store."""
+    from gpuwarden.alerts.decision import DecisionEngine
+    from gpuwarden.alerts.hard_signals import HardSignalAssessor
+    from gpuwarden.serve.assessors import combine
+    from gpuwarden.serve.service import RiskService
+
+    clock = [START]
+    store = SqliteStore.from_url(url)
+    service = RiskService(
+        store,
+        assess=combine(KnownRisk(), HardSignalAssessor(lookback_s=2 * STEP)),
+        engine=DecisionEngine(enter_at=enter_at, exit_below=min(0.5, enter_at)),
+        clock=lambda: clock[0],
+        fleet_nodes=100,
+    )
+    for k in range(STEPS):
+        clock[0] = START + k * STEP
+        service.tick()
+    store.close()
+    return service
+
+
+def store_hourly_verdicts(url: str, *, threshold: float = 0.7, until: float = END) -> int:
+    """Store ``risk_at`` as a scorer's hourly verdicts (what ``gpuwarden score --into`` writes):
+    each whole hour up to ``until`` after a GPU's first sample and within 24 h of its last;
+    at-risk from ``threshold``; returns verdicts written."""
+    with SqliteStore.from_url(url) as store:
+        gpus = store.gpus()
+        rows = []
+        for hour in np.arange(np.ceil(START / HOUR) * HOUR, until + 1.0, HOUR):
+            for r in gpus.itertuples(index=False):
+                if not r.first_ts < hour <= r.last_ts + 86400.0:
+                    continue
+                risk = risk_at(r.uuid, hour)
+                at_risk = risk >= threshold
+                rows.append(
+                    Verdict(
+                        float(hour),
+                        GpuId(r.hostname, int(r.gpu), r.uuid, r.pci_bus_id, r.model, r.rack),
+                        GpuState.AT_RISK if at_risk else GpuState.OK,
+                        risk,
+                        reasons=(Reason("single-bit errors rising", {"sbe_per_day_24h": 2880.0}),)
+                        if at_risk
+                        else (),
+                        action=AT_RISK_ACTION if at_risk else "",
+                        threshold=threshold,
+                    )
+                )
+        return store.write_verdicts(rows)

@@ -26,7 +26,7 @@ def start(monkeypatch: pytest.MonkeyPatch, url: str, view: str, password: str | 
         monkeypatch.setenv("GPUWARDEN_DASHBOARD_PASSWORD", password)
     st.cache_data.clear()
     at = AppTest.from_file(str(app_module.__file__), default_timeout=30)
-    at.session_state[app_module.SCORER_KEY] = None
+
     at.query_params["view"] = view
     at.run()
     assert not at.exception, [e.value for e in at.exception]

@@ -18,6 +18,7 @@ from known_fleet import (
     UNHEALTHY,
     require_extra,
     run_app,
+    serve_known,
     uuid_of,
 )
 
@@ -42,7 +43,7 @@ def fresh_caches() -> Iterator[None]:
 
 def run(url: str, monkeypatch: pytest.MonkeyPatch, **query: str) -> AppTest:
     """Run the app over ``url`` without a risk model (hard signals only)."""
-    return run_app(url, None, monkeypatch, **query)
+    return run_app(url, monkeypatch, **query)
 
 
 def metrics(at: AppTest) -> dict[str, str]:
@@ -137,45 +138,35 @@ def test_gpu_page_with_an_unknown_uuid_warns(known_url, monkeypatch):
     assert at.title[0].value.startswith("node")  # the worst GPU instead
 
 
-def test_a_scorer_in_session_state_adds_at_risk_gpus(known_url, monkeypatch):
-    def scorer(store, at):
-        return pd.DataFrame(
-            {
-                "uuid": [uuid_of(SBE)],
-                "risk": [0.83],
-                "reasons": ["SBE rate rising fast"],
-                "action": ["Drain"],
-            }
-        )
-
-    monkeypatch.setenv("GPUWARDEN_STORE", known_url)
-    at = AppTest.from_file(str(APP), default_timeout=30)
-    at.session_state[app_module.SCORER_KEY] = scorer
-    at.run()
-    assert not at.exception
+def test_serves_verdicts_are_what_the_pages_show(known_url, monkeypatch):
+    """serve's loop ran over the store: its verdicts (an at-risk GPU, four unhealthy) are the
+    states, with its reasons, and no note about missing verdicts."""
+    serve_known(known_url)
+    at = run(known_url, monkeypatch)
     m = metrics(at)
-    assert (m["OK"], m["At risk"], m["Unhealthy"]) == ("10", "1", "4")
+    assert (m["OK"], m["At risk"], m["Unhealthy"], m["Missing"]) == ("10", "1", "4", "1")
+    assert not any("No verdicts are stored yet" in i.value for i in at.info)
+    at = run(known_url, monkeypatch, view="attention")
     flagged = frame_with(at, "reasons")
     row = flagged[flagged["state"] == "at-risk"].iloc[0]
-    assert (row["hostname"], row["gpu"], row["risk"], row["reasons"]) == (
+    assert (row["hostname"], row["gpu"], row["reasons"]) == (
         "node000",
         0,
-        0.83,
-        "SBE rate rising fast",
+        "single-bit errors rising",
     )
+    assert row["risk"] == pytest.approx(0.9875)
 
 
-def test_a_failing_scorer_falls_back_to_hard_signals(known_url, monkeypatch):
-    def scorer(store, at):
-        raise RuntimeError("model file missing")
-
-    monkeypatch.setenv("GPUWARDEN_STORE", known_url)
-    at = AppTest.from_file(str(APP), default_timeout=30)
-    at.session_state[app_module.SCORER_KEY] = scorer
-    at.run()
-    assert not at.exception
-    assert any("model file missing" in w.value for w in at.warning)
-    assert metrics(at)["Unhealthy"] == "4"
+def test_a_store_without_verdicts_says_so_and_names_the_backfill(known_url, monkeypatch):
+    at = run(known_url, monkeypatch, view="attention")
+    assert any("No verdicts are stored yet" in i.value for i in at.info)
+    backfill = [c.value for c in at.code if "--into" in c.value]
+    assert backfill and backfill[0].startswith(f"gpuwarden score --store {known_url} --start ")
+    assert backfill[0].endswith(f"--step 1h --into {known_url}")
+    assert metrics_or_text(at)
+    flagged = frame_with(at, "reasons")
+    assert flagged["risk"].isna().all()  # hard signals only: risk unknown, never 0
+    assert len(flagged[flagged["state"] == "unhealthy"]) == 4
 
 
 def test_empty_store_says_how_to_start_collecting(tmp_path, monkeypatch):
@@ -216,56 +207,30 @@ def test_a_broken_settings_file_is_one_clear_error(tmp_path, monkeypatch):
     assert any("not valid TOML" in e.value for e in at.error)
 
 
-def test_the_installed_risk_model_scores_in_the_background(known_url, monkeypatch):
-    from gpuwarden.dashboard import _cache, data
+def test_backfilled_verdicts_of_the_real_model_are_drawn(
+    known_url, known_store, monkeypatch, tmp_path
+):
+    """``gpuwarden score --into`` with the shipped model stores hourly verdicts; the GPU page
+    draws them, the same numbers ``gpuwarden.models.backtest`` gives for those hours."""
+    from click.testing import CliRunner
 
-    # the models package is part of gpuwarden's core, so the dashboard always has a scorer
-    assert data.default_scorer() is not None
-    monkeypatch.setenv("GPUWARDEN_STORE", known_url)
-    at = AppTest.from_file(str(APP), default_timeout=30)
-    at.query_params["view"] = "attention"
-    at.run()  # first paint: hard signals, the model still scoring
-    assert not at.exception
-    assert metrics_or_text(at)
-    scores = _cache.background_scores(known_url).wait(120)
-    assert scores is not None and scores.frame is not None, scores
-    at.run()
-    assert not at.exception
-    flagged = frame_with(at, "reasons")
-    # the model scored the GPUs that report; hard signals still decide who is unhealthy
-    assert flagged["risk"].notna().any()
-    assert set(
-        zip(
-            flagged.loc[flagged["state"] == "unhealthy", "hostname"],
-            flagged.loc[flagged["state"] == "unhealthy", "gpu"],
-            strict=True,
-        )
-    ) >= UNHEALTHY - {LOST}
-    # the model runs in the background, so the page must not say there is none
-    assert not any("No risk model is installed" in c.value for c in at.caption)
-
-
-def test_the_installed_risk_model_draws_each_gpus_week(known_url, known_store, monkeypatch):
-    """The background thread backfills the model's hourly scores; the GPU page draws them,
-    the same numbers ``gpuwarden.models.backtest`` gives for those hours."""
-    from gpuwarden.dashboard import _cache
     from gpuwarden.models import backtest, load_model
+    from gpuwarden.models.cli import score
 
-    monkeypatch.setenv("GPUWARDEN_STORE", known_url)
-    background = _cache.background_scores(known_url)
-    assert background is not None and background.history is not None
-    state = background.history.wait(180)
-    assert state.status == "ready", state.error
-    at = AppTest.from_file(str(APP), default_timeout=30)
-    at.query_params.update(view="gpu", gpu=uuid_of(SBE))
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    risk = frame_with(at, "risk")
     hours = [END - h * 3600.0 for h in range(5, 0, -1)]  # 01:00 ... 05:00, the store's hours
-    assert list(risk["ts"][:5]) == hours and len(risk) == 6  # then the current score
+    args = ["--store", known_url, "--start", str(hours[0]), "--end", str(hours[-1])]
+    done = CliRunner().invoke(
+        score, [*args, "--step", "1h", "--into", known_url, "--output", str(tmp_path / "risk.csv")]
+    )
+    assert done.exit_code == 0, done.output
+    # the GPUs that reported in the 24 h before each hour: 16 slots, and the swapped-in board
+    assert f"stored 82 verdicts in {known_url}" in done.output
+    at = run(known_url, monkeypatch, view="gpu", gpu=uuid_of(SBE))
+    risk = frame_with(at, "risk")
+    assert list(risk["ts"]) == hours
     expected = backtest(known_store, load_model(), start=hours[0], end=hours[-1], step_s=3600)
     expected = expected[expected["uuid"] == uuid_of(SBE)].sort_values("at")
-    assert list(risk["risk"][:5]) == pytest.approx(list(expected["risk"]), abs=1e-4)
+    assert list(risk["risk"]) == pytest.approx(list(expected["risk"]), abs=1e-4)
 
 
 def metrics_or_text(at: AppTest) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -17,16 +16,18 @@ from known_fleet import (
     RELOAD,
     REMAP,
     SBE,
+    START,
     STEP,
     SWAPPED,
     UNHEALTHY,
+    gpu_id,
     uuid_of,
     write_known,
 )
 
 from gpuwarden.dashboard import _signals, data
 from gpuwarden.dashboard._reads import read_window, resolution_for
-from gpuwarden.health import describe
+from gpuwarden.health import GpuState, Reason, Verdict, describe
 from gpuwarden.store.sqlite import SqliteStore
 
 AS_OF = END - STEP  # the newest sample
@@ -92,30 +93,56 @@ def test_hard_signals_respect_resets_boards_and_the_window(known_store):
     assert short[EARLY].state == "ok" and short[DBE].state == "unhealthy"
 
 
-def test_a_scorer_adds_risk_and_at_risk_states(known_store):
-    def scorer(store, at):
-        assert at == AS_OF
-        return pd.DataFrame(
-            {
-                "uuid": [uuid_of(SBE), uuid_of(DBE), uuid_of(MISSING), uuid_of(RELOAD)],
-                "risk": [0.91, 0.99, 0.95, 0.2],
-                "reasons": ["SBE rate rising", "x", "y", "z"],
-                "action": ["Drain within a day", "x", "y", "z"],
-            }
-        )
+def _verdict(slot, state, risk, ts=AS_OF - 600, **kw) -> Verdict:
+    return Verdict(ts, gpu_id(slot), GpuState(state), risk, since=ts - 3600, threshold=0.65, **kw)
 
-    states = states_of(known_store, scorer=scorer)
+
+def test_stored_verdicts_are_the_states(known_store):
+    """With verdicts stored, the states are serve's, not the dashboard's own reading: an
+    at-risk GPU with its reasons and action; missing wins over a stale verdict unless it is
+    unhealthy; a GPU with no verdict has an unknown risk."""
+    why = (Reason("SBE rate rising", {"sbe_per_day_24h": 120.0}),)
+    known_store.write_verdicts(
+        [
+            _verdict(SBE, "ok", 0.2, ts=AS_OF - 7200),  # older: replaced by the next one
+            _verdict(SBE, "at-risk", 0.91, reasons=why, action="Drain within a day"),
+            _verdict(DBE, "unhealthy", float("nan"), cause="hard-signal", reasons=("x",)),
+            _verdict(LOST, "unhealthy", 0.3, cause="hard-signal"),
+            _verdict(MISSING, "at-risk", 0.95),
+            _verdict(RELOAD, "ok", 0.2),
+            _verdict(REMAP, "unhealthy", 0.5, ts=AS_OF - 2 * 86400),  # outside the 24 h window
+        ]
+    )
+    states = states_of(known_store)
     rows = by_slot(states)
-    assert data.state_counts(states) == {"ok": 10, "at-risk": 1, "unhealthy": 4, "missing": 1}
+    assert data.state_counts(states) == {"ok": 12, "at-risk": 1, "unhealthy": 2, "missing": 1}
     assert rows[SBE].state == "at-risk" and rows[SBE].risk == 0.91
     assert rows[SBE].reasons == "SBE rate rising" and rows[SBE].action == "Drain within a day"
-    # hard signals win over the model's words; a missing GPU is not "at risk"
-    assert rows[DBE].state == "unhealthy" and "double-bit" in rows[DBE].reasons
-    assert rows[MISSING].state == "missing"
+    assert rows[SBE].flagged_ts == AS_OF - 600 - 3600  # since when it is at risk
+    assert rows[LOST].state == "unhealthy"  # stopped reporting, but unhealthy stays
+    assert rows[MISSING].state == "missing" and "no sample since" in rows[MISSING].reasons
     assert rows[RELOAD].state == "ok" and rows[RELOAD].risk == 0.2
-    assert np.isnan(rows[REMAP].risk)  # not scored: unknown
-    flagged = data.flagged(states)
-    assert list(flagged["state"]) == ["unhealthy"] * 4 + ["at-risk"]
+    assert rows[REMAP].state == "ok" and np.isnan(rows[REMAP].risk)  # no verdict in the window
+    assert list(data.flagged(states)["state"]) == ["unhealthy"] * 2 + ["at-risk"]
+
+
+def test_the_risk_series_is_the_stored_scores(known_store):
+    known_store.write_verdicts(
+        [_verdict(SBE, "ok", r, ts=END - h * 3600) for h, r in ((3, 0.2), (2, 0.5), (1, 0.8))]
+        + [_verdict(SBE, "unhealthy", float("nan"), ts=END - 1800, cause="hard-signal")]
+    )
+    series = data.risk_series(known_store, uuid_of(SBE), END - 3 * 3600, END)
+    assert list(series["ts"]) == [END - 3 * 3600, END - 7200, END - 3600]  # NaN left out
+    assert list(series["risk"]) == [0.2, 0.5, 0.8] and set(series["threshold"]) == {0.65}
+    assert data.risk_series(known_store, uuid_of(DBE), START, END).empty
+
+
+def test_the_backfill_command_covers_the_week_on_whole_hours():
+    cmd = data.backfill_command("sqlite:////data/g.db", 1_767_247_000.0)
+    assert cmd == (
+        "gpuwarden score --store sqlite:////data/g.db --start 1766638800 --end 1767243600 "
+        "--step 1h --into sqlite:////data/g.db"
+    )
 
 
 def test_fleet_now_averages_each_reporting_gpus_last_sample(known_store):
@@ -241,22 +268,6 @@ def test_resolution_keeps_reads_small():
     assert resolution_for(6 * 3600, gpus=512, step_s=60) == 300
 
 
-def test_the_models_own_verdict_counts(known_store):
-    def scorer(store, at):
-        return pd.DataFrame(
-            {
-                "uuid": [uuid_of(SBE), uuid_of(RELOAD)],
-                "risk": [0.4, 0.1],
-                "state": ["unhealthy", "at-risk"],
-                "reasons": ["NVLink down", "PCIe link degraded"],
-            }
-        )
-
-    rows = by_slot(states_of(known_store, scorer=scorer))
-    assert (rows[SBE].state, rows[SBE].reasons) == ("unhealthy", "NVLink down")
-    assert (rows[RELOAD].state, rows[RELOAD].risk) == ("at-risk", 0.1)
-
-
 def test_heatmap_groups_nodes_without_a_rack():
     states = pd.DataFrame(
         {
@@ -274,90 +285,9 @@ def test_heatmap_groups_nodes_without_a_rack():
     assert cells.groupby("rack")["hostname"].nunique().to_dict() == {"no rack 1": 8, "no rack 2": 2}
 
 
-def test_background_scores_keep_the_last_good_pass(known_url):
-    from gpuwarden.dashboard._background import BackgroundScores
-
-    calls: list[float] = []
-
-    def scorer(store, at):
-        calls.append(at)
-        if len(calls) > 1:
-            raise RuntimeError("model broke")
-        return pd.DataFrame({"uuid": [uuid_of(SBE)], "risk": [0.9]})
-
-    bg = BackgroundScores(known_url, scorer, every_s=0.05, clock=lambda: END + 86400)
-    try:
-        first = bg.wait(30)
-        assert first is not None and first.at == AS_OF
-        deadline = time.monotonic() + 30
-        while len(calls) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        latest = bg.latest()
-        # the scorer now fails: its error is shown with the last good scores
-        assert latest is not None and "model broke" in latest.error
-        assert latest.frame is not None and list(latest.frame["risk"]) == [0.9]
-    finally:
-        bg.stop()
-
-
-def test_background_scores_of_an_empty_store(tmp_path: Path):
-    from gpuwarden.dashboard._background import BackgroundScores
-
-    SqliteStore(tmp_path / "empty.db").close()
-    bg = BackgroundScores(
-        f"sqlite:///{tmp_path}/empty.db", lambda s, at: pd.DataFrame(), every_s=3600
-    )
-    try:
-        assert bg.wait(30) is None
-    finally:
-        bg.stop()
-
-
 def test_risk_bands_never_hide_a_state():
     assert data.risk_band("unhealthy", 0.01) == "unhealthy"
     assert data.risk_band("missing", 0.99) == "missing"
     assert data.risk_band("ok", float("nan")) == "not scored"
     assert data.risk_band("ok", 0.1) == "< 0.3" and data.risk_band("ok", 0.6) == "0.5-0.7"
     assert data.risk_band("at-risk", 0.7) == "at risk (>= 0.7)"
-
-
-def test_background_scores_go_on_when_closing_the_store_fails(known_url, caplog):
-    """A store whose close raises (a locked database at shutdown) is logged; the thread keeps
-    scoring, and every connection it opened was closed."""
-    import logging
-    import sqlite3
-
-    from gpuwarden.dashboard._background import BackgroundScores
-
-    opened: list[SqliteStore] = []
-
-    class CloseFails(SqliteStore):
-        def close(self) -> None:
-            super().close()
-            if len(opened) <= 2:  # the first two passes' connections
-                raise sqlite3.OperationalError("database is locked")
-
-    def opener(url: str) -> SqliteStore:
-        opened.append(CloseFails.from_url(url))
-        return opened[-1]
-
-    calls: list[float] = []
-
-    def scorer(store, at):
-        calls.append(at)
-        return pd.DataFrame({"uuid": [uuid_of(SBE)], "risk": [0.9]})
-
-    caplog.set_level(logging.WARNING, logger="gpuwarden.dashboard._background")
-    bg = BackgroundScores(known_url, scorer, every_s=0.05, opener=opener)
-    try:
-        first = bg.wait(10)
-        assert first is not None and first.frame is not None  # the pass's scores, not lost
-        deadline = time.monotonic() + 30
-        while len(calls) < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(calls) >= 4 and bg._thread.is_alive()
-        assert "closing the store failed: database is locked" in caplog.text
-    finally:
-        bg.stop()
-    assert not bg._thread.is_alive()
-    assert all(s._conn is None for s in opened)  # closed, even where close() raised

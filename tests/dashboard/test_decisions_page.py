@@ -59,7 +59,7 @@ def run(monkeypatch: pytest.MonkeyPatch, store_url: str, view: str, **env: str) 
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     at = AppTest.from_file(str(APP), default_timeout=30)
-    at.session_state[app_module.SCORER_KEY] = None
+
     at.query_params["view"] = view
     at.run()
     assert not at.exception, [e.value for e in at.exception]

@@ -1,11 +1,10 @@
-"""The GPU page's risk chart and the attention page's model caption, run by ``AppTest`` over
-the known store with a background scorer whose risk depends on time (``known_fleet.risk_at``)."""
+"""The GPU page's risk chart and the attention page's note, run by ``AppTest`` over the known
+store with stored verdicts whose risk depends on time (``known_fleet.risk_at``): the dashboard
+draws what was stored and scores nothing itself."""
 
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,10 +16,11 @@ from known_fleet import (
     HOUR,
     SBE,
     STEP,
-    hourly_risk,
+    gpu_id,
     require_extra,
     risk_at,
     run_app,
+    store_hourly_verdicts,
     uuid_of,
 )
 
@@ -29,12 +29,12 @@ import streamlit as st  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from gpuwarden.dashboard import app as app_module  # noqa: E402
-from gpuwarden.dashboard._background import BackgroundScores  # noqa: E402
-from gpuwarden.dashboard._risk_history import PENDING, RUNNING  # noqa: E402
+from gpuwarden.health import GpuState, Verdict  # noqa: E402
+from gpuwarden.store.sqlite import SqliteStore  # noqa: E402
 
 APP = Path(app_module.__file__)
 AS_OF = END - STEP  # the known store's newest sample: 2026-01-01 05:55 UTC
-NO_MODEL = "No risk model is installed yet"
+NO_VERDICTS = "No verdicts are stored yet"
 
 
 @pytest.fixture(autouse=True)
@@ -45,20 +45,8 @@ def fresh_caches() -> Iterator[None]:
     st.cache_data.clear()
 
 
-def live(store, at):
-    """The current scores: the SBE GPU at 0.9."""
-    return pd.DataFrame({"uuid": [uuid_of(SBE)], "risk": [0.9], "reasons": ["SBE rate rising"]})
-
-
-@pytest.fixture
-def background(known_url) -> Iterator[BackgroundScores]:
-    bg = BackgroundScores(known_url, live, hourly=hourly_risk, every_s=3600)
-    yield bg
-    bg.stop()
-
-
-def run(url: str, given: object, monkeypatch: pytest.MonkeyPatch, **query: str) -> AppTest:
-    return run_app(url, given, monkeypatch, **query)
+def run(url: str, monkeypatch: pytest.MonkeyPatch, **query: str) -> AppTest:
+    return run_app(url, monkeypatch, **query)
 
 
 def captions(at: AppTest) -> str:
@@ -86,92 +74,49 @@ def risk_chart_layers(at: AppTest) -> list[tuple[str, pd.DataFrame]]:
     return [(layer["mark"]["type"], data[layer["data"]["name"]]) for layer in layers]
 
 
-def test_gpu_page_draws_the_hourly_risk_then_the_current_score(known_url, background, monkeypatch):
-    assert background.history is not None and background.history.wait(30).status == "ready"
-    at = run(known_url, background, monkeypatch, view="gpu", gpu=uuid_of(SBE))
+def test_gpu_page_draws_the_stored_risk_against_the_verdicts_line(known_url, monkeypatch):
+    store_hourly_verdicts(known_url, threshold=0.65)  # a model card that says 0.65
+    at = run(known_url, monkeypatch, view="gpu", gpu=uuid_of(SBE))
     assert at.title[0].value.startswith("node000 · GPU 0")
     risk = risk_table(at)
-    # the store runs 00:00-05:55: the model scored each whole hour after the first sample
-    hours = [END - h * HOUR for h in range(5, 0, -1)]  # 01:00 ... 05:00
-    assert list(risk["ts"]) == [*hours, AS_OF]
-    assert list(risk["risk"]) == [0.25, 0.4, 0.55, 0.7, 0.85, 0.9]
-    assert list(risk["risk"][:-1]) == [risk_at(uuid_of(SBE), h) for h in hours]
+    hours = [END - h * HOUR for h in range(5, 0, -1)]  # 01:00 ... 05:00, up to the newest sample
+    assert list(risk["ts"]) == hours
+    assert list(risk["risk"]) == [risk_at(uuid_of(SBE), h) for h in hours]
     assert charts(at) == 6  # SBEs, remaps, temperatures, spread, PCIe, and the risk over time
     layers = risk_chart_layers(at)
     mark, line = layers[0]
     assert mark == "line" and list(line["value"]) == list(risk["risk"])
     assert list(line["time"]) == list(pd.to_datetime(risk["ts"], unit="s", utc=True))
     mark, rule = layers[1]
-    assert mark == "rule" and list(rule["limit"]) == [0.7] and list(rule["label"]) == ["at risk"]
-    text = captions(at)
-    assert "computing" not in text and "held for the last" not in text
-
+    assert mark == "rule" and list(rule["limit"]) == [0.65] and list(rule["label"]) == ["at risk"]
+    assert "at risk from 0.65" in captions(at)
     picker = next(s for s in at.selectbox if s.label == "Time range")
-    picker.set_value("Last 30 days").run()  # longer than the week held
-    assert not at.exception
-    assert "Hourly scores are held for the last 7 days only" in captions(at)
-    assert len(risk_table(at)) == 6
+    picker.set_value("Last 3 days").run()
+    assert not at.exception and len(risk_table(at)) == 5
 
 
-def test_gpu_page_says_while_the_week_is_being_computed(known_url, monkeypatch):
-    release = threading.Event()
-
-    def slow_hourly(store, start, end):
-        release.wait(30)
-        return hourly_risk(store, start, end)
-
-    bg = BackgroundScores(known_url, live, hourly=slow_hourly, every_s=3600)
-    try:
-        assert bg.wait(30) is not None and bg.history is not None
-        deadline = time.monotonic() + 30
-        while bg.history.state().status == PENDING and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert bg.history.state().status == RUNNING
-        at = run(known_url, bg, monkeypatch, view="gpu", gpu=uuid_of(SBE))
-        assert "computing the week's risk history" in captions(at)
-        assert list(risk_table(at)["risk"]) == [0.9]  # the current score alone: a bar, no chart
-        assert charts(at) == 5  # no risk chart
-        assert [p.proto.text for p in at.get("progress")] == ["0.90 now"]
-    finally:
-        release.set()
-        bg.stop()
+def test_one_stored_score_is_a_bar(known_url, monkeypatch):
+    with SqliteStore.from_url(known_url) as store:
+        store.write_verdicts([Verdict(AS_OF - 60, gpu_id(SBE), GpuState.AT_RISK, 0.9)])
+    at = run(known_url, monkeypatch, view="gpu", gpu=uuid_of(SBE))
+    assert list(risk_table(at)["risk"]) == [0.9]
+    assert charts(at) == 5  # no risk chart
+    assert [p.proto.text for p in at.get("progress")] == ["0.90 now"]
+    assert {m.label: m.value for m in at.metric}["Risk"] == "0.90"
+    assert "at risk" in at.title[0].value
 
 
-def test_a_failed_backfill_is_a_caption_and_the_live_score_stays(known_url, monkeypatch):
-    def broken(store, start, end):
-        raise RuntimeError("panel too large")
-
-    bg = BackgroundScores(known_url, live, hourly=broken, every_s=3600)
-    try:
-        assert bg.history is not None and bg.history.wait(30).status == "failed"
-        at = run(known_url, bg, monkeypatch, view="gpu", gpu=uuid_of(SBE))
-        assert "could not be computed (RuntimeError: panel too large)" in captions(at)
-        assert {m.label: m.value for m in at.metric}["Risk"] == "0.90"
-        assert "at risk" in at.title[0].value
-    finally:
-        bg.stop()
-
-
-def test_a_scorer_with_risk_history_is_drawn(known_url, monkeypatch):
-    class Scorer:
-        def __call__(self, store, at):
-            return live(store, at)
-
-        def risk_history(self, store, uuid, start, end):
-            return pd.DataFrame({"ts": [START_H, START_H + HOUR], "risk": [0.2, 0.6]})
-
-    START_H = END - 3 * HOUR
-    at = run(known_url, Scorer(), monkeypatch, view="gpu", gpu=uuid_of(SBE))
-    risk = risk_table(at)
-    assert list(risk["ts"]) == [START_H, START_H + HOUR, AS_OF]
-    assert list(risk["risk"]) == [0.2, 0.6, 0.9]
-
-
-def test_attention_caption_only_without_a_model(known_url, background, monkeypatch):
-    at = run(known_url, None, monkeypatch, view="attention")
-    assert NO_MODEL in captions(at)
-    background.wait(30)
-    at = run(known_url, background, monkeypatch, view="attention")
-    assert NO_MODEL not in captions(at)
+def test_without_verdicts_the_pages_say_how_to_store_them(known_url, monkeypatch):
+    at = run(known_url, monkeypatch, view="gpu", gpu=uuid_of(SBE))
+    assert "No verdict with a risk is stored for this GPU" in captions(at)
+    assert charts(at) == 5
+    at = run(known_url, monkeypatch, view="attention")
+    assert any(NO_VERDICTS in i.value for i in at.info)
+    store_hourly_verdicts(known_url)
+    st.cache_data.clear()
+    at = run(known_url, monkeypatch, view="attention")
+    assert not any(NO_VERDICTS in i.value for i in at.info)
     flagged = next(d.value for d in at.dataframe if "reasons" in d.value.columns)
-    assert list(flagged.loc[flagged["state"] == "at-risk", "risk"]) == [0.9]
+    assert list(flagged.loc[flagged["state"] == "at-risk", "risk"]) == [
+        risk_at(uuid_of(SBE), END - HOUR)
+    ]

@@ -151,7 +151,7 @@ def run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **env: str) -> AppTest:
         monkeypatch.setenv(name, value)
     monkeypatch.setattr("time.time", lambda: NOW)
     at = AppTest.from_file(str(APP), default_timeout=30)
-    at.session_state[app_module.SCORER_KEY] = None
+
     at.query_params["view"] = "scheduler"
     at.run()
     assert not at.exception, [e.value for e in at.exception]

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from gpuwarden.dashboard._browser import blank_reason, find_chromium
-from gpuwarden.dashboard.screenshots import Shot, capture, demo_store, local_serve, pick_gpu
+from gpuwarden.dashboard.screenshots import Shot, capture, local_serve, pick_gpu
+from gpuwarden.demo import demo_store
 from gpuwarden.errors import GpuwardenError
 
 pytestmark = pytest.mark.integration
