@@ -1,14 +1,14 @@
 """The scheduler as a service: one lock around a ``Scheduler``, every transition in one transaction.
 
 ``SchedulerService`` is the facade the HTTP API (``api.py``) and the CLI call. It opens the
-transaction of each request and hands the work to the part that owns it; the parts depend on
-one another in one direction only, each given its collaborators when it is built:
+transaction of each request and hands the work to the part that owns it. Each part gets its
+collaborators when it is built, and depends only on the parts listed below it:
 
-    SchedulerService -> JobRequests (_service_requests), AgentSync (_service_sync)
-                     -> Nodes (_service_nodes): inventories, GPU health, liveness, rounds
-                     -> Transactions (_service_tx): the lock, rollback and rebuild
-                     -> JobLifecycle (_service_lifecycle): memory and job transitions
-                     -> SchedulerDB (state)
+    JobRequests (_service_requests)    job requests             -> Nodes, JobLifecycle
+    AgentSync (_service_sync)          agent syncs and orders   -> Nodes, JobLifecycle
+    Nodes (_service_nodes)             nodes, health, rounds    -> JobLifecycle
+    Transactions (_service_tx)         lock, rollback, rebuild  -> JobLifecycle
+    JobLifecycle (_service_lifecycle)  memory, job transitions  -> SchedulerDB (state)
 
 Placement rounds run on each submission and agent sync, and every ``round_every_s`` seconds with
 preemption. A node whose agent has not synced for ``node_timeout_s`` is lost: its work is
