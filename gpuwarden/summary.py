@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from gpuwarden.counters import total_increase
-from gpuwarden.health import describe
+from gpuwarden.health import GpuState, describe
 from gpuwarden.store.base import Store
 
 _WATCH_FIELDS = (
@@ -32,6 +32,8 @@ class FleetSummary:
     xids: pd.DataFrame  # code, name, class, count
     failures: pd.DataFrame  # kind, count
     watch: pd.DataFrame  # per-GPU signals over the window, worst first
+    #: each GPU's newest stored verdict in the last day (``health.VERDICT_COLUMNS``)
+    verdicts: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def render(self, top: int = 10) -> str:
         lines: list[str] = []
@@ -51,6 +53,8 @@ class FleetSummary:
         for row in self.missing.head(top).itertuples():
             lines.append(f"  {row.hostname} gpu{row.gpu}  last seen {row.last_seen}")
         lines.append("")
+        lines += self._verdict_lines(top)
+        lines.append("")
         lines.append("Failures recorded:" if len(self.failures) else "Failures recorded: none")
         for row in self.failures.itertuples():
             lines.append(f"  {row.count:5d}  {row.kind}")
@@ -64,6 +68,23 @@ class FleetSummary:
             table = self.watch.head(top).copy()
             lines.append(table.to_string(index=False, na_rep="-", float_format=_fmt))
         return "\n".join(lines)
+
+    def _verdict_lines(self, top: int) -> list[str]:
+        """gpuwarden's stored verdicts: counts per state, then the flagged GPUs, worst first."""
+        v = self.verdicts
+        if v.empty:
+            return ["Verdicts: none stored in the last day (run gpuwarden serve, or backfill "
+                    "with gpuwarden score --into)"]  # fmt: skip
+        counts = v["state"].map(str).value_counts()
+        said = ", ".join(f"{counts.get(s, 0)} {s}" for s in reversed(GpuState))
+        out = [f"Verdicts (newest per GPU, last day): {said}"]
+        rank = {GpuState.UNHEALTHY: 0, GpuState.AT_RISK: 1}
+        flagged = v[v["state"] != GpuState.OK].assign(_r=v["state"].map(rank), _k=-v["risk"])
+        for r in flagged.sort_values(["_r", "_k"]).head(top).itertuples():
+            risk = "-" if math.isnan(r.risk) else f"{r.risk:.2f}"
+            why = "; ".join(r.reasons)[:90]
+            out.append(f"  {r.hostname} gpu{r.gpu}  {r.state:<9} risk {risk:<4}  {r.cause}: {why}")
+        return out
 
 
 def _fmt(x: float) -> str:
@@ -128,7 +149,12 @@ def fleet_summary(
         fail_table = pd.DataFrame(columns=["kind", "count"])
 
     watch = _watch_table(samples)
-    return FleetSummary(start, now, gpus, reporting, missing, xid_table, fail_table, watch)
+    verdicts = store.read_verdicts(start=now - 86400, end=now + 1, latest=True)
+    # a slot's newest board only: a replaced board's last verdict is history
+    verdicts = verdicts.drop_duplicates(["hostname", "gpu"], keep="last")
+    return FleetSummary(
+        start, now, gpus, reporting, missing, xid_table, fail_table, watch, verdicts
+    )
 
 
 def _watch_table(samples: pd.DataFrame) -> pd.DataFrame:

@@ -29,6 +29,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "errors",
         "telemetry config plugins lifecycle",
         "health counters",
+        "xid",
         "sim",
         "collectors",
         "store",

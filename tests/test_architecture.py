@@ -90,3 +90,15 @@ def test_the_threshold_and_the_states_are_written_once():
     assert found == []
     rules = (ROOT / "gpuwarden" / "alerts" / "rules" / "gpuwarden.rules.yml").read_text()
     assert "0.7" not in rules and 'gpuwarden_gpu_state{state="at-risk"} == 1' in rules
+
+
+def test_the_old_xid_module_still_imports_with_a_deprecation_note():
+    import importlib
+    import warnings
+
+    sys.modules.pop("gpuwarden.xid", None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        xid = importlib.import_module("gpuwarden.xid")
+    assert any(issubclass(w.category, DeprecationWarning) for w in caught)
+    assert xid.describe(79).fatal and 48 in xid.FATAL_XIDS

@@ -1,0 +1,45 @@
+"""`gpuwarden summary`: the fleet in words, with gpuwarden's stored verdicts."""
+
+from __future__ import annotations
+
+import math
+
+from gpuwarden.health import GpuState, Reason, Verdict
+from gpuwarden.store.sqlite import SqliteStore
+from gpuwarden.summary import fleet_summary
+from gpuwarden.telemetry import Batch, GpuId, Sample
+
+T = 1_767_225_600.0
+A, B, OLD = GpuId("n1", 0, "GPU-a"), GpuId("n1", 1, "GPU-b"), GpuId("n1", 1, "GPU-old")
+
+
+def _store(tmp_path) -> SqliteStore:
+    store = SqliteStore(tmp_path / "s.db")
+    for k in range(3):
+        ts = T + 60 * k
+        store.write_batch(Batch(ts, tuple(Sample(ts, g, {"gpu_temp_c": 50.0}) for g in (A, B))))
+    return store
+
+
+def test_without_verdicts_it_says_how_to_get_them(tmp_path):
+    text = fleet_summary(_store(tmp_path)).render()
+    assert "Verdicts: none stored in the last day" in text and "score --into" in text
+
+
+def test_the_newest_verdict_of_each_slots_board_is_counted_and_named(tmp_path):
+    store = _store(tmp_path)
+    why = (Reason("single-bit errors 40/day", {"sbe_per_day_24h": 40.0}),)
+    store.write_verdicts(
+        [
+            Verdict(T - 7200, OLD, GpuState.UNHEALTHY, math.nan, "hard-signal"),  # replaced
+            Verdict(T - 3600, A, GpuState.OK, 0.2),
+            Verdict(T + 60, A, GpuState.AT_RISK, 0.83, reasons=why),
+            Verdict(T + 60, B, GpuState.OK, 0.1),
+            Verdict(T - 3 * 86400, B, GpuState.UNHEALTHY, math.nan, "hard-signal"),  # too old
+        ]
+    )
+    summary = fleet_summary(store)
+    assert sorted(summary.verdicts["uuid"]) == ["GPU-a", "GPU-b"]
+    text = summary.render()
+    assert "Verdicts (newest per GPU, last day): 0 unhealthy, 1 at-risk, 1 ok" in text
+    assert "n1 gpu0  at-risk   risk 0.83  model: single-bit errors 40/day" in text
