@@ -4,7 +4,7 @@
     .venv/bin/python bench/bench_dashboard.py --raw-tail-min 0   # everything rolled up
     .venv/bin/python bench/bench_dashboard.py --tail-step 15     # the raw hour sampled every 15 s
     .venv/bin/python bench/bench_dashboard.py --profile overview # where the cold overview spends it
-    .venv/bin/python bench/bench_dashboard.py --backfill         # the GPU page's risk history
+    .venv/bin/python bench/bench_dashboard.py --backfill         # store the week's verdicts
 
 Builds the store once (simulated fleet via ``gpuwarden.demo.simulate_into``, then ``compact``
 up to ``--raw-tail-min`` before the end: ``gpuwarden collect`` compacts hourly, so a live store
@@ -19,10 +19,10 @@ No risk model: the app scores in the background and never waits for it. One unti
 an empty store first imports the app's modules, as a running server has already done; after it
 AppTest's scan of installed packages for Streamlit components (about 0.9 s per AppTest run here,
 done once at startup by a real server) is skipped. ``--profile`` times the overview's reads one
-by one, outside Streamlit, and prints cProfile's top functions. ``--backfill`` runs the
-dashboard's background scorer (``_background.BackgroundScores`` with the shipped model) over the
-store as of its end: its first live pass, the week's hourly backfill behind the GPU page's risk
-chart, and one more hour added as the next hour completes.
+by one, outside Streamlit, and prints cProfile's top functions. ``--backfill`` stores the
+shipped model's hourly verdicts for the store's days (``gpuwarden score --into``, what the
+dashboard's states and risk chart read; the dashboard scores nothing itself) and times it; the
+first-paint runs after it read those verdicts.
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ from streamlit.components.v2.component_manager import BidiComponentManager  # no
 
 from gpuwarden.dashboard import _charts, data  # noqa: E402
 from gpuwarden.dashboard import app as app_module  # noqa: E402
-from gpuwarden.dashboard._background import BackgroundScores  # noqa: E402
 from gpuwarden.demo import fleet_spec, simulate_into  # noqa: E402
 from gpuwarden.store.sqlite import SqliteStore  # noqa: E402
 
@@ -106,7 +105,6 @@ def first_run(url: str, query: dict[str, str], *, cold: bool) -> float:
         st.cache_resource.clear()
     os.environ["GPUWARDEN_STORE"] = url
     at = AppTest.from_file(APP, default_timeout=300)
-    at.session_state[app_module.SCORER_KEY] = None
     at.query_params.update(query)
     t0 = time.perf_counter()
     at.run()
@@ -145,31 +143,19 @@ def overview_reads(url: str) -> list[tuple[str, float]]:
     return steps
 
 
-def backfill(url: str) -> None:
-    """Time the background scorer's first live pass, the week's backfill and one new hour."""
-    scorer = data.ModelScorer()
-    bg = BackgroundScores(url, scorer, hourly=scorer.hourly, every_s=86400.0, clock=lambda: END_TS)
-    try:
-        live = bg.wait(1800)
-        assert bg.history is not None and live is not None and live.frame is not None, live
-        state = bg.history.wait(3600)
-    finally:
-        bg.stop()
-    if state.error:
-        raise SystemExit(f"the backfill failed: {state.error}")
-    frame = state.frame
-    print(f"first live pass (model load + {len(live.frame):,} GPUs): {live.took_s:.1f} s")
-    print(
-        f"backfill: {frame['ts'].nunique()} hours x {frame['uuid'].nunique():,} GPUs "
-        f"({len(frame):,} scores, {frame.memory_usage(deep=True).sum() / 2**20:.1f} MiB) "
-        f"in {state.backfill_s:.1f} s"
-    )
+def backfill(url: str, days: float) -> None:
+    """Time storing the shipped model's hourly verdicts of the last ``days`` (score --into)."""
+    from gpuwarden.models import load_model
+    from gpuwarden.models.score import backfill as store_verdicts
+
     with SqliteStore.from_url(url) as store:
         t0 = time.perf_counter()
-        bg.history.update(store, END_TS + 3600.0)  # the next hour completes
-        took = time.perf_counter() - t0
-    assert bg.history.state().through_ts == END_TS + 3600.0, bg.history.state().error
-    print(f"one new hour: {took:.1f} s")
+        model = load_model()
+        loaded = time.perf_counter()
+        end = END_TS // 3600 * 3600
+        n = store_verdicts(store, model, store, start=end - days * 86400, end=end, progress=True)
+        took = time.perf_counter() - loaded
+    print(f"model load: {loaded - t0:.1f} s; {n:,} hourly verdicts stored in {took:.1f} s")
 
 
 def some_uuid(url: str) -> str:
@@ -213,7 +199,7 @@ def main() -> None:
 
     if args.backfill:
         print(f"store: {args.nodes * args.gpus:,} GPUs, {args.days:g} days, {size_mib:,.0f} MiB")
-        backfill(url)
+        backfill(url, min(args.days, 7.0))
         return
 
     if args.profile:

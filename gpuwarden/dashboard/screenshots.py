@@ -71,15 +71,12 @@ def capture(
     height: int = 2400,
     timeout_s: float = 90.0,
     app: Path = APP,
-    wait_for_model: bool = False,
     extra: tuple[str, ...] = (),
 ) -> list[Captured]:
     """Serve the dashboard over ``store_url`` and write one PNG per shot into ``out``.
 
     Raises ``GpuwardenError`` naming the page when it does not finish drawing, shows a
-    Streamlit exception, or is blank. ``wait_for_model``: first wait (up to ``timeout_s``)
-    until the risk model's background scores, and the GPU pages' risk history, are there.
-    ``extra``: more arguments for the app (``--serve-url URL``)."""
+    Streamlit exception, or is blank. ``extra``: more arguments for the app (``--serve-url URL``)."""
     out.mkdir(parents=True, exist_ok=True)
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
@@ -92,27 +89,9 @@ def capture(
             except GpuwardenError as exc:
                 raise GpuwardenError(f"{exc}\n{log.read_text(errors='replace')[-2000:]}") from exc
             with Browser(chromium, width=width, height=height) as browser:
-                if wait_for_model:
-                    _wait_for_scores(browser, base, shots, timeout_s)
                 return [_one(browser, base, shot, out, timeout_s) for shot in shots]
         finally:
             stop_dashboard(proc)
-
-
-def _wait_for_scores(browser: Browser, base: str, shots: list[Shot], timeout_s: float) -> None:
-    """Until the model's first scores are on the attention page and its week of hourly scores
-    on each GPU page (or ``timeout_s`` passed: the pages are shot as they are)."""
-    deadline = time.monotonic() + timeout_s
-    pending = [("view=attention", "risk model is scoring")]
-    pending += [
-        (s.query, "computing the week's risk history") for s in shots if "view=gpu" in s.query
-    ]
-    for query, busy in pending:
-        while time.monotonic() < deadline:
-            browser.open(f"{base}/?{query}", timeout_s=timeout_s)
-            if busy not in browser.text():
-                break
-            time.sleep(3)
 
 
 def _one(browser: Browser, base: str, shot: Shot, out: Path, timeout_s: float) -> Captured:
@@ -204,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                 pick_gpu(url), decisions=bool(serve_url), scheduler=bool(args.scheduler_url)
             )
             paths = capture(
-                url, args.out, shots, chromium=chromium, height=3000, wait_for_model=True,
+                url, args.out, shots, chromium=chromium, height=3000,
                 extra=extra,
             )  # fmt: skip
     except GpuwardenError as exc:
