@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from gpuwarden import health
+from gpuwarden.counters import step_increases
 from gpuwarden.dashboard._reads import read_changes
 from gpuwarden.health import describe, event_signal
 from gpuwarden.store.base import Store
@@ -36,17 +37,10 @@ MISSING_ACTION = (
 
 
 def _increases(frame: pd.DataFrame, column: str) -> pd.Series:
-    """Reset-aware increase at each reading since the GPU's previous reading (a drop is a
-    driver reload: the new value is what was counted since); NaN without a previous one."""
-    present = frame[["uuid", column]].dropna()
-    v = present[column].to_numpy()
-    u = present["uuid"].to_numpy()
-    inc = np.full(v.shape, np.nan)
-    if v.size > 1:
-        same = u[1:] == u[:-1]
-        diff = np.diff(v)
-        inc[1:] = np.where(same, np.where(diff < 0, v[1:], diff), np.nan)
-    return pd.Series(inc, index=present.index).reindex(frame.index)
+    """Reset-aware increase at each reading since the GPU's previous one (``frame`` sorted by
+    uuid, then ts); NaN without a previous one."""
+    inc = step_increases(frame[column].to_numpy(dtype=np.float64), frame["uuid"].to_numpy())
+    return pd.Series(inc, index=frame.index)
 
 
 def hard_signals(

@@ -1,7 +1,8 @@
 """Raw samples and store rollups -> one canonical hourly frame per GPU.
 
 Features are computed over clock hours, the store's rollup bucket. Whether an hour comes from the
-store's hourly rollups or from raw samples aggregated here, it ends up in the same shape: one row
+store's hourly rollups or from raw samples aggregated the same way (``store.window.aggregate``,
+by ``read_window`` or ``from_raw``), it ends up in the same shape: one row
 per (uuid, hour) with counters as the *last* value read in the hour (so increases are taken
 later, reset-aware), gauges as the hour's mean, a few peaks as ``<field>_max``, and a
 hardware-slowdown flag from the clock-event bits. ``hour`` is the bucket start (Unix s).
@@ -12,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from gpuwarden.store.window import aggregate
 from gpuwarden.telemetry import (
     CLOCK_EVENT_HW_POWER_BRAKE,
     CLOCK_EVENT_HW_SLOWDOWN,
@@ -57,8 +59,7 @@ MAXES: tuple[str, ...] = (
 REASONS = "clock_event_reasons"
 _HW_BITS = CLOCK_EVENT_HW_SLOWDOWN | CLOCK_EVENT_HW_THERMAL | CLOCK_EVENT_HW_POWER_BRAKE
 
-#: Field names to read from raw samples and from hourly rollups.
-RAW_FIELDS: tuple[str, ...] = tuple(dict.fromkeys((*COUNTERS, *MEANS, *MAXES, REASONS)))
+#: Field names to read from hourly windows.
 ROLLUP_FIELDS: tuple[str, ...] = (*COUNTERS, *MEANS, *(f"{m}_max" for m in MAXES), REASONS)
 #: Columns of the canonical hourly frame after ``uuid`` and ``hour``.
 VALUE_COLUMNS: tuple[str, ...] = (*COUNTERS, *MEANS, *(f"{m}_max" for m in MAXES), "hw_slowdown")
@@ -73,39 +74,24 @@ def _hw_flag(bits: pd.Series | np.ndarray) -> np.ndarray:
 
 
 def from_raw(frame: pd.DataFrame) -> pd.DataFrame:
-    """Aggregate a wide frame of raw samples (any order) into the canonical hourly frame."""
+    """Raw samples in memory (simulator chunks; any order) as the canonical hourly frame,
+    aggregated by the store's own rollup (``window.aggregate``), rows in the order each
+    (uuid, hour) first appears in time."""
     if frame.empty:
         return empty()
-    ts = frame["ts"].to_numpy(dtype=np.float64)
-    cols: dict[str, object] = {
-        "uuid": frame["uuid"].astype(str).to_numpy(),
-        "hour": (np.floor(ts / HOUR_S) * HOUR_S).astype(np.int64),
-        "ts": ts,
-    }
-    for name in RAW_FIELDS:
-        cols[name] = (
-            frame[name].to_numpy(dtype=np.float64)
-            if name in frame.columns
-            else np.full(len(frame), np.nan)
-        )
-    work = pd.DataFrame(cols)
-    work["hw_slowdown"] = _hw_flag(work.pop(REASONS))
-    for m in MAXES:
-        work[f"{m}_max"] = work[m]
-    # last() must mean "latest reading", so order by time within each (uuid, hour)
-    work = work.sort_values("ts", kind="stable")
-    grouped = work.groupby(["uuid", "hour"], sort=False)
-    parts = [
-        grouped[list(COUNTERS)].last(),
-        grouped[list(MEANS)].mean(),
-        grouped[[f"{m}_max" for m in MAXES] + ["hw_slowdown"]].max(),
-    ]
-    out = pd.concat(parts, axis=1).reset_index()
-    return out[["uuid", "hour", *VALUE_COLUMNS]]
+    work = frame.assign(uuid=frame["uuid"].astype(str)).sort_values("ts", kind="stable")
+    hours = aggregate(work, HOUR_S, ROLLUP_FIELDS)
+    order = work[["uuid"]].assign(ts=np.floor(work["ts"].to_numpy() / HOUR_S) * HOUR_S)
+    order = order.drop_duplicates(ignore_index=True)
+    at = pd.MultiIndex.from_frame(hours[["uuid", "ts"]]).get_indexer(
+        pd.MultiIndex.from_frame(order)
+    )
+    return from_rollups(hours.iloc[at].reset_index(drop=True))
 
 
 def from_rollups(frame: pd.DataFrame) -> pd.DataFrame:
-    """The store's hourly rollups (``read_samples(resolution_s=3600)``) as the canonical frame."""
+    """An hourly window (``store.read_window(resolution_s=3600, fields=ROLLUP_FIELDS)``:
+    rollups and the raw tail aggregated alike) as the canonical frame."""
     if frame.empty:
         return empty()
     out = pd.DataFrame(

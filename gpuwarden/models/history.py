@@ -1,9 +1,9 @@
 """Read a window of fleet history from a store into an ``HourlyPanel``.
 
-Whole hours come from the store's hourly rollups (``resolution_s=3600``: 168 rows per GPU for a
-week, whatever the sampling interval); hours not rolled up yet, and the partial hour before
-``end``, come from raw samples, read a day at a time and aggregated the same way. Nothing at or
-after ``end`` is read, so a backtest at a past time sees only what was known then.
+One ``store.read_window(resolution_s=3600)``: whole hours from the store's hourly rollups (168
+rows per GPU for a week, whatever the sampling interval); hours not rolled up yet, and the
+partial hour before ``end``, from raw samples aggregated the same way by the store. Nothing at
+or after ``end`` is read, so a backtest at a past time sees only what was known then.
 """
 
 from __future__ import annotations
@@ -13,22 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from gpuwarden.errors import InputError, StoreError
+from gpuwarden.errors import InputError
 from gpuwarden.models import _hourly as H
 from gpuwarden.models.panel import HOUR_S, HourlyPanel, build_panel
 from gpuwarden.store.base import Store
-
-_RAW_CHUNK_S = 86400.0
-
-
-def _rollups(store: Store, start: float, end: float) -> pd.DataFrame:
-    try:
-        return store.read_samples(
-            start=start, end=end, fields=list(H.ROLLUP_FIELDS), resolution_s=HOUR_S
-        )
-    except (InputError, StoreError, NotImplementedError):
-        # a backend without rollups (or without the peak columns): use raw samples only
-        return pd.DataFrame()
 
 
 @dataclass
@@ -55,27 +43,18 @@ def read_history(
     """Read ``[start, end)`` from the store: rollups for whole hours, raw samples after them."""
     if not end > start:
         raise InputError(f"history window is empty: start {start!r} is not before end {end!r}")
-    from tqdm import tqdm
 
     first_hour = float(np.floor(start / HOUR_S) * HOUR_S)
-    whole_end = float(np.floor(end / HOUR_S) * HOUR_S)  # rollups only for hours wholly before end
-    parts: list[pd.DataFrame] = []
-    covered = first_hour
-    if whole_end > first_hour:
-        roll = _rollups(store, first_hour, whole_end)
-        if not roll.empty:
-            parts.append(H.from_rollups(roll))
-            covered = float(roll["ts"].max()) + HOUR_S
-    lo = covered
-    spans = max(0, int(np.ceil((end - lo) / _RAW_CHUNK_S)))
-    for _ in tqdm(range(spans), desc="reading raw samples", unit="day", disable=not progress):
-        hi = min(end, lo + _RAW_CHUNK_S)
-        raw = store.read_samples(start=lo, end=hi, fields=list(H.RAW_FIELDS))
-        parts.append(H.from_raw(raw))
-        lo = hi
+    window = store.read_window(
+        start=first_hour,
+        end=end,
+        fields=list(H.ROLLUP_FIELDS),
+        resolution_s=HOUR_S,
+        progress=progress,
+    )
     last_hour = float(np.floor((np.nextafter(end, -np.inf)) / HOUR_S) * HOUR_S)
     return History(
-        hourly=H.combine(parts),
+        hourly=H.from_rollups(window),
         ident=store.gpus(),
         events=store.read_events(start=first_hour, end=end),
         failures=store.read_failures() if failures is None else failures,

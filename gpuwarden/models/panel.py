@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from gpuwarden.counters import column_increases
 from gpuwarden.health import FATAL_XIDS, describe
 from gpuwarden.models import _hourly as H
 from gpuwarden.telemetry import Event, Failure
@@ -80,23 +81,6 @@ class HourlyPanel:
     def index_of(self, hour_start: float) -> int:
         """Bucket index of the hour that starts at or holds ``hour_start``."""
         return int((np.floor(hour_start / HOUR_S) * HOUR_S - self.hours[0]) // HOUR_S)
-
-
-def increases(last: np.ndarray) -> np.ndarray:
-    """Reset-aware increase at each row since the previous present row, column-wise.
-
-    The 2-D, vectorised form of ``counters.step_increases``: a drop is a restart from zero, so
-    the increase is the new value; the increase across a gap lands on the next present row.
-    """
-    t, g = last.shape
-    present = ~np.isnan(last)
-    idx = np.where(present, np.arange(t)[:, None], -1)
-    np.maximum.accumulate(idx, axis=0, out=idx)
-    prev_idx = np.vstack([np.full((1, g), -1), idx[:-1]])
-    prev = last[np.maximum(prev_idx, 0), np.arange(g)[None, :]]
-    diff = last - prev
-    inc = np.where(diff < 0, last, diff)
-    return np.where(present & (prev_idx >= 0), inc, np.nan)
 
 
 def _epochs(
@@ -169,7 +153,8 @@ def build_panel(
     inc: dict[str, np.ndarray] = {}
     for name, (sources, how) in INCREASES.items():
         parts = [
-            increases(_fill(t_idx, g_codes, hourly[s].to_numpy(np.float64), shape)) for s in sources
+            column_increases(_fill(t_idx, g_codes, hourly[s].to_numpy(np.float64), shape))
+            for s in sources
         ]
         if len(parts) == 1:
             value = parts[0]

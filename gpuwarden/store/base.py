@@ -1,8 +1,9 @@
 """The store protocol, in two tiers.
 
-    ReadableStore   what models, the dashboard, the exporter and reports read: samples, events,
-                    failures, the GPUs seen, and gpuwarden's stored verdicts. A Prometheus server
-                    is only this.
+    ReadableStore   what models, the dashboard, the exporter and reports read: samples, a window
+                    at a resolution (``read_window``: rollups stitched to the raw tail), events,
+                    failures, the GPUs seen, and gpuwarden's stored verdicts. A Prometheus
+                    server is only this.
     WritableStore   what collectors, ingest and ``serve`` write; also compacts.
     Store           both (SQLite; VictoriaMetrics and InfluxDB, which accept writes).
 
@@ -43,6 +44,28 @@ class ReadableStore(Protocol):
     ) -> pd.DataFrame:
         """Samples in ``[start, end)``; ``resolution_s`` reads the downsampled rollup instead
         of raw samples (counters: last value in the bucket; gauges: mean)."""
+        ...
+
+    def read_window(
+        self,
+        *,
+        start: float,
+        end: float,
+        fields: Sequence[str] | None = None,
+        resolution_s: int | None = None,
+        uuids: Sequence[str] | None = None,
+        hostnames: Sequence[str] | None = None,
+        progress: bool = False,
+    ) -> pd.DataFrame:
+        """The one read of a window at a resolution; models, the dashboard and the alerts use it.
+
+        ``resolution_s`` None: raw samples in ``[start, end)``. A rollup resolution: one row
+        per GPU and bucket (``ts`` its start) from ``start``'s bucket to the one holding
+        ``end``, nothing at or after ``end`` read: the buckets ``compact`` rolled up, then the
+        raw samples after them aggregated exactly as ``compact`` does (``window.aggregate``:
+        counters the last value, bitmasks OR, gauges the mean, ``<field>_max`` the peak).
+        ``progress`` shows a bar over the raw samples read. Backends with only
+        ``read_samples`` implement it with ``gpuwarden.store.window.read_window``."""
         ...
 
     def read_events(

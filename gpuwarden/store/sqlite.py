@@ -26,7 +26,7 @@ import numpy as np
 
 from gpuwarden.errors import ConfigError, GpuwardenError, InputError, StoreError
 from gpuwarden.health import Verdict
-from gpuwarden.store import _records, _verdicts
+from gpuwarden.store import _records, _verdicts, window
 from gpuwarden.store._frames import check_fields, frame_rows, wide_frame
 from gpuwarden.store._rollup import hour_of, pending_hours, roll_up_hour
 from gpuwarden.store._schema import (
@@ -314,6 +314,36 @@ class SqliteStore:
                 f"SELECT gpu_id, ts{columns} FROM {table}{clause}", params
             ).fetchall()
         return wide_frame(rows, wanted, gpus)
+
+    def read_window(
+        self,
+        *,
+        start: float,
+        end: float,
+        fields: Sequence[str] | None = None,
+        resolution_s: int | None = None,
+        uuids: Sequence[str] | None = None,
+        hostnames: Sequence[str] | None = None,
+        progress: bool = False,
+    ) -> pd.DataFrame:
+        """A window at a resolution (``base.ReadableStore.read_window``): the 5-minute or
+        hourly rollups ``compact`` made, stitched to the raw samples after them by
+        ``window.read_window``."""
+        if resolution_s and resolution_s not in ROLLUP_RESOLUTIONS:
+            raise InputError(
+                f"resolution_s={resolution_s!r}: rollups exist for "
+                f"{', '.join(map(str, ROLLUP_RESOLUTIONS))} s (None reads raw samples)"
+            )
+        return window.read_window(
+            self,
+            start=start,
+            end=end,
+            fields=fields,
+            resolution_s=resolution_s,
+            uuids=uuids,
+            hostnames=hostnames,
+            progress=progress,
+        )
 
     def read_events(
         self,

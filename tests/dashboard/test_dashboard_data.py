@@ -28,6 +28,7 @@ from known_fleet import (
 from gpuwarden.dashboard import _signals, data
 from gpuwarden.dashboard._reads import read_window, resolution_for
 from gpuwarden.health import GpuState, Reason, Verdict, describe
+from gpuwarden.store import window
 from gpuwarden.store.sqlite import SqliteStore
 
 AS_OF = END - STEP  # the newest sample
@@ -228,6 +229,9 @@ class CountingStore:
         frame = self.store.read_samples(**kw)
         self.rows += len(frame)
         return frame
+
+    def read_window(self, **kw):
+        return window.read_window(self, **kw)  # the store's stitching, over the counted reads
 
     def __getattr__(self, name):
         return getattr(self.store, name)

@@ -11,11 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from modelkit import T0, make_frame, no_events, no_failures
 
+from gpuwarden.counters import column_increases as increases
 from gpuwarden.counters import step_increases
 from gpuwarden.errors import InputError
 from gpuwarden.models import _hourly as H
 from gpuwarden.models.history import load_panel
-from gpuwarden.models.panel import build_panel, increases, panel_from_frames
+from gpuwarden.models.panel import build_panel, panel_from_frames
 from gpuwarden.store.sqlite import SqliteStore
 from gpuwarden.telemetry import Event, GpuId
 
