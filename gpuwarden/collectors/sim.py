@@ -124,3 +124,28 @@ class SimCollector:
 
     def close(self) -> None:
         self._live = None
+
+
+#: Names this module held before the simulator became ``gpuwarden.sim``: still importable from
+#: here, with a deprecation warning, until a later release.
+_MOVED = frozenset(
+    {
+        "Fleet", "SimChunk", "RackHeat", "SimResult", "MODELS", "PRECURSOR_KINDS",
+        "SUDDEN_KINDS", "FAILURE_KINDS", "DEFAULT_START_TS",
+    }
+)  # fmt: skip
+
+
+def __getattr__(name: str) -> object:
+    if name in _MOVED:
+        import warnings
+
+        import gpuwarden.sim
+
+        warnings.warn(
+            f"gpuwarden.collectors.sim.{name} moved to gpuwarden.sim.{name}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(gpuwarden.sim, name)
+    raise AttributeError(f"module 'gpuwarden.collectors.sim' has no attribute {name!r}")

@@ -107,3 +107,16 @@ def test_collector_can_join_the_fleet_later():
     assert sorted(s.gpu.uuid for s in batch.samples) == sorted(rows["uuid"].astype(str))
     with pytest.raises(ConfigError, match="resume"):
         SimCollector.from_url(f"sim://?start={START:.0f}&resume=yesterday")
+
+
+def test_names_moved_to_gpuwarden_sim_still_import_with_a_warning():
+    import warnings
+
+    import gpuwarden.sim
+    from gpuwarden.collectors import sim as adapter
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert adapter.Fleet is gpuwarden.sim.Fleet and adapter.MODELS == gpuwarden.sim.MODELS
+    assert [w.category for w in caught] == [DeprecationWarning, DeprecationWarning]
+    assert adapter.FleetSpec is gpuwarden.sim.FleetSpec  # used by the adapter: no warning
