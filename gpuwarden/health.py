@@ -11,7 +11,9 @@ Every layer that says how a GPU is doing uses these words and only these:
     HARD_SIGNALS     what makes a GPU unhealthy at once, whatever a model says, each with
                      NVIDIA's recommended action
     XIDS / describe  NVIDIA's Xid codes: whose fault each is (hardware, application, driver),
-                     whether it is fatal, and what to do
+                     whether it is fatal, and what to do. ``XIDS`` / ``FATAL_XIDS`` are the
+                     shipped table (the model's features); ``xid_table()`` / ``describe`` the
+                     table in force, edited by the ``xid_severity`` file (``use_xid_severity``)
 
 The Xid table is condensed from NVIDIA's "Xid Errors" catalogue (docs.nvidia.com/deploy/
 xid-errors) and its row-remapping / DBE guidance. ``hardware`` Xids point at the GPU, its memory,
