@@ -44,6 +44,9 @@ def main(ctx: click.Context, config_path: str | None, verbose: int) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with domain_errors():
         ctx.obj = load_settings(config_path)
+        from gpuwarden.health import use_xid_severity
+
+        use_xid_severity(ctx.obj.get("xid_severity") or None)
 
 
 @main.command()
@@ -162,6 +165,20 @@ def exporter(
     type=click.Path(dir_okay=False),
     help="Failures CSV: timestamp,hostname,gpu,UUID,kind; repeatable.",
 )
+@click.option(
+    "--kernel-log",
+    "kernel_logs",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="Kernel log (dmesg, dmesg -T, syslog, journalctl -k) with NVRM Xid / SXid lines; "
+    "repeatable. Loaded after the other files, so their GPUs' PCI bus ids are known.",
+)
+@click.option("--host", default=None, help="Host a --kernel-log's lines without one belong to.")
+@click.option(
+    "--boot-time",
+    default=None,
+    help="Boot time of a --kernel-log with dmesg seconds-since-boot stamps (RFC 3339 or Unix s).",
+)
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 @click.pass_context
 def ingest(
@@ -170,27 +187,36 @@ def ingest(
     telemetry_files: tuple[str, ...],
     xid_files: tuple[str, ...],
     failure_files: tuple[str, ...],
+    kernel_logs: tuple[str, ...],
+    host: str | None,
+    boot_time: str | None,
     progress: bool,
 ) -> None:
-    """Load history exported from Prometheus, InfluxDB or a spreadsheet into a store.
+    """Load history exported from Prometheus, InfluxDB or a spreadsheet, or kernel logs, into
+    a store.
 
     Good rows are stored; bad rows are listed with their line numbers and the exit status is 1.
     """
     from gpuwarden import ingest as ing
 
-    if not (telemetry_files or xid_files or failure_files):
-        raise click.UsageError("give at least one of --telemetry, --xids, --failures")
+    if not (telemetry_files or xid_files or failure_files or kernel_logs):
+        raise click.UsageError("give at least one of --telemetry, --xids, --failures, --kernel-log")
+    boot = ing.parse_time(boot_time, "--boot-time") if boot_time else None
     store = open_store(store_url, settings(ctx))
     bad = 0
     try:
         jobs: list[tuple[str, str]] = [(f, "telemetry") for f in telemetry_files]
         jobs += [(f, "xids") for f in xid_files]
         jobs += [(f, "failures") for f in failure_files]
+        jobs += [(f, "kernel") for f in kernel_logs]
         for path, kind in jobs:
             if kind == "telemetry":
                 report, what = ing.ingest_telemetry(store, path, progress=progress), "samples"
             elif kind == "xids":
                 report, what = ing.ingest_xids(store, path), "Xid events"
+            elif kind == "kernel":
+                report = ing.ingest_kernel_log(store, path, host=host, boot_time=boot)
+                what = _kernel_log_summary(path, report)
             else:
                 report, what = ing.ingest_failures(store, path), "failures"
             click.echo(f"{path}: stored {report.rows_stored} {what}")
@@ -208,6 +234,25 @@ def ingest(
         store.close()
     if bad:
         raise click.ClickException(f"{bad} bad rows skipped (the good rows were stored)")
+
+
+def _kernel_log_summary(path: str, report) -> str:  # report: ingest.IngestReport
+    """What a kernel log gave; its unmatched Xids and an Xid-free log are said on stderr."""
+    for line, bus in report.unmatched[:50]:
+        click.echo(
+            f"{path}:{line}: no known GPU at PCI {bus} on this host; stored as xid_unmatched "
+            "(load telemetry with pci_bus_id first, then load the log again)",
+            err=True,
+        )
+    if report.unmatched_total > 50:
+        click.echo(f"{path}: ... and {report.unmatched_total - 50} more unmatched", err=True)
+    if report.rows_stored == 0 and not report.bad_rows_total:
+        click.echo(f"{path}: no NVRM Xid or SXid line in {report.lines_read} lines", err=True)
+    xids = report.rows_stored - report.sxids - report.unmatched_total
+    return (
+        f"kernel-log events ({xids} Xid, {report.sxids} SXid, "
+        f"{report.unmatched_total} unmatched Xid)"
+    )
 
 
 @main.command()

@@ -53,6 +53,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "compact_every_s", 3600.0, "Seconds between two roll-up / retention passes of `collect`."
     ),
+    Setting(
+        "xid_severity",
+        "",
+        "TOML file of Xid severities (class, fatal, action per code) over the shipped table.",
+    ),
 )
 
 SETTINGS_BY_NAME: Mapping[str, Setting] = {s.name: s for s in SETTINGS}

@@ -11,7 +11,9 @@ Every layer that says how a GPU is doing uses these words and only these:
     HARD_SIGNALS     what makes a GPU unhealthy at once, whatever a model says, each with
                      NVIDIA's recommended action
     XIDS / describe  NVIDIA's Xid codes: whose fault each is (hardware, application, driver),
-                     whether it is fatal, and what to do
+                     whether it is fatal, and what to do. ``XIDS`` / ``FATAL_XIDS`` are the
+                     shipped table (the model's features); ``xid_table()`` / ``describe`` the
+                     table in force, edited by the ``xid_severity`` file (``use_xid_severity``)
 
 The Xid table is condensed from NVIDIA's "Xid Errors" catalogue (docs.nvidia.com/deploy/
 xid-errors) and its row-remapping / DBE guidance. ``hardware`` Xids point at the GPU, its memory,
@@ -22,13 +24,16 @@ illegal address), which is why 13, 31, 43 and 45 never count against a GPU's hea
 from __future__ import annotations
 
 import math
+import os
+import tomllib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from gpuwarden.errors import InputError
+from gpuwarden.errors import ConfigError, InputError
 from gpuwarden.telemetry import GpuId
 
 # -- states -------------------------------------------------------------------------------
@@ -103,7 +108,10 @@ AT_RISK_ACTION = (
 
 # -- Xids -----------------------------------------------------------------------------------
 
-XidClass = Literal["hardware", "application", "driver"]
+XidClass = Literal["hardware", "application", "driver", "ignore"]
+#: The classes a severity file may give a code. Only ``hardware`` Xids are evidence against a
+#: GPU; ``ignore`` drops a code from the hard signals and the Xid reasons.
+XID_CLASSES: tuple[str, ...] = ("hardware", "application", "driver", "ignore")
 
 
 @dataclass(frozen=True)
@@ -152,19 +160,139 @@ _CATALOGUE = (
         "GPU System Processor error: drain and reset the GPU; replace on recurrence."),
 )  # fmt: skip
 
-XIDS: dict[int, Xid] = {x.code: x for x in _CATALOGUE}
 
-#: Xids that mark a GPU unhealthy at once, whatever a model says.
+#: The shipped table. The model's features (``models.panel``: Xid counts by class, fatal
+#: Xids) are always computed with it, since the shipped model was trained on it.
+XIDS: Mapping[int, Xid] = MappingProxyType({x.code: x for x in _CATALOGUE})
+
+#: Xids that mark a GPU unhealthy at once in the shipped table (``xid_table().fatal`` is the
+#: table in force, with the user's severity file applied).
 FATAL_XIDS: frozenset[int] = frozenset(x.code for x in _CATALOGUE if x.fatal)
 APPLICATION_XIDS: frozenset[int] = frozenset(x.code for x in _CATALOGUE if x.cls == "application")
 
 
-def describe(code: int) -> Xid:
-    """The catalogue entry for ``code``; unknown codes count as hardware and non-fatal."""
-    return XIDS.get(
-        code,
-        Xid(code, f"Xid {code}", "hardware", False, "Look the code up in NVIDIA's Xid catalogue."),
+def _unknown_xid(code: int) -> Xid:
+    return Xid(
+        code, f"Xid {code}", "hardware", False, "Look the code up in NVIDIA's Xid catalogue."
     )
+
+
+@dataclass(frozen=True)
+class XidTable:
+    """An Xid table: the shipped one, or the shipped one with a severity file's rows on top.
+
+    ``fatal`` (codes that make a GPU unhealthy at once) holds only ``hardware`` codes: an
+    application, driver or ignored Xid never condemns a GPU."""
+
+    entries: Mapping[int, Xid]
+    source: str = "built-in"
+    fatal: frozenset[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        fatal = frozenset(x.code for x in self.entries.values() if x.fatal and x.cls == "hardware")
+        object.__setattr__(self, "fatal", fatal)
+
+    def describe(self, code: int) -> Xid:
+        """The entry for ``code``; unknown codes count as hardware and non-fatal."""
+        entry = self.entries.get(code)
+        return entry if entry is not None else _unknown_xid(code)
+
+
+DEFAULT_XID_TABLE = XidTable(XIDS)
+_active: XidTable = DEFAULT_XID_TABLE
+
+
+def xid_table() -> XidTable:
+    """The Xid table in force: the shipped one, or the one ``use_xid_severity`` loaded."""
+    return _active
+
+
+def describe(code: int) -> Xid:
+    """The entry for ``code`` in the table in force; unknown codes count as hardware and
+    non-fatal."""
+    entry = _active.entries.get(code)
+    return entry if entry is not None else _unknown_xid(code)
+
+
+_XID_KEYS = {"name", "class", "fatal", "action"}
+
+
+def load_xid_severity(path: str | os.PathLike[str]) -> XidTable:
+    """The shipped table with the rows of a severity file (TOML) on top::
+
+        [xid.13]                    # the code, an integer
+        class = "application"       # hardware, application, driver or ignore
+        fatal = false               # only a hardware Xid may be fatal
+        action = "Tell the job's owner."
+        name = "Graphics engine exception"   # optional
+
+    Keys left out keep the shipped entry's value; a code the shipped table does not know needs
+    a ``class``. Raises ``ConfigError`` naming the file and the code for anything else."""
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError as exc:
+        raise ConfigError(f"xid_severity file {path} does not exist") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"xid_severity file {path} cannot be read: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"xid_severity file {path} is not valid TOML: {exc}") from exc
+    extra = sorted(set(data) - {"xid"})
+    if extra:
+        raise ConfigError(f"{path}: unknown table(s) {', '.join(extra)}; rows go under [xid.CODE]")
+    rows = data.get("xid", {})
+    if not isinstance(rows, dict):
+        raise ConfigError(f"{path}: xid must be a table of [xid.CODE] rows")
+    entries = dict(XIDS)
+    for key, row in rows.items():
+        entries_code = _xid_code(path, key)
+        entries[entries_code] = _xid_row(path, entries_code, row)
+    return XidTable(MappingProxyType(entries), source=str(path))
+
+
+def _xid_code(path: object, key: str) -> int:
+    try:
+        code = int(key)
+    except ValueError:
+        raise ConfigError(f"{path}: [xid.{key}]: the code must be an integer Xid number") from None
+    if code < 0:
+        raise ConfigError(f"{path}: [xid.{key}]: the code must not be negative")
+    return code
+
+
+def _xid_row(path: object, code: int, row: object) -> Xid:
+    where = f"{path}: [xid.{code}]"
+    if not isinstance(row, dict):
+        raise ConfigError(f"{where} must be a table (class, fatal, action, name)")
+    unknown = sorted(set(row) - _XID_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key(s) {', '.join(unknown)} (known: class, fatal, action, name)"
+        )
+    base = XIDS.get(code)
+    if base is None and "class" not in row:
+        raise ConfigError(f"{where}: the shipped table does not know Xid {code}; give its class")
+    base = base or _unknown_xid(code)
+    cls = row.get("class", base.cls)
+    if cls not in XID_CLASSES:
+        raise ConfigError(f"{where}: class {cls!r} must be one of {', '.join(XID_CLASSES)}")
+    fatal = row.get("fatal", base.fatal and cls == "hardware")
+    if not isinstance(fatal, bool):
+        raise ConfigError(f"{where}: fatal must be true or false, not {fatal!r}")
+    if fatal and cls != "hardware":
+        raise ConfigError(f"{where}: a {cls} Xid cannot be fatal: only hardware Xids condemn a GPU")
+    for key in ("action", "name"):
+        if key in row and not isinstance(row[key], str):
+            raise ConfigError(f"{where}: {key} must be a string")
+    return Xid(code, row.get("name", base.name), cls, fatal, row.get("action", base.action))
+
+
+def use_xid_severity(path: str | os.PathLike[str] | None) -> XidTable:
+    """Put the table from the severity file ``path`` in force (the shipped one for None or
+    ""), for ``describe``, the hard signals, the rules, the dashboard and the reasons. The
+    model's features keep the shipped table. Returns the table now in force."""
+    global _active
+    _active = load_xid_severity(path) if path else DEFAULT_XID_TABLE
+    return _active
 
 
 # -- hard signals ---------------------------------------------------------------------------
@@ -226,7 +354,7 @@ HARD_FIELDS: tuple[str, ...] = (*DBE_FIELDS, "remapped_rows_failure")
 def event_signal(kind: str, code: float | None = None) -> HardSignal | None:
     """The hard signal an event is, if any: a lost GPU, a reset needed, a fatal Xid."""
     if kind == "xid":
-        if code is None or code != code or int(code) not in FATAL_XIDS:  # NaN: code unknown
+        if code is None or code != code or int(code) not in _active.fatal:  # NaN: code unknown
             return None
         return FATAL_XID
     return HARD_EVENTS.get(kind)
@@ -390,6 +518,12 @@ __all__ = [
     "ROW_REMAP_FAILURE",
     "SHOWN_STATES",
     "XIDS",
+    "XID_CLASSES",
+    "DEFAULT_XID_TABLE",
+    "XidTable",
+    "load_xid_severity",
+    "use_xid_severity",
+    "xid_table",
     "GpuState",
     "HardSignal",
     "Xid",

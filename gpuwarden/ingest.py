@@ -17,11 +17,15 @@ are idempotent, so loading a fixed file again after an error is safe.
 
 from __future__ import annotations
 
+import gzip
 import os
 import warnings
+import zlib
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, tzinfo
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -30,6 +34,9 @@ from gpuwarden._ingest_read import Chunk, FileChunks
 from gpuwarden.errors import InputError
 from gpuwarden.store.base import Store
 from gpuwarden.telemetry import FIELD_BY_DCGM, FIELDS_BY_NAME, Event, Failure, GpuId
+
+if TYPE_CHECKING:
+    from gpuwarden.collectors.kmsg import KernelXid
 
 #: Bad rows kept in a report; ``bad_rows_total`` counts them all.
 MAX_BAD_ROWS = 1000
@@ -44,6 +51,13 @@ class IngestReport:
     bad_rows: list[tuple[int, str]] = field(default_factory=list)
     unknown_columns: list[str] = field(default_factory=list)
     bad_rows_total: int = 0
+    #: Kernel logs: (line, PCI bus id) of Xids that matched no known GPU (the first
+    #: ``MAX_BAD_ROWS``), stored as ``xid_unmatched``; ``unmatched_total`` counts them all.
+    unmatched: list[tuple[int, str]] = field(default_factory=list)
+    unmatched_total: int = 0
+    #: Kernel logs: lines read, and the SXid events among those stored.
+    lines_read: int = 0
+    sxids: int = 0
 
 
 class IngestWarning(UserWarning):
@@ -390,4 +404,111 @@ def ingest_failures(
     return _run(path, (*_ID, "kind"), optional, False, store_rows, False, chunk_rows)
 
 
-__all__ = ["IngestReport", "IngestWarning", "ingest_telemetry", "ingest_xids", "ingest_failures"]
+def parse_time(text: str, name: str = "time") -> float:
+    """RFC 3339 (without an offset: UTC) or Unix seconds -> Unix seconds; ``InputError``
+    naming ``name`` (the option) otherwise."""
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(
+            f"{name} {text!r} is neither RFC 3339 (2026-01-01T00:00:00Z) nor Unix seconds"
+        ) from None
+    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
+
+
+def _kernel_log_lines(path: str | os.PathLike[str]) -> list[str]:
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from exc
+    if not raw.strip():
+        raise InputError(f"{path}: the file is empty")
+    return raw.decode("utf-8", errors="replace").splitlines()
+
+
+def ingest_kernel_log(
+    store: Store,
+    path: str | os.PathLike[str],
+    *,
+    host: str | None = None,
+    boot_time: float | None = None,
+    tz: tzinfo = UTC,
+    now: float | None = None,
+) -> IngestReport:
+    """Load the ``NVRM: Xid`` and ``SXid`` lines of a kernel log (dmesg, dmesg -T, syslog,
+    journalctl -k, a copy of /dev/kmsg; plain or gzip) as events.
+
+    Each Xid goes to the GPU at its PCI address on its host (the line's own host, else
+    ``host``), as the store's inventory (``Store.gpus()``) knows them; one that matches no GPU
+    is stored as ``xid_unmatched`` and listed in ``unmatched``. SXids are ``sxid`` events of
+    the switch (``collectors.kmsg.switch_id``). Seconds-since-boot stamps need ``boot_time``.
+    Nothing is stored when the file needs ``host`` or ``boot_time`` and lacks it
+    (``InputError`` naming the option); an Xid line that does not read is a bad row."""
+    from gpuwarden.collectors.kmsg import GpuDirectory, KernelLineError, parse_line, to_event
+
+    lines = _kernel_log_lines(path)
+    found: list[tuple[int, KernelXid]] = []
+    bad: list[tuple[int, str]] = []
+    for n, line in enumerate(lines, 1):
+        try:
+            x = parse_line(line, boot_time=boot_time, tz=tz, now=now)
+        except KernelLineError as exc:
+            bad.append((n, str(exc)))
+            continue
+        if x is None:
+            continue
+        if x.ts is None and x.since_boot is None:
+            bad.append((n, "an Xid line without a time stamp"))
+            continue
+        found.append((n, x))
+    since_boot = next(((n, x) for n, x in found if x.ts is None), None)
+    if since_boot is not None:
+        n, x = since_boot
+        raise InputError(
+            f"{path}:{n}: {x.stamp!r} is seconds since boot; give --boot-time (that boot's "
+            "time, RFC 3339 or Unix seconds: `uptime -s` on the host, or btime in /proc/stat)"
+        )
+    no_host = next((n for n, x in found if not x.host), None)
+    if no_host is not None and not host:
+        raise InputError(
+            f"{path}:{no_host}: the line names no host (a dmesg log); give --host NAME"
+        )
+    gpus = GpuDirectory.from_frame(store.gpus())
+    events: list[Event] = []
+    unmatched: list[tuple[int, str]] = []
+    for n, x in found:
+        assert x.ts is not None
+        event = to_event(x, x.ts, x.host or str(host), gpus)
+        if event.kind == "xid_unmatched":
+            unmatched.append((n, x.bus_id))
+        events.append(event)
+    if events:
+        store.write_events(events)
+    return IngestReport(
+        len(events),
+        bad[:MAX_BAD_ROWS],
+        bad_rows_total=len(bad),
+        unmatched=unmatched[:MAX_BAD_ROWS],
+        unmatched_total=len(unmatched),
+        lines_read=len(lines),
+        sxids=sum(1 for e in events if e.kind == "sxid"),
+    )
+
+
+__all__ = [
+    "IngestReport",
+    "IngestWarning",
+    "ingest_failures",
+    "ingest_kernel_log",
+    "ingest_telemetry",
+    "ingest_xids",
+    "parse_time",
+]

@@ -12,6 +12,7 @@ absent from ``Sample.values`` (NaN in a frame).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
@@ -440,6 +441,35 @@ class GpuId(NamedTuple):
     rack: str = ""
 
 
+_PCI_BUS_ID = re.compile(
+    r"^(?:PCI:)?(?:(?P<domain>[0-9A-Fa-f]{1,8}):)?(?P<bus>[0-9A-Fa-f]{1,2}):"
+    r"(?P<device>[0-9A-Fa-f]{1,2})(?:\.(?P<function>[0-7]))?$"
+)
+
+
+def canonical_pci_bus_id(text: str) -> str:
+    """One spelling of a PCI address, ``0000:cb:00.0`` (domain:bus:device.function, lower case,
+    the 4-digit domain Linux's sysfs uses), from any of the ways sources write it:
+
+        kernel log (NVRM Xid)   PCI:0000:cb:00       no function: the GPU's is always 0
+        NVML, DCGM              00000000:CB:00.0     8-digit domain, upper case
+        nvidia-smi, lspci       0000:cb:00.0, cb:00.0
+
+    An empty string stays empty (the source did not say); anything else that is not a PCI
+    address raises ``ValueError``."""
+    text = text.strip()
+    if not text:
+        return ""
+    m = _PCI_BUS_ID.match(text)
+    if m is None:
+        raise ValueError(f"{text!r} is not a PCI bus id such as 0000:cb:00.0")
+    domain = int(m.group("domain") or "0", 16)
+    return (
+        f"{domain:04x}:{int(m.group('bus'), 16):02x}:{int(m.group('device'), 16):02x}"
+        f".{m.group('function') or '0'}"
+    )
+
+
 @dataclass(frozen=True)
 class Sample:
     """One reading of one GPU at ``ts`` (Unix seconds, UTC). Absent fields were not read."""
@@ -449,8 +479,14 @@ class Sample:
     values: Mapping[str, float] = field(default_factory=dict)
 
 
-EventKind = Literal["xid", "gpu_lost", "gpu_requires_reset", "gpu_recovered"]
-EVENT_KINDS: tuple[str, ...] = ("xid", "gpu_lost", "gpu_requires_reset", "gpu_recovered")
+EventKind = Literal[
+    "xid", "gpu_lost", "gpu_requires_reset", "gpu_recovered", "sxid", "xid_unmatched"
+]
+#: ``sxid``: an NVSwitch's SXid, filed under the switch (``switch_id``), not a GPU.
+#: ``xid_unmatched``: a kernel-log Xid whose PCI bus id matched no known GPU (``pci_id``).
+EVENT_KINDS: tuple[str, ...] = (
+    "xid", "gpu_lost", "gpu_requires_reset", "gpu_recovered", "sxid", "xid_unmatched",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

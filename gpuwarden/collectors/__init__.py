@@ -4,6 +4,7 @@
     open_collector("smi://?timeout=10")                    nvidia-smi --query-gpu
     open_collector("dcgm+http://node7:9400/metrics")       dcgm-exporter endpoint(s), comma-separated
     open_collector("sim://?nodes=16&gpus=8&seed=1")        a simulated fleet
+    open_collector("kmsg://")                              Xid/SXid lines from /dev/kmsg
 
 Built-ins are listed here; third-party collectors register a ``gpuwarden.collectors`` entry
 point naming a callable ``(url: str) -> Collector``.
@@ -21,6 +22,7 @@ BUILTIN: dict[str, str] = {
     "dcgm+http": "gpuwarden.collectors.dcgm:DcgmCollector.from_url",
     "dcgm+https": "gpuwarden.collectors.dcgm:DcgmCollector.from_url",
     "sim": "gpuwarden.collectors.sim:SimCollector.from_url",
+    "kmsg": "gpuwarden.collectors.kmsg:KmsgCollector.from_url",
 }
 
 

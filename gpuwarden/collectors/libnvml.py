@@ -38,6 +38,7 @@ import pynvml
 
 from gpuwarden.collectors._gpu_state import LOST, REQUIRES_RESET
 from gpuwarden.errors import CollectorUnavailable
+from gpuwarden.telemetry import GpuId
 
 #: NVML return codes meaning "this GPU, driver or account does not offer that": absent, quietly.
 NOT_AVAILABLE: frozenset[int] = frozenset(
@@ -125,6 +126,27 @@ def init(nvml: Any) -> int:
         shutdown(nvml)
         raise CollectorUnavailable("NVML started but sees no GPUs on this host")
     return count
+
+
+def list_gpus(nvml: Any, hostname: str) -> list[GpuId]:
+    """This host's GPUs (index, UUID, PCI bus id, name), read once; for matching kernel-log
+    lines to GPUs. A GPU that does not answer is left out. Raises ``CollectorUnavailable``
+    when NVML cannot be used at all."""
+    count = init(nvml)
+    out: list[GpuId] = []
+    try:
+        for i in range(count):
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(i)
+                pci = nvml.nvmlDeviceGetPciInfo(handle)
+                uuid = text(nvml.nvmlDeviceGetUUID(handle))
+                name = text(nvml.nvmlDeviceGetName(handle))
+            except pynvml.NVMLError:
+                continue
+            out.append(GpuId(hostname, i, uuid, pci_bus_id=text(pci.busId), model=name))
+    finally:
+        shutdown(nvml)
+    return out
 
 
 def shutdown(nvml: Any) -> None:

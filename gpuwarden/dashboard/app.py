@@ -32,6 +32,7 @@ from gpuwarden.dashboard import (
     _scheduler_page,
 )
 from gpuwarden.errors import GpuwardenError
+from gpuwarden.health import use_xid_severity
 
 VIEWS = {
     "overview": "Fleet overview",
@@ -93,6 +94,7 @@ def main() -> None:
         return
     try:
         url = store_url(sys.argv[1:])
+        use_xid_severity(load_settings()["xid_severity"] or None)
     except GpuwardenError as exc:  # a broken settings file: say so, no traceback
         st.error(f"Cannot work out which store to read: {exc}")
         return

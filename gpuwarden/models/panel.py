@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from gpuwarden.counters import column_increases
-from gpuwarden.health import FATAL_XIDS, describe
+from gpuwarden.health import DEFAULT_XID_TABLE, FATAL_XIDS
 from gpuwarden.models import _hourly as H
 from gpuwarden.telemetry import Event, Failure
 
@@ -257,7 +257,8 @@ def _event_counts(
     kind = events["kind"].astype(str).to_numpy()
     xid = pd.to_numeric(events["code"], errors="coerce").to_numpy(np.float64)
     is_xid = (kind == "xid") & np.isfinite(xid)
-    known = {c: describe(int(c)).cls for c in np.unique(xid[is_xid])}
+    # The shipped table, never a user's severity file: the model was trained on these counts.
+    known = {c: DEFAULT_XID_TABLE.describe(int(c)).cls for c in np.unique(xid[is_xid])}
     cls = np.array([known.get(c, "") if x else "" for c, x in zip(xid, is_xid, strict=True)])
     masks = {
         "xid_hw": is_xid & (cls == "hardware"),

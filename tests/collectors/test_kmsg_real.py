@@ -1,0 +1,87 @@
+"""The parser on real kernel-log excerpts (tests/data/kmsg/real/, sources in SOURCES.md there):
+every NVRM Xid and SXid line reads, with the code, the PCI address and the time it shows."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from gpuwarden.collectors.kmsg import is_xid_line, parse_line
+from gpuwarden.ingest import ingest_kernel_log
+from gpuwarden.store.sqlite import SqliteStore
+
+REAL = Path(__file__).parent.parent / "data" / "kmsg" / "real"
+BOOT = 1_700_000_000.0
+
+
+def _lines(name: str) -> list[str]:
+    path = REAL / name
+    if not path.exists():
+        pytest.skip(f"{path} not in this checkout")
+    return path.read_text().splitlines()
+
+
+def _xids(name: str):
+    return [x for line in _lines(name) if (x := parse_line(line, boot_time=BOOT)) is not None]
+
+
+def _utc(text: str) -> float:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+
+
+def test_every_xid_line_of_every_file_reads():
+    if not REAL.exists():
+        pytest.skip(f"{REAL} not in this checkout")
+    for path in sorted(REAL.glob("*.log")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if is_xid_line(line):
+                x = parse_line(line, boot_time=BOOT)
+                assert x is not None and x.ts is not None, f"{path.name}:{n}"
+
+
+def test_dmesg_T_gsp_timeout():
+    xids = _xids("dmesg_T_xid119_gsp_timeout_h100.log")
+    assert xids and {(x.kind, x.code, x.bus_id) for x in xids} == {("xid", 119, "0000:9b:00.0")}
+    assert xids[0].ts == _utc("2025-02-23T16:24:18")
+    assert xids[0].detail.startswith("pid=2024380, name=nvidia-smi, Timeout after 6s")
+
+
+def test_dmesg_ctime_application_xids():
+    xids = _xids("dmesg_ctime_xid13_109.log")
+    assert [x.code for x in xids] == [13, 13, 13, 109]
+    assert {x.bus_id for x in xids} == {"0000:cb:00.0"}
+    assert xids[-1].ts == _utc("2024-08-30T11:43:14")
+
+
+def test_dmesg_decode_iso_unknown_pid():
+    xids = _xids("dmesg_decode_iso_xid13_43_unknown_pid.log")
+    assert {x.code for x in xids} == {13, 43}
+    assert xids[0].ts == pytest.approx(_utc("2025-01-21T04:41:44.283302"))
+    assert xids[0].detail.startswith("pid='<unknown>', name=<unknown>, ")
+
+
+def test_dmesg_since_boot_xid79_and_sxids():
+    xids = _xids("dmesg_xid79_sxid20034_nvswitch.log")
+    (xid,) = [x for x in xids if x.kind == "xid"]
+    assert (xid.code, xid.bus_id, xid.ts) == (79, "0000:91:00.0", BOOT + 6781741.548779)
+    sxids = [x for x in xids if x.kind == "sxid"]
+    assert sxids and {x.code for x in sxids} == {20034}
+    assert {x.device for x in sxids} == {"nvidia-nvswitch0", "nvidia-nvswitch1", "nvidia-nvswitch2"}
+    assert {x.bus_id for x in sxids} == {"0000:05:00.0", "0000:06:00.0", "0000:07:00.0"}
+
+
+def test_fallen_off_the_bus_without_an_xid_line_is_no_event():
+    assert _xids("dmesg_fallen_off_bus_no_xid_r570.log") == []
+
+
+def test_ingest_the_nvswitch_log(tmp_path):
+    _lines("dmesg_xid79_sxid20034_nvswitch.log")
+    store = SqliteStore()
+    report = ingest_kernel_log(
+        store, REAL / "dmesg_xid79_sxid20034_nvswitch.log", host="n1", boot_time=BOOT
+    )
+    assert report.bad_rows_total == 0 and report.sxids >= 3
+    assert report.unmatched == [(3, "0000:91:00.0")]  # an empty store knows no GPU
+    store.close()
