@@ -133,7 +133,8 @@ def local_serve(store_url: str, lookback_s: float) -> Iterator[str]:
     from gpuwarden.serve.service import RiskService
 
     store = open_store(store_url)
-    service = RiskService(store, assess=HardSignalAssessor(lookback_s=lookback_s))
+    # a prop for the Decisions page: its verdicts (no model) must not hide the backfilled risk
+    service = RiskService(store, assess=HardSignalAssessor(lookback_s=lookback_s), verdicts=None)
     service.tick()
     handle = ServeHandle(service, token=None).start(loop=False)
     try:
