@@ -96,8 +96,6 @@ def fleet_summary(
 ) -> FleetSummary:
     """Summarise the last ``window_s`` seconds of ``store`` (ending at its newest sample)."""
     gpus = store.gpus()
-    # index -1: a kernel log's NVSwitch or unmatched PCI address (collectors.kmsg), no GPU
-    gpus = gpus[gpus["gpu"] >= 0].reset_index(drop=True)
     if now is None:
         now = float(gpus["last_ts"].max()) if len(gpus) else 0.0
     start = now - window_s

@@ -124,8 +124,10 @@ def select(
 
 
 def public(gpus: pd.DataFrame) -> pd.DataFrame:
-    """The gpus table as ``Store.gpus()`` returns it, sorted by hostname, gpu, first_ts."""
-    out = gpus.sort_values(["hostname", "gpu", "first_ts"], kind="stable")
+    """The gpus table as ``Store.gpus()`` returns it, sorted by hostname, gpu, first_ts: GPUs
+    only. Devices filed at index -1 (an NVSwitch's SXids, an Xid at a PCI address no GPU has)
+    carry events per node but are not GPUs: no inventory, panel or page counts them."""
+    out = gpus[gpus["gpu"] >= 0].sort_values(["hostname", "gpu", "first_ts"], kind="stable")
     return out[_GPU_COLUMNS].reset_index(drop=True)
 
 

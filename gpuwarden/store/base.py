@@ -94,7 +94,9 @@ class ReadableStore(Protocol):
         ...
 
     def gpus(self) -> pd.DataFrame:
-        """Every GPU seen: hostname, gpu, uuid, pci_bus_id, model, rack, first_ts, last_ts."""
+        """Every GPU seen: hostname, gpu, uuid, pci_bus_id, model, rack, first_ts, last_ts.
+        Devices that are not GPUs (index -1: an NVSwitch, a PCI address no GPU has, whose
+        kernel-log events are kept per node) are left out; ``read_events`` returns their events."""
         ...
 
     def close(self) -> None: ...

@@ -456,3 +456,22 @@ def test_a_reader_process_reads_while_a_writer_process_writes(tmp_path):
         if writer.poll() is None:
             writer.kill()
         reader.close()
+
+
+def test_devices_that_are_not_gpus_keep_their_events_but_are_no_gpus(tmp_path):
+    """An NVSwitch's SXid is filed under the switch (index -1): its event reads back, and the
+    inventory, which panels and pages count, lists GPUs only."""
+    from gpuwarden.collectors.kmsg import switch_id
+    from gpuwarden.telemetry import Event, GpuId
+
+    switch = switch_id("node7", "0000:05:00.0")
+    with SqliteStore(tmp_path / "s.db") as store:
+        store.write_events(
+            [
+                Event(T0, switch, "sxid", 20034, "LTSSM Fault Up"),
+                Event(T0, GpuId("node7", 0, "GPU-a"), "xid", 79, ""),
+            ]
+        )
+        assert list(store.gpus()["uuid"]) == ["GPU-a"]
+        sx = store.read_events(kinds=["sxid"])
+        assert (sx["hostname"].iloc[0], int(sx["code"].iloc[0])) == ("node7", 20034)
