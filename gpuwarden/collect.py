@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuwarden.collectors.base import Collector
+from gpuwarden.collectors.silence import SilenceWatch
 from gpuwarden.errors import GpuwardenError
 from gpuwarden.store.base import Store
 from gpuwarden.telemetry import Batch
@@ -58,6 +59,7 @@ class CollectLoop:
         self.sleep = sleep
         self.stats = CollectStats()
         self._pending: deque[Batch] = deque(maxlen=backlog)
+        self._silence = SilenceWatch()
         self._last_compact = clock()
 
     def tick(self) -> Batch | None:
@@ -73,6 +75,7 @@ class CollectLoop:
             self.stats.collect_errors += 1
             log.exception("collector %s crashed: %s", self.collector.url, exc)
         if batch is not None:
+            batch = self._silence.observe(batch)
             self.stats.samples += len(batch.samples)
             self.stats.events += len(batch.events)
             for problem in batch.problems:

@@ -28,6 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from gpuwarden._exporter_render import CONTENT_TYPE, ExporterState
 from gpuwarden.collectors.base import Collector
+from gpuwarden.collectors.silence import SilenceWatch
 from gpuwarden.errors import ConfigError
 from gpuwarden.lifecycle import stops_on_signal
 from gpuwarden.store.base import Store
@@ -61,6 +62,7 @@ class Exporter:
         self.store = store
         self._clock = clock
         self._state = ExporterState(collector.url, has_store=store is not None)
+        self._silence = SilenceWatch()  # under _poll_lock: one batch at a time
         self._lock = threading.Lock()  # guards _state and the cached bodies
         self._poll_lock = threading.Lock()  # one collect() at a time
         self._body: bytes | None = None
@@ -84,6 +86,7 @@ class Exporter:
                     self._body = self._gzipped = None
                 return None
             duration = time.perf_counter() - started
+            batch = self._silence.observe(batch)
             store_failed = self._write_store(batch)
             with self._lock:
                 self._state.apply(batch, duration, now=self._clock())

@@ -486,6 +486,7 @@ EventKind = Literal[
 #: ``xid_unmatched``: a kernel-log Xid whose PCI bus id matched no known GPU (``pci_id``).
 EVENT_KINDS: tuple[str, ...] = (
     "xid", "gpu_lost", "gpu_requires_reset", "gpu_recovered", "sxid", "xid_unmatched",
+    "gpu_missing", "gpu_reporting",
 )  # fmt: skip
 
 

@@ -28,6 +28,8 @@ HOUR_S = 3600
 EVENT_NAMES = {
     **{kind: signal.what for kind, signal in health.HARD_EVENTS.items()},
     "gpu_recovered": "GPU recovered",
+    "gpu_missing": "GPU stopped reporting while its node reports",
+    "gpu_reporting": "GPU reporting again",
 }
 FATAL_EVENTS = frozenset(health.HARD_EVENTS)
 MISSING_ACTION = (
