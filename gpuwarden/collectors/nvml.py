@@ -64,6 +64,21 @@ _VIOLATIONS = (
 )
 
 
+#: Catalogue fields nvml:// does not read yet (dcgm-exporter 4.x's extra default counters;
+#: their NVML calls are named in the catalogue). Absent from its samples, never 0.
+NOT_READ = frozenset(
+    {
+        "enc_util_pct",
+        "dec_util_pct",
+        "fb_reserved_mib",
+        "dram_active",
+        "pcie_tx_bytes_per_s",
+        "pcie_rx_bytes_per_s",
+        "dcgm_health",
+    }
+)
+
+
 def discover_nvlinks(q: libnvml.DeviceQuery) -> tuple[int, ...]:
     """The NVLink indices this GPU answers for (``nvidia-smi nvlink -s``); () without NVLink.
 

@@ -94,7 +94,30 @@ class ReadableStore(Protocol):
         ...
 
     def gpus(self) -> pd.DataFrame:
-        """Every GPU seen: hostname, gpu, uuid, pci_bus_id, model, rack, first_ts, last_ts."""
+        """Every GPU seen: hostname, gpu, uuid, pci_bus_id, model, rack, first_ts, last_ts.
+        MIG instances are not listed (reads without ``uuids`` leave them out too)."""
+        ...
+
+    def mig_instances(self) -> pd.DataFrame:
+        """MIG instances (``telemetry.mig_uuid`` keys): hostname, gpu, uuid, parent_uuid,
+        model (with the MIG profile), first_ts, last_ts."""
+        ...
+
+    def read_assignments(
+        self,
+        *,
+        start: float | None = None,
+        end: float | None = None,
+        uuids: Sequence[str] | None = None,
+    ) -> pd.DataFrame:
+        """Who held each GPU or MIG instance (Kubernetes namespace, pod, container) over time,
+        overlapping ``[start, end)``: uuid, hostname, gpu, namespace, pod, container, ts_from,
+        ts_to (NaN while held), last_seen."""
+        ...
+
+    def read_nodes(self, *, hostnames: Sequence[str] | None = None) -> pd.DataFrame:
+        """Per node: hostname, driver_version, cuda_driver_version ("" unknown), first_ts,
+        last_ts."""
         ...
 
     def close(self) -> None: ...
@@ -107,7 +130,8 @@ class WritableStore(Protocol):
     url: str
 
     def write_batch(self, batch: Batch) -> None:
-        """Store one collector batch (samples and events) in one transaction."""
+        """Store one collector batch (samples, events, assignments, node versions) in one
+        transaction."""
         ...
 
     def write_frame(self, frame: pd.DataFrame, *, progress: bool = False) -> int:
