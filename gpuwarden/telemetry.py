@@ -489,6 +489,19 @@ MIG_INSTANCE_FIELDS: frozenset[str] = frozenset(
         "pcie_rx_bytes_per_s",
     }
 )
+#: dcgm-exporter 4.x default counters added to the catalogue that only dcgm+http:// reads yet
+#: (nvml:// and the simulator leave them absent; nvidia-smi's columns are not queried).
+DCGM_EXTRA_FIELDS: frozenset[str] = frozenset(
+    {
+        "enc_util_pct",
+        "dec_util_pct",
+        "fb_reserved_mib",
+        "dram_active",
+        "pcie_tx_bytes_per_s",
+        "pcie_rx_bytes_per_s",
+        "dcgm_health",
+    }
+)
 #: ``Event.detail`` of an event whose time nobody knows (an Xid already there when a collector
 #: started): it is kept for the record, and never makes a GPU unhealthy by itself.
 TIME_UNKNOWN = "seen at first scrape; time unknown"

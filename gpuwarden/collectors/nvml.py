@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 from gpuwarden.collectors import libnvml
 from gpuwarden.collectors._gpu_state import OK, GpuStates
 from gpuwarden.errors import CollectorError, ConfigError
-from gpuwarden.telemetry import Batch, Event, GpuId, Sample
+from gpuwarden.telemetry import DCGM_EXTRA_FIELDS, Batch, Event, GpuId, Sample
 
 _MIB = 1024 * 1024
 
@@ -66,17 +66,7 @@ _VIOLATIONS = (
 
 #: Catalogue fields nvml:// does not read yet (dcgm-exporter 4.x's extra default counters;
 #: their NVML calls are named in the catalogue). Absent from its samples, never 0.
-NOT_READ = frozenset(
-    {
-        "enc_util_pct",
-        "dec_util_pct",
-        "fb_reserved_mib",
-        "dram_active",
-        "pcie_tx_bytes_per_s",
-        "pcie_rx_bytes_per_s",
-        "dcgm_health",
-    }
-)
+NOT_READ = DCGM_EXTRA_FIELDS
 
 
 def discover_nvlinks(q: libnvml.DeviceQuery) -> tuple[int, ...]:

@@ -9,20 +9,10 @@ from gpuwarden.sim._counters import Events, Reset
 from gpuwarden.sim._dense import Cooling, dense_fields
 from gpuwarden.sim._engine import ChunkArrays, Engine
 from gpuwarden.sim._life import CHANNELS
-from gpuwarden.telemetry import FIELD_NAMES, Event, Failure
+from gpuwarden.telemetry import DCGM_EXTRA_FIELDS, FIELD_NAMES, Event, Failure
 
 #: Catalogue fields the simulator leaves absent.
-NOT_SIMULATED = frozenset(
-    {
-        "enc_util_pct",
-        "dec_util_pct",
-        "fb_reserved_mib",
-        "dram_active",
-        "pcie_tx_bytes_per_s",
-        "pcie_rx_bytes_per_s",
-        "dcgm_health",
-    }
-)
+NOT_SIMULATED = DCGM_EXTRA_FIELDS
 
 _LIFE_PARAMS = ("gpu_off_c", "mem_off_c", "theta_scale", "idle_scale")
 
