@@ -7,11 +7,14 @@ and ``DCGM_FI_PROF_PIPE_TENSOR_ACTIVE``). Other series (``DCGM_FI_PROF_SM_ACTIVE
 ``DCGM_FI_DEV_NAME``...) are ignored. An endpoint that is down, slow or answers garbage is named in ``Batch.problems``; the
 other endpoints' samples are kept.
 
-Xid limitation: dcgm-exporter exports only the *last* Xid per GPU, as the gauge
-``DCGM_FI_DEV_XID_ERRORS``. We turn a change of that value to a non-zero code into an
-``Event(kind="xid")``. A repeat of the same Xid, or several Xids between two scrapes, cannot be
-seen; and the value found at the first scrape is only a baseline, because nothing says when it
-happened (emitting it would count the same old Xid again after every gpuwarden restart).
+Labels: ``Hostname``/``hostname``, pod/namespace/container (``Batch.assignments``), MIG
+instances (``GPU_I_ID``: keyed ``telemetry.mig_uuid``, their own fields only; the whole GPU's
+fields stay on the parent) and ``DCGM_FI_DRIVER_VERSION`` (``Batch.nodes``).
+
+Xids: a change of the last-Xid gauge ``DCGM_FI_DEV_XID_ERRORS`` to a non-zero code, and a rise
+of 4.x's windowed ``DCGM_EXP_XID_ERRORS_COUNT``, become ``Event(kind="xid")``. A non-zero value
+at a GPU's first scrape is recorded once per collector start as of unknown time
+(``telemetry.TIME_UNKNOWN``), which is no hard signal. docs/collectors.md has the details.
 """
 
 from __future__ import annotations
