@@ -34,7 +34,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from gpuwarden.errors import ConfigError, InputError
-from gpuwarden.telemetry import GpuId
+from gpuwarden.telemetry import GpuId, time_unknown
 
 # -- states -------------------------------------------------------------------------------
 
@@ -351,8 +351,14 @@ DBE_FIELDS: tuple[str, ...] = ("ecc_dbe_volatile_total", "ecc_dbe_aggregate_tota
 HARD_FIELDS: tuple[str, ...] = (*DBE_FIELDS, "remapped_rows_failure")
 
 
-def event_signal(kind: str, code: float | None = None) -> HardSignal | None:
-    """The hard signal an event is, if any: a lost GPU, a reset needed, a fatal Xid."""
+def event_signal(kind: str, code: float | None = None, detail: str = "") -> HardSignal | None:
+    """The hard signal an event is, if any: a lost GPU, a reset needed, a fatal Xid.
+
+    An event of unknown time (``telemetry.time_unknown(detail)``: an Xid already there when a
+    collector started, which may be days old and already dealt with) is none: it is shown and
+    kept, but never makes a GPU unhealthy by itself."""
+    if time_unknown(detail):
+        return None
     if kind == "xid":
         if code is None or code != code or int(code) not in _active.fatal:  # NaN: code unknown
             return None

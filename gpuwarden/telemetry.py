@@ -393,6 +393,63 @@ FIELDS: tuple[Field, ...] = (
         "clocks_event_reasons.active",
         dcgm_aliases=("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",),
     ),
+    # Added from dcgm-exporter 4.x's default counters (etc/default-counters.csv).
+    Field(
+        "enc_util_pct",
+        "DCGM_FI_DEV_ENC_UTIL",
+        "gauge",
+        "%",
+        "Video encoder utilisation.",
+        "nvmlDeviceGetEncoderUtilization",
+    ),
+    Field(
+        "dec_util_pct",
+        "DCGM_FI_DEV_DEC_UTIL",
+        "gauge",
+        "%",
+        "Video decoder utilisation.",
+        "nvmlDeviceGetDecoderUtilization",
+    ),
+    Field(
+        "fb_reserved_mib",
+        "DCGM_FI_DEV_FB_RESERVED",
+        "gauge",
+        "MiB",
+        "Framebuffer memory reserved by the driver.",
+        "nvmlDeviceGetMemoryInfo_v2().reserved",
+    ),
+    Field(
+        "dram_active",
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "gauge",
+        "ratio",
+        "Fraction of cycles the device memory interface was busy (0-1).",
+        "nvmlGpmMetricsGet(NVML_GPM_METRIC_DRAM_BW_UTIL) / 100",
+    ),
+    Field(
+        "pcie_tx_bytes_per_s",
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "gauge",
+        "B/s",
+        "PCIe bytes transmitted per second, headers included.",
+        "nvmlDeviceGetPcieThroughput(NVML_PCIE_UTIL_TX_BYTES) (KB/s)",
+    ),
+    Field(
+        "pcie_rx_bytes_per_s",
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "gauge",
+        "B/s",
+        "PCIe bytes received per second, headers included.",
+        "nvmlDeviceGetPcieThroughput(NVML_PCIE_UTIL_RX_BYTES) (KB/s)",
+    ),
+    Field(
+        "dcgm_health",
+        "DCGM_EXP_GPU_HEALTH_STATUS",
+        "gauge",
+        "status",
+        "DCGM's health check, worst of its watches: 0 pass, 10 warn, 20 fail (dcgm-exporter 4.x).",
+        "none (DCGM only: dcgmHealthCheck)",
+    ),
 )
 
 FIELDS_BY_NAME: Mapping[str, Field] = {f.name: f for f in FIELDS}
@@ -414,6 +471,60 @@ FIELD_BY_DCGM: Mapping[str, str] = _dcgm_index()
 
 #: dcgm-exporter's "last Xid seen" gauge; we keep Xids as events instead.
 DCGM_XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
+#: dcgm-exporter 4.x: Xids per ``xid`` label within the last ``window_size_in_ms``.
+DCGM_XID_COUNT_METRIC = "DCGM_EXP_XID_ERRORS_COUNT"
+#: dcgm-exporter 4.x: DCGM's health check per ``health_watch``; its worst is ``dcgm_health``.
+DCGM_HEALTH_METRIC = "DCGM_EXP_GPU_HEALTH_STATUS"
+#: Fields that are the MIG instance's own under MIG (memory and profiling); every other field
+#: is the whole GPU's and is kept on the parent, once.
+MIG_INSTANCE_FIELDS: frozenset[str] = frozenset(
+    {
+        "fb_used_mib",
+        "fb_free_mib",
+        "fb_total_mib",
+        "fb_reserved_mib",
+        "gr_engine_active",
+        "tensor_active",
+        "dram_active",
+        "pcie_tx_bytes_per_s",
+        "pcie_rx_bytes_per_s",
+    }
+)
+#: dcgm-exporter 4.x default counters added to the catalogue that only dcgm+http:// reads yet
+#: (nvml:// and the simulator leave them absent; nvidia-smi's columns are not queried).
+DCGM_EXTRA_FIELDS: frozenset[str] = frozenset(
+    {
+        "enc_util_pct",
+        "dec_util_pct",
+        "fb_reserved_mib",
+        "dram_active",
+        "pcie_tx_bytes_per_s",
+        "pcie_rx_bytes_per_s",
+        "dcgm_health",
+    }
+)
+#: ``Event.detail`` of an event whose time nobody knows (an Xid already there when a collector
+#: started): it is kept for the record, and never makes a GPU unhealthy by itself.
+TIME_UNKNOWN = "seen at first scrape; time unknown"
+
+
+def time_unknown(detail: str) -> bool:
+    """Whether an event's detail marks it as of unknown time (``TIME_UNKNOWN``)."""
+    return detail.startswith(TIME_UNKNOWN)
+
+
+def mig_uuid(parent_uuid: str, gpu_instance: str) -> str:
+    """The key of a MIG instance: ``MIG-<parent uuid>/<GPU_I_ID>`` (dcgm-exporter gives MIG
+    series their parent's UUID, so the instance id makes them distinct)."""
+    return f"MIG-{parent_uuid}/{gpu_instance}"
+
+
+def mig_parent(uuid: str) -> str:
+    """The parent GPU's uuid of a ``mig_uuid`` key, or "" for a whole GPU."""
+    if not uuid.startswith("MIG-") or "/" not in uuid:
+        return ""
+    return uuid[4:].rpartition("/")[0]
+
 
 # clocks_event_reasons bits (nvml.h nvmlClocksEventReason*)
 CLOCK_EVENT_GPU_IDLE = 0x1
@@ -527,6 +638,31 @@ class Batch:
     samples: tuple[Sample, ...] = ()
     events: tuple[Event, ...] = ()
     problems: tuple[str, ...] = ()
+    assignments: tuple[Assignment, ...] = ()
+    nodes: tuple[NodeInfo, ...] = ()
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Who a GPU (or MIG instance) was given to at ``ts``: Kubernetes' namespace, pod and
+    container (dcgm-exporter's labels). All three empty means unassigned. A GPU shared by
+    several pods has one record per pod at the same ``ts``."""
+
+    ts: float
+    gpu: GpuId
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What a node runs, as a collector read it at ``ts``; "" is unknown."""
+
+    ts: float
+    hostname: str
+    driver_version: str = ""
+    cuda_driver_version: str = ""
 
 
 #: Identity columns of a wide sample frame (one row per GPU per timestamp); the field columns

@@ -410,5 +410,6 @@ def test_dcgm_exporter_output_round_trips_through_our_exporter() -> None:
             name = FIELDS_BY_NAME[FIELD_BY_DCGM[s.name]].dcgm  # legacy names come out current
             keep = {k: v for k, v in s.labels.items() if k != "DCGM_FI_DRIVER_VERSION"}
             expected[(name, frozenset(keep.items()))] = s.value
-    assert len(expected) == 2 * 19  # 17 device fields and DCGM_FI_PROF_GR_ENGINE/PIPE_TENSOR_ACTIVE
+    # 17 device fields, 2 profiling ratios and 5 of the 4.x default counters in the fixture
+    assert len(expected) == 2 * 24
     assert {k: v for k, v in ours.items() if k[0].startswith("DCGM_")} == expected

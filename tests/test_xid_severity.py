@@ -121,7 +121,7 @@ def test_the_setting_reaches_the_cli(tmp_path):
 def test_hard_signal_assessor_follows_the_table(tmp_path):
     from gpuwarden.alerts.hard_signals import _event_signal
 
-    row = pd.Series({"ts": 10.0, "kind": "xid", "code": np.int64(79)})
+    row = pd.Series({"ts": 10.0, "kind": "xid", "code": np.int64(79), "detail": ""})
     assert _event_signal(row) is not None
     path = tmp_path / "xids.toml"
     path.write_text(TABLE)

@@ -119,7 +119,7 @@ def _sample_signals(group: pd.DataFrame, start: float) -> list[Signal]:
 
 def _event_signal(row: Any) -> Signal | None:
     code = None if pd.isna(row.code) else float(row.code)
-    signal = health.event_signal(str(row.kind), code)
+    signal = health.event_signal(str(row.kind), code, str(row.detail))
     if signal is None:
         return None
     if signal is health.FATAL_XID and code is not None:

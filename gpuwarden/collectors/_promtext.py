@@ -65,7 +65,7 @@ def parse_text(body: str) -> ParseResult:
     """
     samples: list[PromSample] = []
     bad: list[str] = []
-    for raw in body.splitlines():
+    for raw in body.split("\n"):  # only \n ends a line; str.splitlines() also splits on \r, \x1e...
         line = raw.strip()
         if not line or line[0] == "#":
             continue

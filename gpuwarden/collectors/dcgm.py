@@ -7,11 +7,14 @@ and ``DCGM_FI_PROF_PIPE_TENSOR_ACTIVE``). Other series (``DCGM_FI_PROF_SM_ACTIVE
 ``DCGM_FI_DEV_NAME``...) are ignored. An endpoint that is down, slow or answers garbage is named in ``Batch.problems``; the
 other endpoints' samples are kept.
 
-Xid limitation: dcgm-exporter exports only the *last* Xid per GPU, as the gauge
-``DCGM_FI_DEV_XID_ERRORS``. We turn a change of that value to a non-zero code into an
-``Event(kind="xid")``. A repeat of the same Xid, or several Xids between two scrapes, cannot be
-seen; and the value found at the first scrape is only a baseline, because nothing says when it
-happened (emitting it would count the same old Xid again after every gpuwarden restart).
+Labels: ``Hostname``/``hostname``, pod/namespace/container (``Batch.assignments``), MIG
+instances (``GPU_I_ID``: keyed ``telemetry.mig_uuid``, their own fields only; the whole GPU's
+fields stay on the parent) and ``DCGM_FI_DRIVER_VERSION`` (``Batch.nodes``).
+
+Xids: a change of the last-Xid gauge ``DCGM_FI_DEV_XID_ERRORS`` to a non-zero code, and a rise
+of 4.x's windowed ``DCGM_EXP_XID_ERRORS_COUNT``, become ``Event(kind="xid")``. A non-zero value
+at a GPU's first scrape is recorded once per collector start as of unknown time
+(``telemetry.TIME_UNKNOWN``), which is no hard signal. docs/collectors.md has the details.
 """
 
 from __future__ import annotations
@@ -25,9 +28,23 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import httpx
 
-from gpuwarden.collectors._promtext import ParseResult, parse_text
+from gpuwarden.collectors._promtext import ParseResult, PromSample, parse_text
 from gpuwarden.errors import ConfigError
-from gpuwarden.telemetry import DCGM_XID_METRIC, FIELD_BY_DCGM, Batch, Event, GpuId, Sample
+from gpuwarden.telemetry import (
+    DCGM_HEALTH_METRIC,
+    DCGM_XID_COUNT_METRIC,
+    DCGM_XID_METRIC,
+    FIELD_BY_DCGM,
+    MIG_INSTANCE_FIELDS,
+    TIME_UNKNOWN,
+    Assignment,
+    Batch,
+    Event,
+    GpuId,
+    NodeInfo,
+    Sample,
+    mig_uuid,
+)
 
 DEFAULT_PORT = 9400
 DEFAULT_PATH = "/metrics"
@@ -128,6 +145,8 @@ class DcgmCollector:
             max_workers=min(64, 2 * len(self.endpoints)), thread_name_prefix="dcgm-scrape"
         )
         self._last_xid: dict[_GpuKey, int] = {}
+        self._xid_window: dict[tuple[_GpuKey, int], float] = {}
+        self._seen: set[_GpuKey] = set()  # GPUs (and MIG instances) scraped before
         self._lock = threading.Lock()
 
     @classmethod
@@ -142,8 +161,7 @@ class DcgmCollector:
             futures = {e: self._pool.submit(self._fetch, e) for e in self.endpoints}
             # httpx's timeout is per phase (connect, each read); this bounds the whole scrape.
             wait(futures.values(), timeout=2 * self.timeout_s + 1)
-            samples: list[Sample] = []
-            events: list[Event] = []
+            out = _Out()
             problems: list[str] = []
             for endpoint, future in futures.items():
                 result, problem = self._outcome(endpoint, future)
@@ -151,9 +169,14 @@ class DcgmCollector:
                     problems.append(f"{_redact(endpoint)}: {problem}")
                 if result is not None:
                     host = urlsplit(endpoint).hostname or ""
-                    self._convert(result, host, ts, samples, events)
+                    self._convert(result, host, ts, out)
             return Batch(
-                ts=ts, samples=tuple(samples), events=tuple(events), problems=tuple(problems)
+                ts=ts,
+                samples=tuple(out.samples),
+                events=tuple(out.events),
+                problems=tuple(problems),
+                assignments=tuple(out.assignments),
+                nodes=tuple(NodeInfo(ts, h, driver_version=v) for h, v in out.drivers.items()),
             )
 
     def close(self) -> None:
@@ -179,7 +202,7 @@ class DcgmCollector:
         if not parsed.samples and parsed.bad_lines:
             first = parsed.bad_lines[0][:80]
             return None, f"not Prometheus text format (first line: {first!r})"
-        if not any(s.name.startswith("DCGM_FI_") for s in parsed.samples):
+        if not any(s.name.startswith(("DCGM_FI_", "DCGM_EXP_")) for s in parsed.samples):
             return None, "no DCGM_FI_* series: is this a dcgm-exporter endpoint?"
         known_bad = [line for line in parsed.bad_lines if _known_metric(line)]
         if known_bad:
@@ -202,41 +225,148 @@ class DcgmCollector:
         parsed: ParseResult,
         endpoint_host: str,
         ts: float,
-        samples: list[Sample],
-        events: list[Event],
+        out: _Out,
     ) -> None:
         gpus: dict[_GpuKey, GpuId] = {}
         values: dict[_GpuKey, dict[str, float]] = {}
+        pods: dict[_GpuKey, set[tuple[str, str, str]]] = {}
+        xid_codes: list[tuple[_GpuKey, GpuId, int, str]] = []
+        xid_counts: list[tuple[_GpuKey, GpuId, PromSample]] = []
         for s in parsed.samples:
-            is_xid = s.name == DCGM_XID_METRIC
-            field = FIELD_BY_DCGM.get(s.name)
-            if (field is None and not is_xid) or math.isnan(s.value) or math.isinf(s.value):
+            name = s.name
+            special = _SPECIAL.get(name)
+            field = FIELD_BY_DCGM.get(name)
+            if (field is None and special is None) or math.isnan(s.value) or math.isinf(s.value):
                 continue
-            gpu = _gpu_from_labels(s.labels, endpoint_host)
+            labels = s.labels
+            gpu = _gpu_from_labels(labels, endpoint_host)
             if gpu is None:
                 continue
             key = (gpu.hostname, gpu.index, gpu.uuid)
             if key not in gpus:
                 gpus[key] = gpu
                 values[key] = {}
-            if is_xid:
-                self._xid(key, gpu, int(s.value), ts, events)
+            driver = labels.get("DCGM_FI_DRIVER_VERSION")
+            if driver:
+                out.drivers[gpu.hostname] = driver
+            instance = labels.get("GPU_I_ID")
+            own = key
+            if instance and gpu.uuid:
+                # A MIG instance: its own fields and pods under its own key, the whole GPU's
+                # fields on the parent (once), so nothing is counted twice.
+                own = (gpu.hostname, gpu.index, mig_uuid(gpu.uuid, instance))
+                if own not in gpus:
+                    profile = labels.get("GPU_I_PROFILE", "")
+                    model = f"{gpu.model} MIG {profile}".strip() if profile else gpu.model
+                    gpus[own] = gpu._replace(uuid=own[2], model=model)
+                    values[own] = {}
+            if "pod" in labels:
+                pods.setdefault(own, set()).add(
+                    (labels.get("namespace", ""), labels["pod"], labels.get("container", ""))
+                )
+            if special is not None:
+                if special == "xid":
+                    xid_codes.append((key, gpu, int(s.value), labels.get("err_msg", "")))
+                elif special == "xid_count":
+                    xid_counts.append((key, gpu, s))
+                else:  # health: the worst watch
+                    old = values[key].get("dcgm_health", -math.inf)
+                    values[key]["dcgm_health"] = max(old, s.value)
             elif field is not None:
+                target = own if field in MIG_INSTANCE_FIELDS else key
                 # MIG instances and per-pod series repeat device-level fields; the first wins.
-                values[key].setdefault(field, s.value)
-        samples.extend(Sample(ts=ts, gpu=gpus[k], values=v) for k, v in values.items() if v)
+                values[target].setdefault(field, s.value)
+        counted = self._xid_counts(gpus, xid_counts, ts, out.events)
+        for key, gpu, code, msg in xid_codes:
+            self._xid(key, gpu, code, msg, ts, out.events, counted)
+        out.samples.extend(Sample(ts=ts, gpu=gpus[k], values=v) for k, v in values.items() if v)
+        for key, found in pods.items():
+            if len(found) > 1:
+                found.discard(("", "", ""))  # unassigned only when no pod is named
+            gpu = gpus[key]
+            out.assignments.extend(Assignment(ts, gpu, *a) for a in sorted(found))
+        self._seen.update(gpus)
 
-    def _xid(self, key: _GpuKey, gpu: GpuId, code: int, ts: float, events: list[Event]) -> None:
+    def _xid(
+        self,
+        key: _GpuKey,
+        gpu: GpuId,
+        code: int,
+        msg: str,
+        ts: float,
+        events: list[Event],
+        counted: set[tuple[_GpuKey, int]],
+    ) -> None:
         previous = self._last_xid.get(key)
         self._last_xid[key] = code
-        if previous is not None and code != previous and code != 0:
-            detail = f"{DCGM_XID_METRIC} changed from {previous} to {code}"
+        if code == 0 or code == previous or (key, code) in counted:
+            return  # a windowed count for this Xid already made its event this scrape
+        said = f": {msg}" if msg else ""
+        if previous is None:
+            detail = f"{TIME_UNKNOWN} ({DCGM_XID_METRIC} = {code}){said}"
+        else:
+            detail = f"{DCGM_XID_METRIC} changed from {previous} to {code}{said}"
+        events.append(Event(ts=ts, gpu=gpu, kind="xid", code=code, detail=detail))
+
+    def _xid_counts(
+        self,
+        gpus: Mapping[_GpuKey, GpuId],
+        series: list[tuple[_GpuKey, GpuId, PromSample]],
+        ts: float,
+        events: list[Event],
+    ) -> set[tuple[_GpuKey, int]]:
+        """4.x ``DCGM_EXP_XID_ERRORS_COUNT``: Xids per code within a sliding window. An
+        increase (or a code appearing) is that many new Xids; a fall is old ones leaving the
+        window. The count at a GPU's first scrape is of unknown time."""
+        now: dict[tuple[_GpuKey, int], float] = {}
+        made: set[tuple[_GpuKey, int]] = set()
+        for key, gpu, s in series:
+            try:
+                code = int(s.labels.get("xid", ""))
+            except ValueError:
+                continue
+            count = now[(key, code)] = max(now.get((key, code), 0.0), s.value)
+            if (key, code) in made or count <= 0:
+                continue
+            before = self._xid_window.get((key, code), 0.0)
+            window = s.labels.get("window_size_in_ms", "")
+            within = f" within {float(window) / 1000:g} s" if window.isdigit() else ""
+            if key not in self._seen:
+                detail = f"{TIME_UNKNOWN} ({s.name}{{xid={code}}} = {count:g}{within})"
+            elif count > before:
+                detail = f"{count - before:g} new ({s.name} {before:g} -> {count:g}{within})"
+            else:
+                continue
+            made.add((key, code))
             events.append(Event(ts=ts, gpu=gpu, kind="xid", code=code, detail=detail))
+        for pair in [p for p in self._xid_window if p[0] in gpus and p not in now]:
+            del self._xid_window[pair]  # left the window: its next appearance is new
+        self._xid_window.update(now)
+        return made
+
+
+class _Out:
+    """What one collection gathers across endpoints."""
+
+    def __init__(self) -> None:
+        self.samples: list[Sample] = []
+        self.events: list[Event] = []
+        self.assignments: list[Assignment] = []
+        self.drivers: dict[str, str] = {}
+
+
+#: Series read for something other than a plain field.
+_SPECIAL: dict[str, str] = {
+    DCGM_XID_METRIC: "xid",
+    DCGM_XID_COUNT_METRIC: "xid_count",
+    "DCGM_FI_DEV_XID_ERRORS_ACTIVE": "xid_count",  # its name in dcgm-exporter PR 239's build
+    DCGM_HEALTH_METRIC: "health",
+}
 
 
 def _known_metric(line: str) -> bool:
     name = line.split("{", 1)[0].split(None, 1)[0]
-    return name in FIELD_BY_DCGM or name == DCGM_XID_METRIC
+    return name in FIELD_BY_DCGM or name in _SPECIAL
 
 
 def _gpu_from_labels(labels: Mapping[str, str], endpoint_host: str) -> GpuId | None:

@@ -22,6 +22,7 @@ from gpuwarden.counters import step_increases
 from gpuwarden.dashboard._reads import read_changes
 from gpuwarden.health import describe, event_signal
 from gpuwarden.store.base import Store
+from gpuwarden.telemetry import time_unknown
 
 HOUR_S = 3600
 
@@ -97,6 +98,8 @@ def hard_signals(
         start=start, end=end + 1e-3, kinds=["xid", "gpu_lost", "gpu_requires_reset"]
     )
     events = events[events["uuid"].isin(wanted)]
+    # an event of unknown time (an old Xid seen at a collector's first scrape) is no signal
+    events = events[~events["detail"].map(time_unknown).astype(bool)]
     for (uuid, kind, code), g in events.groupby(["uuid", "kind", "code"], dropna=False):
         times = f" x{len(g)}" if len(g) > 1 else ""
         signal = event_signal(str(kind), None if pd.isna(code) else float(code))

@@ -9,7 +9,10 @@ from gpuwarden.sim._counters import Events, Reset
 from gpuwarden.sim._dense import Cooling, dense_fields
 from gpuwarden.sim._engine import ChunkArrays, Engine
 from gpuwarden.sim._life import CHANNELS
-from gpuwarden.telemetry import FIELD_NAMES, Event, Failure
+from gpuwarden.telemetry import DCGM_EXTRA_FIELDS, FIELD_NAMES, Event, Failure
+
+#: Catalogue fields the simulator leaves absent.
+NOT_SIMULATED = DCGM_EXTRA_FIELDS
 
 _LIFE_PARAMS = ("gpu_off_c", "mem_off_c", "theta_scale", "idle_scale")
 
@@ -133,6 +136,12 @@ def build_chunk(eng: Engine, k0: int, k1: int) -> ChunkArrays:
     counters = eng.book.chunk(sparse, dense, resets, steps)
     fields["remapped_rows_pending"] = (counters.pop("_remaps_since_reset") > 0).astype(f32)
     fields.update(counters)
+    # dcgm-exporter 4.x's extra default counters (encoder, decoder, reserved memory, DRAM and
+    # PCIe throughput, DCGM's health check) are not simulated: absent, never 0.
+    unmodelled = np.broadcast_to(np.full(n, np.nan, f32), (steps, n))
+    for name in set(FIELD_NAMES) - set(fields):
+        if name in NOT_SIMULATED:
+            fields[name] = unmodelled
     assert set(fields) == set(FIELD_NAMES), set(FIELD_NAMES) ^ set(fields)
 
     events = _events(eng, ts, k0, alive, grid, idle)

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from gpuwarden.errors import InputError
-from gpuwarden.telemetry import Event, Failure, GpuId
+from gpuwarden.telemetry import Event, Failure, GpuId, mig_parent
 
 #: A GPU as the upsert takes it: uuid, hostname, idx, pci_bus_id, model, rack, first_ts, last_ts.
 GpuRow = tuple[str, str, int, str, str, str, float, float]
@@ -106,29 +106,46 @@ def table(conn: sqlite3.Connection) -> pd.DataFrame:
     out = _frame(rows, ["id", *_GPU_COLUMNS]).astype({"id": np.int64}).set_index("id")
     out = out.sort_values(["hostname", "gpu", "uuid"], kind="stable")
     out["slot_rank"] = np.arange(len(out), dtype=np.int64)
+    out["parent_uuid"] = [mig_parent(u) for u in out["uuid"]]
     return out
 
 
 def select(
     gpus: pd.DataFrame, *, uuids: Sequence[str] | None, hostnames: Sequence[str] | None
 ) -> list[int] | None:
-    """Ids of the GPUs matching both filters; None when there is no filter."""
+    """Ids of the GPUs matching both filters; None when there is no filter (and no MIG).
+
+    MIG instances (``telemetry.mig_uuid`` keys) are read only when ``uuids`` names them: a
+    whole-GPU read never counts a MIG instance as one more GPU."""
+    whole = (gpus["parent_uuid"] == "").to_numpy()
     if uuids is None and hostnames is None:
-        return None
+        return None if whole.all() else [int(i) for i in gpus.index[whole]]
     keep = np.ones(len(gpus), dtype=bool)
     if uuids is not None:
         keep &= gpus["uuid"].isin(list(uuids)).to_numpy()
+    else:
+        keep &= whole
     if hostnames is not None:
         keep &= gpus["hostname"].isin(list(hostnames)).to_numpy()
     return [int(i) for i in gpus.index[keep]]
 
 
 def public(gpus: pd.DataFrame) -> pd.DataFrame:
-    """The gpus table as ``Store.gpus()`` returns it, sorted by hostname, gpu, first_ts: GPUs
-    only. Devices filed at index -1 (an NVSwitch's SXids, an Xid at a PCI address no GPU has)
-    carry events per node but are not GPUs: no inventory, panel or page counts them."""
-    out = gpus[gpus["gpu"] >= 0].sort_values(["hostname", "gpu", "first_ts"], kind="stable")
+    """The gpus table as ``Store.gpus()`` returns it, sorted by hostname, gpu, first_ts: whole
+    GPUs only. MIG instances (a parent uuid) are listed by ``mig_instances``; devices filed at
+    index -1 (an NVSwitch's SXids, an Xid at a PCI address no GPU has) carry events per node
+    but are not GPUs: no inventory, panel or page counts them."""
+    whole = (gpus["parent_uuid"] == "") & (gpus["gpu"] >= 0)
+    out = gpus[whole].sort_values(["hostname", "gpu", "first_ts"], kind="stable")
     return out[_GPU_COLUMNS].reset_index(drop=True)
+
+
+def mig_instances(gpus: pd.DataFrame) -> pd.DataFrame:
+    """MIG instances seen: hostname, gpu, uuid, parent_uuid, model (with the MIG profile),
+    first_ts, last_ts."""
+    out = gpus[gpus["parent_uuid"] != ""].sort_values(["hostname", "gpu", "uuid"], kind="stable")
+    columns = ["hostname", "gpu", "uuid", "parent_uuid", "model", "first_ts", "last_ts"]
+    return out[columns].reset_index(drop=True)
 
 
 def _where(where: list[str]) -> str:

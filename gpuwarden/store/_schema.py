@@ -13,11 +13,11 @@ import sqlite3
 from collections.abc import Callable
 
 from gpuwarden.errors import SchemaError, StoreError
-from gpuwarden.store import _verdicts
+from gpuwarden.store import _assignments, _verdicts
 from gpuwarden.telemetry import FIELDS, Field
 
 #: The schema this code writes. A file with a larger ``user_version`` is refused.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: Rollup bucket widths in seconds. Each divides ``ROLLUP_WINDOW_S``, the unit compact() works in.
 ROLLUP_RESOLUTIONS: tuple[int, ...] = (300, 3600)
@@ -131,8 +131,19 @@ def _v3(conn: sqlite3.Connection) -> None:
     _verdicts.create(conn)
 
 
+def _v4(conn: sqlite3.Connection) -> None:
+    # Who held each GPU (dcgm-exporter's pod labels) and each node's driver versions. An older
+    # file gets empty tables; nothing else changes.
+    _assignments.create(conn)
+
+
 #: version -> the step that brings a file from version - 1 to it.
-_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1, 2: _v2, 3: _v3}
+_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    1: _v1,
+    2: _v2,
+    3: _v3,
+    4: _v4,
+}
 
 
 def _table_columns(conn: sqlite3.Connection, table: str) -> set[str]:

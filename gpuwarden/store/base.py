@@ -95,8 +95,31 @@ class ReadableStore(Protocol):
 
     def gpus(self) -> pd.DataFrame:
         """Every GPU seen: hostname, gpu, uuid, pci_bus_id, model, rack, first_ts, last_ts.
-        Devices that are not GPUs (index -1: an NVSwitch, a PCI address no GPU has, whose
-        kernel-log events are kept per node) are left out; ``read_events`` returns their events."""
+        MIG instances are not listed (reads without ``uuids`` leave them out too), nor are
+        devices that are not GPUs (index -1: an NVSwitch, a PCI address no GPU has, whose
+        kernel-log events are kept per node; ``read_events`` returns their events)."""
+        ...
+
+    def mig_instances(self) -> pd.DataFrame:
+        """MIG instances (``telemetry.mig_uuid`` keys): hostname, gpu, uuid, parent_uuid,
+        model (with the MIG profile), first_ts, last_ts."""
+        ...
+
+    def read_assignments(
+        self,
+        *,
+        start: float | None = None,
+        end: float | None = None,
+        uuids: Sequence[str] | None = None,
+    ) -> pd.DataFrame:
+        """Who held each GPU or MIG instance (Kubernetes namespace, pod, container) over time,
+        overlapping ``[start, end)``: uuid, hostname, gpu, namespace, pod, container, ts_from,
+        ts_to (NaN while held), last_seen."""
+        ...
+
+    def read_nodes(self, *, hostnames: Sequence[str] | None = None) -> pd.DataFrame:
+        """Per node: hostname, driver_version, cuda_driver_version ("" unknown), first_ts,
+        last_ts."""
         ...
 
     def close(self) -> None: ...
@@ -109,7 +132,8 @@ class WritableStore(Protocol):
     url: str
 
     def write_batch(self, batch: Batch) -> None:
-        """Store one collector batch (samples and events) in one transaction."""
+        """Store one collector batch (samples, events, assignments, node versions) in one
+        transaction."""
         ...
 
     def write_frame(self, frame: pd.DataFrame, *, progress: bool = False) -> int:

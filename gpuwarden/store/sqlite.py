@@ -26,7 +26,7 @@ import numpy as np
 
 from gpuwarden.errors import ConfigError, GpuwardenError, InputError, StoreError
 from gpuwarden.health import Verdict
-from gpuwarden.store import _records, _verdicts, window
+from gpuwarden.store import _assignments, _records, _verdicts, window
 from gpuwarden.store._frames import check_fields, frame_rows, wide_frame
 from gpuwarden.store._rollup import hour_of, pending_hours, roll_up_hour
 from gpuwarden.store._schema import (
@@ -188,6 +188,7 @@ class SqliteStore:
         if not np.isfinite(ts).all():
             raise InputError("write_batch: a sample's ts is not a finite time")
         seen = [(s.ts, s.gpu) for s in samples] + [(e.ts, e.gpu) for e in batch.events]
+        seen += [(a.ts, a.gpu) for a in batch.assignments]
         gpu_rows = _records.rows_from(seen)
         with self._guard("write_batch") as conn, _transaction(conn):
             ids = self._ids_for(conn, gpu_rows)
@@ -200,6 +201,8 @@ class SqliteStore:
             )
             self._mark_hours(conn, ts)
             conn.executemany(_records.INSERT_EVENT, _records.event_rows(batch.events, ids))
+            _assignments.write(conn, batch.assignments, ids)
+            _assignments.write_nodes(conn, batch.nodes)
 
     def write_frame(self, frame: pd.DataFrame, *, progress: bool = False) -> int:
         """Bulk-write a wide frame (simulator output, ingest); returns the rows written.
@@ -387,9 +390,34 @@ class SqliteStore:
             return _verdicts.frame(conn, start=start, end=end, uuids=uuids, latest=latest)
 
     def gpus(self) -> pd.DataFrame:
-        """Every GPU seen: hostname, gpu, uuid, pci_bus_id, model, rack, first_ts, last_ts."""
+        """Every GPU seen: hostname, gpu, uuid, pci_bus_id, model, rack, first_ts, last_ts.
+        MIG instances are not GPUs of their own: ``mig_instances()`` lists them."""
         with self._guard("gpus") as conn:
             return _records.public(_records.table(conn))
+
+    def mig_instances(self) -> pd.DataFrame:
+        """MIG instances seen, each with its parent GPU's uuid: hostname, gpu, uuid,
+        parent_uuid, model (with the MIG profile), first_ts, last_ts."""
+        with self._guard("mig_instances") as conn:
+            return _records.mig_instances(_records.table(conn))
+
+    def read_assignments(
+        self,
+        *,
+        start: float | None = None,
+        end: float | None = None,
+        uuids: Sequence[str] | None = None,
+    ) -> pd.DataFrame:
+        """Assignments overlapping ``[start, end)``: uuid, hostname, gpu, namespace, pod,
+        container, ts_from, ts_to (NaN while it holds the GPU), last_seen; by ts_from."""
+        with self._guard("read_assignments") as conn:
+            return _assignments.frame(conn, start=start, end=end, uuids=uuids)
+
+    def read_nodes(self, *, hostnames: Sequence[str] | None = None) -> pd.DataFrame:
+        """Each node's newest driver_version and cuda_driver_version ("" unknown), with
+        first_ts and last_ts; by hostname."""
+        with self._guard("read_nodes") as conn:
+            return _assignments.nodes_frame(conn, hostnames)
 
     # -- maintenance ---------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ import pytest
 from gpuwarden.alerts.hard_signals import HardSignalAssessor
 from gpuwarden.errors import ConfigError
 from gpuwarden.store.sqlite import SqliteStore
-from gpuwarden.telemetry import Batch, Event, GpuId, Sample
+from gpuwarden.telemetry import TIME_UNKNOWN, Batch, Event, GpuId, Sample
 
 T0 = 1_700_000_000.0
 G = [GpuId("n1", i, f"GPU-{i}", model="H100-80GB") for i in range(6)]
@@ -73,3 +73,18 @@ def test_signals_older_than_the_lookback_do_not_count(store):
 def test_lookback_must_be_positive():
     with pytest.raises(ConfigError):
         HardSignalAssessor(lookback_s=0)
+
+
+def test_an_xid_of_unknown_time_is_kept_but_is_no_hard_signal(store):
+    # dcgm-exporter's last-Xid gauge read non-zero at the collector's first scrape: it may be
+    # days old and already dealt with, so it does not make the GPU unhealthy by itself.
+    old = f"{TIME_UNKNOWN} (DCGM_FI_DEV_XID_ERRORS = 79)"
+    store.write_events([Event(T0, G[0], "xid", 79, old)])
+    (a,) = HardSignalAssessor()(store, T0 + 10)
+    assert a.hard_signal is None and a.gpu.uuid == G[0].uuid
+    assert store.read_events()["detail"].tolist() == [old]
+    store.write_events(
+        [Event(T0 + 5, G[0], "xid", 79, "DCGM_FI_DEV_XID_ERRORS changed from 0 to 79")]
+    )
+    (a,) = HardSignalAssessor()(store, T0 + 10)
+    assert a.hard_signal == "Xid 79 (GPU has fallen off the bus)"

@@ -17,7 +17,7 @@ from gpuwarden.collectors import open_collector
 from gpuwarden.collectors._promtext import parse_text
 from gpuwarden.collectors.dcgm import DcgmCollector, parse_dcgm_url
 from gpuwarden.errors import ConfigError
-from gpuwarden.telemetry import FIELD_NAMES, Batch, Sample
+from gpuwarden.telemetry import FIELD_NAMES, Batch, Sample, time_unknown
 
 DATA = Path(__file__).parent.parent / "data" / "dcgm"
 V31 = (DATA / "dcgm-exporter-3.1.txt").read_text()
@@ -224,7 +224,10 @@ def test_xid_gauge_change_becomes_one_event(
         exporters.routes["/metrics"] = Route("\n".join(lines) + "\n")
 
     serve_xids(0, 13)
-    assert collector.collect().events == ()  # first scrape: a baseline, time unknown
+    # first scrape: the Xid already there is recorded once, marked as of unknown time
+    (old,) = collector.collect().events
+    assert (old.gpu.index, old.code, old.ts) == (1, 13, 100.0)
+    assert time_unknown(old.detail)
     serve_xids(0, 13)
     assert collector.collect().events == ()
     serve_xids(79, 13)

@@ -14,13 +14,13 @@ from fake_nvml import FakeNvml, load_fixture
 
 from gpuwarden.collectors import Collector, open_collector
 from gpuwarden.collectors.libnvml import NO_LIBRARY
-from gpuwarden.collectors.nvml import NvmlCollector
+from gpuwarden.collectors.nvml import NOT_READ, NvmlCollector
 from gpuwarden.errors import CollectorError, CollectorUnavailable, ConfigError
 from gpuwarden.telemetry import FIELD_NAMES, FIELDS, Batch, samples_to_frame
 
 #: Hopper and Ampere remap rows instead of retiring pages: NVML answers NotSupported for those.
 RETIRED = {"retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending"}
-H100_FIELDS = set(FIELD_NAMES) - RETIRED
+H100_FIELDS = set(FIELD_NAMES) - RETIRED - NOT_READ
 
 SOURCES = [
     Path(__file__).resolve().parents[2] / "gpuwarden" / "collectors" / name
@@ -147,7 +147,7 @@ def test_unsupported_fields_are_absent_not_zero():
         sample.gpu.model == "NVIDIA A100-SXM4-80GB" and sample.gpu.pci_bus_id == "00000000:00:04.0"
     )
     absent = {"mem_temp_c"} | RETIRED
-    absent |= {f for f in FIELD_NAMES if f.startswith("nvlink_")}
+    absent |= {f for f in FIELD_NAMES if f.startswith("nvlink_")} | NOT_READ
     absent |= {"gr_engine_active", "tensor_active"}  # no GPM before Hopper
     assert set(FIELD_NAMES) - set(sample.values) == absent
     assert sample.values["gpu_temp_c"] == 31 and sample.values["clock_event_reasons"] == 1

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from gpuwarden.sim import FAILURE_KINDS, FRAME_COLUMNS, SUDDEN_KINDS, Fleet, FleetSpec, calib
+from gpuwarden.sim._chunk import NOT_SIMULATED
 from gpuwarden.telemetry import (
     CLOCK_EVENT_SW_THERMAL,
     COUNTER_FIELDS,
@@ -78,7 +79,11 @@ def test_frame_layout_and_missing_fields(mixed):
     # Ampere and later remap rows instead of retiring pages: absent, never 0.
     for f in ("retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending"):
         assert df[f].isna().all()
-    supported = [f for f in FIELD_NAMES if not f.startswith("retired_pages")]
+    # dcgm-exporter 4.x's extra default counters are not simulated: absent, never 0.
+    assert df[sorted(NOT_SIMULATED)].isna().all().all()
+    supported = [
+        f for f in FIELD_NAMES if not f.startswith("retired_pages") and f not in NOT_SIMULATED
+    ]
     assert not df[supported].isna().any().any()
     per_model = df.groupby("model", observed=True)[
         ["fb_total_mib", "power_limit_w", "pcie_link_gen_max", "pcie_link_width_max"]

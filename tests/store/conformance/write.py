@@ -12,7 +12,7 @@ from gpuwarden.errors import InputError
 from gpuwarden.health import GpuState, Reason, Verdict
 from gpuwarden.store import window
 from gpuwarden.store.base import ReadableStore, Store, WritableStore
-from gpuwarden.telemetry import Batch, Event, Sample
+from gpuwarden.telemetry import Assignment, Batch, Event, NodeInfo, Sample, mig_uuid
 
 from . import DATA, FIELDS, HOURS, T0, A, B, by_gpu_time, frame_of, load_writable
 
@@ -101,3 +101,77 @@ def test_a_bucket_rolled_up_half_full_is_read_again_from_raw(empty: Store) -> No
             by_gpu_time(got)[["ts", "uuid", *FIELDS]],
             by_gpu_time(window.bucketed(raw, FIELDS, r))[["ts", "uuid", *FIELDS]],
         )
+
+
+# -- assignments, nodes and MIG instances (schema 4) ------------------------------------------
+
+
+def _held(store: Store, **kw: object) -> list[tuple[object, ...]]:
+    got = store.read_assignments(**kw)  # type: ignore[arg-type]
+    return [
+        (
+            r.uuid,
+            r.namespace,
+            r.pod,
+            r.container,
+            r.ts_from,
+            None if math.isnan(r.ts_to) else r.ts_to,
+        )
+        for r in got.itertuples()
+    ]
+
+
+def test_an_assignment_is_written_when_it_changes(empty: Store) -> None:
+    def seen(ts: float, *pods: tuple[str, str, str]) -> None:
+        rows = [Assignment(ts, A, *p) for p in pods] or [Assignment(ts, A)]
+        empty.write_batch(
+            Batch(ts, (Sample(ts, A, {"gpu_temp_c": 40.0}),), assignments=tuple(rows))
+        )
+
+    train = ("ml", "train-0", "pytorch")
+    seen(T0, train)
+    seen(T0 + 60, train)  # the same pod again: only last_seen moves
+    seen(T0 + 60, train)  # a replayed batch changes nothing
+    assert _held(empty) == [(A.uuid, "ml", "train-0", "pytorch", T0, None)]
+    assert empty.read_assignments()["last_seen"].tolist() == [T0 + 60]
+    seen(T0 + 120)  # empty labels: unassigned
+    seen(T0 + 180, ("ml", "infer-1", "triton"), ("ml", "infer-2", "triton"))  # time-sliced
+    assert _held(empty) == [
+        (A.uuid, "ml", "train-0", "pytorch", T0, T0 + 120),
+        (A.uuid, "ml", "infer-1", "triton", T0 + 180, None),
+        (A.uuid, "ml", "infer-2", "triton", T0 + 180, None),
+    ]
+    assert [r[2] for r in _held(empty, start=T0 + 150)] == ["infer-1", "infer-2"]
+    assert [r[2] for r in _held(empty, end=T0 + 150)] == ["train-0"]
+    assert _held(empty, uuids=[B.uuid]) == []
+
+
+def test_node_versions_read_back_by_hostname(empty: Store) -> None:
+    empty.write_batch(Batch(T0, nodes=(NodeInfo(T0, "node1", "550.54.15"),)))
+    empty.write_batch(Batch(T0 + 60, nodes=(NodeInfo(T0 + 60, "node1", "", "12.4"),)))
+    empty.write_batch(Batch(T0 + 90, nodes=(NodeInfo(T0 + 90, "node2", "580.105.08", "13.0"),)))
+    got = empty.read_nodes(hostnames=["node1"])
+    assert got[["hostname", "driver_version", "cuda_driver_version"]].values.tolist() == [
+        ["node1", "550.54.15", "12.4"]  # an unknown ("") never erases a known version
+    ]
+    assert got[["first_ts", "last_ts"]].values.tolist() == [[T0, T0 + 60]]
+    assert empty.read_nodes()["hostname"].tolist() == ["node1", "node2"]
+
+
+def test_mig_instances_are_kept_under_their_parent_and_never_counted_as_gpus(
+    empty: Store,
+) -> None:
+    mig = A._replace(uuid=mig_uuid(A.uuid, "3"), model="H100 MIG 1g.10gb")
+    samples = (Sample(T0, A, {"gpu_temp_c": 50.0}), Sample(T0, mig, {"gr_engine_active": 0.5}))
+    empty.write_batch(Batch(T0, samples, assignments=(Assignment(T0, mig, "ml", "p", "c"),)))
+    assert empty.gpus()["uuid"].tolist() == [A.uuid]
+    assert empty.read_samples()["uuid"].tolist() == [A.uuid]
+    assert empty.read_samples(hostnames=["node1"])["uuid"].tolist() == [A.uuid]
+    assert empty.read_window(start=T0, end=T0 + 1)["uuid"].tolist() == [A.uuid]
+    inst = empty.mig_instances()
+    assert inst[["uuid", "parent_uuid", "model"]].values.tolist() == [
+        [mig.uuid, A.uuid, "H100 MIG 1g.10gb"]
+    ]
+    got = empty.read_samples(uuids=[mig.uuid], fields=["gr_engine_active"])
+    assert got["gr_engine_active"].tolist() == [0.5]
+    assert empty.read_assignments()["uuid"].tolist() == [mig.uuid]
