@@ -3,7 +3,8 @@
     .venv/bin/python bench/bench_exporter.py                  # 1,024 GPUs (128 nodes x 8)
     .venv/bin/python bench/bench_exporter.py --gpus 4096 --repeat 10
 
-Every GPU has every catalogue field, and one in ten has two Xid codes. The baseline, in the same
+Every GPU has every catalogue field (each a plausible reading, as ``bench_dcgm.py`` makes them),
+and one in ten has two Xid codes. The baseline, in the same
 process, is ``prometheus_client.generate_latest`` over a registry holding the same series
 (labelled Gauge/Counter objects, values set beforehand, so only the scrape is timed). Prints a
 table of median times in milliseconds and each one's ratio to the baseline.
@@ -17,6 +18,7 @@ import statistics
 import time
 from collections.abc import Callable
 
+from bench_dcgm import plausible  # bench/ is on sys.path when run as a script
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from gpuwarden._exporter_render import ExporterState
@@ -35,9 +37,7 @@ def fleet(n_gpus: int) -> Batch:
             pci_bus_id=f"00000000:{0x18 + 0x10 * (i % 8):02X}:00.0",
             model="NVIDIA H100 80GB HBM3",
         )
-        values = {
-            f.name: float((i * 7 + k * 13) % 900) + 0.25 * (k % 3) for k, f in enumerate(FIELDS)
-        }
+        values = {f.name: plausible(f.unit, i, k) for k, f in enumerate(FIELDS)}
         samples.append(Sample(ts=1.0, gpu=gpu, values=values))
         if i % 10 == 0:
             events += [Event(1.0, gpu, "xid", 48), Event(1.0, gpu, "xid", 79)]
