@@ -27,6 +27,7 @@ import httpx
 
 from gpuwarden.collectors._promtext import ParseResult, parse_text
 from gpuwarden.errors import ConfigError
+from gpuwarden.readings import screen
 from gpuwarden.telemetry import DCGM_XID_METRIC, FIELD_BY_DCGM, Batch, Event, GpuId, Sample
 
 DEFAULT_PORT = 9400
@@ -152,8 +153,8 @@ class DcgmCollector:
                 if result is not None:
                     host = urlsplit(endpoint).hostname or ""
                     self._convert(result, host, ts, samples, events)
-            return Batch(
-                ts=ts, samples=tuple(samples), events=tuple(events), problems=tuple(problems)
+            return screen(
+                Batch(ts=ts, samples=tuple(samples), events=tuple(events), problems=tuple(problems))
             )
 
     def close(self) -> None:

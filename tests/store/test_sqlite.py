@@ -349,12 +349,14 @@ def test_a_version_1_file_is_upgraded_in_place_and_keeps_its_rows(tmp_path):
         for name in ("gr_engine_active", "tensor_active"):
             conn.execute(f"ALTER TABLE {table} DROP COLUMN {name}")
     conn.execute("DROP TABLE verdicts")
+    conn.execute("DROP TABLE rejections")
     conn.execute("PRAGMA user_version = 1")
     conn.commit()
     conn.close()
     with SqliteStore(path) as store:
-        assert store.schema_version() == 3
+        assert store.schema_version() == 4
         assert store.read_verdicts().empty  # no verdicts yet: the dashboard says so
+        assert store.read_rejections().empty
         after = store.read_samples()
         assert len(after) == len(before) > 0
         assert after["gr_engine_active"].isna().all() and after["tensor_active"].isna().all()
