@@ -194,6 +194,9 @@ def ingest(
             else:
                 report, what = ing.ingest_failures(store, path), "failures"
             click.echo(f"{path}: stored {report.rows_stored} {what}")
+            if report.rejected:
+                said = ", ".join(f"{n} {f} ({r})" for (f, r), n in sorted(report.rejected.items()))
+                click.echo(f"{path}: impossible readings stored as missing: {said}", err=True)
             if report.unknown_columns:
                 click.echo(
                     f"{path}: ignored unknown columns: {', '.join(report.unknown_columns)}",
