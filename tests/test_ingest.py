@@ -264,3 +264,36 @@ def test_cells_are_read_as_typed(store, tmp_path):
     got = store.read_samples()
     assert got["hostname"].tolist() == ["007"]  # a hostname is text, not the number 7
     assert got["gpu_temp_c"].tolist() == [41.0] and got["power_w"].isna().all()
+
+
+def test_sentinels_and_impossible_readings_in_a_csv_are_missing_and_counted(store, tmp_path):
+    path = tmp_path / "sentinels.csv"
+    path.write_text(
+        "timestamp,hostname,gpu,UUID,modelName,DCGM_FI_DEV_GPU_TEMP,DCGM_FI_DEV_MEMORY_TEMP,"
+        "power_w,energy_mj,DCGM_FI_DEV_GPU_UTIL\n"
+        f"{T0:.0f},n1,0,GPU-t4,Tesla T4,74,0,68.2,2147483632,91\n"
+        f"{T0:.0f},n1,1,GPU-h1,NVIDIA H100 80GB HBM3,60,9223372036854775794,140737488355330,"
+        "9223372036854775808,2147483634\n"
+        f"{T0 + 10:.0f},n1,1,GPU-h1,NVIDIA H100 80GB HBM3,61,9.223372036854776e+18,2000,"
+        "5000,\n"
+    )
+    report = ingest_telemetry(store, path)
+    assert report.bad_rows == [] and report.rows_stored == 3
+    assert report.rejected == {
+        ("mem_temp_c", "no_sensor"): 1,
+        ("mem_temp_c", "sentinel"): 2,
+        ("power_w", "sentinel"): 1,
+        ("power_w", "out_of_range"): 1,  # 2000 W: above 2 x an H100's 700 W
+        ("energy_mj", "sentinel"): 1,
+        ("gpu_util_pct", "out_of_range"): 1,  # an int32 sentinel on DCGM's int64 utilisation
+    }
+    got = store.read_samples()
+    assert got["gpu_temp_c"].tolist() == [74, 60, 61]  # every row kept
+    assert got["energy_mj"].tolist()[0] == 2147483632  # an int64 counter: kept
+    assert _same(got["mem_temp_c"].tolist(), [NAN, NAN, NAN])
+    assert _same(got["power_w"].tolist(), [68.2, NAN, NAN])
+    assert _same(got["gpu_util_pct"].tolist(), [91, NAN, NAN])
+    counted = store.read_rejections()
+    assert counted["count"].sum() == 7 and set(counted["uuid"]) == {"GPU-t4", "GPU-h1"}
+    again = ingest_telemetry(store, path)  # loading it again changes nothing
+    assert again.rejected == report.rejected and store.read_rejections()["count"].sum() == 7

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from gpuwarden.health import GpuState, Reason, Verdict
+from gpuwarden.readings import screen
 from gpuwarden.store.sqlite import SqliteStore
 from gpuwarden.summary import fleet_summary
 from gpuwarden.telemetry import Batch, GpuId, Sample
@@ -46,8 +47,6 @@ def test_the_newest_verdict_of_each_slots_board_is_counted_and_named(tmp_path):
 
 
 def test_rejected_readings_are_counted_per_gpu_and_field(tmp_path):
-    from gpuwarden.readings import screen
-
     store = _store(tmp_path)
     t4 = GpuId("n2", 0, "GPU-t4", model="Tesla T4")
     for k in range(3):
