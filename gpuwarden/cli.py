@@ -48,15 +48,20 @@ def main(ctx: click.Context, config_path: str | None, verbose: int) -> None:
 
 @main.command()
 def fields() -> None:
-    """List the telemetry catalogue: our names, dcgm-exporter names, NVML sources, units."""
+    """List the telemetry catalogue: our names, dcgm-exporter names, kinds, units, DCGM value
+    types and the readings each field can take (anything else is stored as missing)."""
+    from gpuwarden.readings import plausible
     from gpuwarden.telemetry import FIELDS
 
     width = max(len(f.name) for f in FIELDS)
     dwidth = max(len(f.dcgm) for f in FIELDS)
+    valid = {f.name: plausible(f) for f in FIELDS}
+    vwidth = max(map(len, valid.values()))
     for f in FIELDS:
         resets = " (resets on driver reload)" if f.resets else ""
         click.echo(
-            f"{f.name:<{width}}  {f.dcgm:<{dwidth}}  {f.kind:<7}  {f.unit:<7}  {f.help}{resets}"
+            f"{f.name:<{width}}  {f.dcgm:<{dwidth}}  {f.kind:<7}  {f.unit:<7}  {f.dcgm_type:<5}  "
+            f"{valid[f.name]:<{vwidth}}  {f.help}{resets}"
         )
 
 

@@ -171,6 +171,21 @@ def _rules(model: str) -> Mapping[str, _Rule]:
     return out
 
 
+def plausible(f: Field) -> str:
+    """The field's possible readings in words, as ``gpuwarden fields`` shows them:
+    ``-10..130``, ``>= 0``, ``0..2xTDP``, ``1|2|4|8|16|32``; ``, HBM only`` for a sensor."""
+    b = f.bounds
+    if b.allowed:
+        said = "|".join(f"{v:g}" for v in sorted(b.allowed))
+    elif b.per_tdp is not None:
+        said = f"{b.lo:g}..{b.per_tdp:g}xTDP"
+    elif math.isinf(b.hi):
+        said = f">= {b.lo:g}"
+    else:
+        said = f"{b.lo:g}..{b.hi:g}"
+    return said + (", HBM only" if f.sensor == "hbm" else "")
+
+
 def reason(f: Field, value: float, model: str = "") -> str | None:
     """Why ``value`` is not a possible reading of ``f`` on ``model``: ``sentinel``,
     ``no_sensor`` or ``out_of_range``; None when it is possible, or NaN (missing, not read)."""
@@ -262,6 +277,7 @@ __all__ = [
     "has_memory_sensor",
     "is_blank",
     "model_key",
+    "plausible",
     "reason",
     "screen",
     "tdp_w",
