@@ -7,7 +7,8 @@ Each endpoint's body is dcgm-exporter 3.3+ text (HELP/TYPE lines, ``Hostname``, 
 and ``DCGM_FI_DRIVER_VERSION`` labels) with every catalogue field, the Xid gauge and two series
 the collector ignores, for 8 GPUs; one GPU in 16 carries a DCGM blank sentinel and one in 32 an
 out-of-range temperature, as a real fleet might. Times ``parse_text`` plus the conversion into
-``Sample``s (``DcgmCollector._convert``) for every body, median of ``--repeat`` runs.
+``Sample``s (``DcgmCollector._convert``) for every body, then the screening of impossible
+readings (``readings.screen``) that ``collect()`` applies; median of ``--repeat`` runs.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import time
 
 from gpuwarden.collectors._promtext import parse_text
 from gpuwarden.collectors.dcgm import DcgmCollector
-from gpuwarden.telemetry import DCGM_XID_METRIC, FIELDS, Event, Sample
+from gpuwarden.readings import screen
+from gpuwarden.telemetry import DCGM_XID_METRIC, FIELDS, Batch, Event, Sample
 
 _PLAUSIBLE = {
     "C": lambda i, k: 30 + (i * 7 + k) % 60,
@@ -76,7 +78,7 @@ def main() -> None:
         events: list[Event] = []
         for host, text in bodies:
             collector._convert(parse_text(text), host, 1.0, samples, events)
-        return len(samples)
+        return len(screen(Batch(1.0, tuple(samples), tuple(events))).samples)
 
     n = run()
     times = []
@@ -87,7 +89,7 @@ def main() -> None:
     collector.close()
     size = sum(len(t) for _, t in bodies) / 1e6
     print(
-        f"{args.nodes} endpoints, {n} GPUs, {size:.1f} MB of text: parse + convert "
+        f"{args.nodes} endpoints, {n} GPUs, {size:.1f} MB of text: parse + convert + screen "
         f"{statistics.median(times) * 1000:.1f} ms (median of {args.repeat}, "
         f"min {min(times) * 1000:.1f} ms)"
     )
