@@ -28,6 +28,7 @@ DCGM_FI_DEV_PCIE_REPLAY_COUNTER{{{_H100}}} -4
 
 
 def collect(body: str) -> Batch:
+    """One ``collect()`` of a dcgm+http:// collector whose endpoint answers ``body``."""
     transport = httpx.MockTransport(lambda request: httpx.Response(200, text=body))
     with httpx.Client(transport=transport) as client:
         collector = DcgmCollector(["http://n1:9400/metrics"], client=client, clock=lambda: 9.0)

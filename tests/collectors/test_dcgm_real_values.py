@@ -8,10 +8,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import httpx
 import pytest
+from test_dcgm_blank_values import collect as collect_body
 
-from gpuwarden.collectors.dcgm import DcgmCollector
 from gpuwarden.telemetry import Batch
 
 #: GPUWARDEN_REAL_DCGM_DIR points elsewhere to try the files before they are on this branch.
@@ -25,14 +24,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def collect(name: str) -> Batch:
-    body = (REAL / name).read_text()
-    transport = httpx.MockTransport(lambda request: httpx.Response(200, text=body))
-    with httpx.Client(transport=transport) as client:
-        collector = DcgmCollector(["http://node-a:9400/metrics"], client=client, clock=lambda: 7.0)
-        try:
-            return collector.collect()
-        finally:
-            collector.close()
+    return collect_body((REAL / name).read_text())
 
 
 def test_t4_memory_temperature_0_is_missing_and_every_other_reading_kept() -> None:
