@@ -11,6 +11,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
+from gpuwarden.readings import screen
 from gpuwarden.telemetry import FIELDS, Batch, GpuId
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -59,6 +60,8 @@ class GpuReading:
     values: dict[str, str] = field(default_factory=dict)
     up: bool = False
     xids: Counter[int] = field(default_factory=Counter)
+    #: (field, reason) -> readings rejected as impossible since the exporter started.
+    rejected: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         self.labels = gpu_labels(self.gpu)
@@ -104,7 +107,9 @@ class ExporterState:
     def apply(self, batch: Batch, duration_s: float, now: float) -> None:
         """Take one successful batch. A GPU seen before and absent now is down (up 0) and its
         fields are not exported: a stale value would look current, and missing is never 0.
-        NaN and infinite values are missing too."""
+        NaN and infinite values are missing too, and so is every impossible reading (a DCGM
+        sentinel, a sensor the board lacks, out of range: ``readings.screen``), counted."""
+        batch = screen(batch)
         seen: set[int] = set()
         for sample in batch.samples:
             state = self._state_for(sample.gpu)
@@ -123,6 +128,8 @@ class ExporterState:
                 state.xids[event.code] += 1
             elif event.kind == "gpu_lost":
                 state.up = False
+        for r in batch.rejected:
+            self._state_for(r.gpu).rejected[r.field, r.reason] += 1
         h = self.health
         h.attempts += 1
         h.last_ok, h.last_error = True, ""
@@ -164,6 +171,19 @@ class ExporterState:
                 "# TYPE gpuwarden_xid_errors_total counter\n"
             )
             out.extend(xid_lines)
+        rejected_lines = [
+            f'gpuwarden_rejected_readings_total{{{s.labels},field="{name}",reason="{why}"}} {n}\n'
+            for s in gpus
+            for (name, why), n in sorted(s.rejected.items())
+        ]
+        if rejected_lines:
+            out.append(
+                "# HELP gpuwarden_rejected_readings_total Readings left out as impossible, per "
+                "field and reason (sentinel: a DCGM blank value; no_sensor: the board lacks the "
+                "sensor; out_of_range: outside the field's plausible range), since this "
+                "exporter started.\n# TYPE gpuwarden_rejected_readings_total counter\n"
+            )
+            out.extend(rejected_lines)
         out.extend(self._render_health())
         return "".join(out).encode()
 

@@ -51,15 +51,20 @@ def main(ctx: click.Context, config_path: str | None, verbose: int) -> None:
 
 @main.command()
 def fields() -> None:
-    """List the telemetry catalogue: our names, dcgm-exporter names, NVML sources, units."""
+    """List the telemetry catalogue: our names, dcgm-exporter names, kinds, units, DCGM value
+    types and the readings each field can take (anything else is stored as missing)."""
+    from gpuwarden.readings import plausible
     from gpuwarden.telemetry import FIELDS
 
     width = max(len(f.name) for f in FIELDS)
     dwidth = max(len(f.dcgm) for f in FIELDS)
+    valid = {f.name: plausible(f) for f in FIELDS}
+    vwidth = max(map(len, valid.values()))
     for f in FIELDS:
         resets = " (resets on driver reload)" if f.resets else ""
         click.echo(
-            f"{f.name:<{width}}  {f.dcgm:<{dwidth}}  {f.kind:<7}  {f.unit:<7}  {f.help}{resets}"
+            f"{f.name:<{width}}  {f.dcgm:<{dwidth}}  {f.kind:<7}  {f.unit:<7}  {f.dcgm_type:<5}  "
+            f"{valid[f.name]:<{vwidth}}  {f.help}{resets}"
         )
 
 
@@ -220,6 +225,9 @@ def ingest(
             else:
                 report, what = ing.ingest_failures(store, path), "failures"
             click.echo(f"{path}: stored {report.rows_stored} {what}")
+            if report.rejected:
+                said = ", ".join(f"{n} {f} ({r})" for (f, r), n in sorted(report.rejected.items()))
+                click.echo(f"{path}: impossible readings stored as missing: {said}", err=True)
             if report.unknown_columns:
                 click.echo(
                     f"{path}: ignored unknown columns: {', '.join(report.unknown_columns)}",

@@ -9,7 +9,10 @@ Three kinds of file, CSV (plain or gzip) or Parquet, one row per record:
     failures    timestamp, hostname, gpu, UUID, kind[, repair_s, xid]
 
 ``timestamp`` is RFC 3339 (``2024-05-01T12:00:00Z``; without an offset it is taken as UTC) or
-Unix seconds. Column names match case-insensitively. An empty cell is missing (NaN), never 0.
+Unix seconds. Column names match case-insensitively. An empty cell is missing (NaN), never 0,
+and so is an impossible reading (a DCGM blank sentinel such as 9223372036854775794, a memory
+temperature on a GDDR board, a value outside the field's plausible range, a negative counter):
+it is stored as a rejected reading (``gpuwarden.readings``) and the rest of its row is kept.
 Bad rows are reported with their line number (the header is line 1) and skipped; the good rows
 are stored. A file that cannot be read at all raises ``InputError`` and stores nothing. Writes
 are idempotent, so loading a fixed file again after an error is safe.
@@ -21,7 +24,7 @@ import gzip
 import os
 import warnings
 import zlib
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
@@ -32,8 +35,17 @@ import pandas as pd
 
 from gpuwarden._ingest_read import Chunk, FileChunks
 from gpuwarden.errors import InputError
+from gpuwarden.readings import check_columns
 from gpuwarden.store.base import Store
-from gpuwarden.telemetry import FIELD_BY_DCGM, FIELDS_BY_NAME, Event, Failure, GpuId
+from gpuwarden.telemetry import (
+    FIELD_BY_DCGM,
+    FIELDS_BY_NAME,
+    REJECT_REASONS,
+    Event,
+    Failure,
+    GpuId,
+    Rejection,
+)
 
 if TYPE_CHECKING:
     from gpuwarden.collectors.kmsg import KernelXid
@@ -45,7 +57,8 @@ CHUNK_ROWS = 100_000
 
 @dataclass(frozen=True)
 class IngestReport:
-    """What one file load did. ``bad_rows``: (line, reason), the first ``MAX_BAD_ROWS``."""
+    """What one file load did. ``bad_rows``: (line, reason), the first ``MAX_BAD_ROWS``.
+    ``rejected``: (field, reason) -> readings stored as missing because they were impossible."""
 
     rows_stored: int
     bad_rows: list[tuple[int, str]] = field(default_factory=list)
@@ -58,6 +71,7 @@ class IngestReport:
     #: Kernel logs: lines read, and the SXid events among those stored.
     lines_read: int = 0
     sxids: int = 0
+    rejected: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 class IngestWarning(UserWarning):
@@ -244,12 +258,6 @@ def _field_values(rows: _Rows, name: str, columns: list[str]) -> np.ndarray:
     merged = rows.number(columns[0])
     for other in columns[1:]:
         merged = _merge(rows, columns[0], merged, other, rows.number(other))
-    if FIELDS_BY_NAME[name].kind == "counter":
-        # Stored as read, resets included; only a negative count is impossible.
-        rows.flag(
-            merged < 0,
-            lambda i: f"{'/'.join(columns)} {merged[i]:g} is negative; a counter never is",
-        )
     return merged
 
 
@@ -270,7 +278,7 @@ def _run(
     required: tuple[str, ...],
     optional: tuple[str, ...],
     metrics: bool,
-    store_rows: Callable[[_Rows, _Columns], int],
+    store_rows: Callable[[_Rows, _Columns, Counter[tuple[str, str]]], int],
     progress: bool,
     chunk_rows: int,
 ) -> IngestReport:
@@ -280,11 +288,12 @@ def _run(
     cols = _resolve(path, chunks.columns, required, optional, metrics)
     stored, total = 0, 0
     bad: list[tuple[int, str]] = []
+    rejected: Counter[tuple[str, str]] = Counter()
     with tqdm(unit="rows", disable=not progress, desc=os.path.basename(path)) as bar:
         try:
             for chunk in chunks.chunks(text=[cols.roles[r] for r in _TEXT if r in cols.roles]):
                 rows = _Rows(chunk)
-                stored += store_rows(rows, cols)
+                stored += store_rows(rows, cols, rejected)
                 found = sorted(chunk.malformed + rows.bad_rows())
                 total += len(found)
                 bad.extend(found[: max(MAX_BAD_ROWS - len(bad), 0)])
@@ -293,7 +302,7 @@ def _run(
             raise InputError(
                 f"{exc}; {stored} rows before it were stored (loading the fixed file again is safe)"
             ) from exc
-    return IngestReport(stored, bad, cols.unknown, total)
+    return IngestReport(stored, bad, cols.unknown, total, rejected=dict(rejected))
 
 
 def ingest_telemetry(
@@ -306,10 +315,14 @@ def ingest_telemetry(
     """Load a telemetry file (one row per GPU per timestamp) into ``store``, ``chunk_rows``
     rows at a time; ``progress`` shows a tqdm bar counting rows."""
 
-    def store_rows(rows: _Rows, cols: _Columns) -> int:
+    def store_rows(rows: _Rows, cols: _Columns, rejected: Counter[tuple[str, str]]) -> int:
         ts, hostname, gpu, uuid = rows.gpus(cols)
         values = {name: _field_values(rows, name, c) for name, c in cols.fields.items()}
         good = rows.good()
+        found = _reject(rows, cols, good, ts, hostname, gpu, uuid, values)
+        if found:
+            rejected.update((r.field, r.reason) for r in found)
+            store.write_rejections(found)
         frame = pd.DataFrame(
             {
                 "ts": ts[good],
@@ -323,6 +336,34 @@ def ingest_telemetry(
         return store.write_frame(frame) if len(frame) else 0
 
     return _run(path, _ID, _PLACE, True, store_rows, progress, chunk_rows)
+
+
+def _reject(
+    rows: _Rows,
+    cols: _Columns,
+    good: np.ndarray,
+    ts: np.ndarray,
+    hostname: np.ndarray,
+    gpu: np.ndarray,
+    uuid: np.ndarray,
+    values: dict[str, np.ndarray],
+) -> list[Rejection]:
+    """Impossible readings of the good rows, set to NaN in ``values``; one ``Rejection`` each."""
+    model = rows.optional_text(cols.roles.get("model"))
+    codes = check_columns({n: v[good] for n, v in values.items()}, model[good])
+    if not codes:
+        return []
+    ids = _gpu_ids(rows, cols, good, hostname, gpu, uuid)
+    where = np.flatnonzero(good)
+    found: list[Rejection] = []
+    for name, code in codes.items():
+        for k in np.flatnonzero(code).tolist():
+            i = where[k]
+            reason = REJECT_REASONS[code[k] - 1]
+            found.append(Rejection(float(ts[i]), ids[k], name, reason, float(values[name][i])))
+        values[name] = col = values[name].copy()  # may be a read-only view of the file's chunk
+        col[where[code > 0]] = np.nan
+    return found
 
 
 def _gpu_ids(
@@ -353,7 +394,7 @@ def ingest_xids(
 ) -> IngestReport:
     """Load an Xid events file (``timestamp,hostname,gpu,UUID,xid``) as ``xid`` events."""
 
-    def store_rows(rows: _Rows, cols: _Columns) -> int:
+    def store_rows(rows: _Rows, cols: _Columns, _: object) -> int:
         ts, hostname, gpu, uuid = rows.gpus(cols)
         xid = rows.index(cols.roles["xid"], "an Xid number")
         good = rows.good()
@@ -374,7 +415,7 @@ def ingest_failures(
     """Load a failures file (``timestamp,hostname,gpu,UUID,kind``, optionally ``repair_s``
     and ``xid``): the ground truth a model is scored against."""
 
-    def store_rows(rows: _Rows, cols: _Columns) -> int:
+    def store_rows(rows: _Rows, cols: _Columns, _: object) -> int:
         ts, hostname, gpu, uuid = rows.gpus(cols)
         kind = rows.text(cols.roles["kind"], cols.roles["kind"])
         nan = np.full(len(ts), np.nan)

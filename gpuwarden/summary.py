@@ -34,6 +34,9 @@ class FleetSummary:
     watch: pd.DataFrame  # per-GPU signals over the window, worst first
     #: each GPU's newest stored verdict in the last day (``health.VERDICT_COLUMNS``)
     verdicts: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: readings rejected as impossible in the window, per GPU, field and reason
+    #: (``Store.read_rejections``: hostname, gpu, uuid, field, reason, count, ...), most first
+    rejections: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def render(self, top: int = 10) -> str:
         lines: list[str] = []
@@ -63,6 +66,8 @@ class FleetSummary:
         for row in self.xids.itertuples():
             lines.append(f"  {row.count:5d}  Xid {row.code:<4d} {row.name} ({row.cls})")
         lines.append("")
+        lines += self._rejection_lines(span_h, top)
+        lines.append("")
         if len(self.watch):
             lines.append(f"GPUs to watch (increase over the last {span_h:.0f} h, worst first):")
             table = self.watch.head(top).copy()
@@ -84,6 +89,22 @@ class FleetSummary:
             risk = "-" if math.isnan(r.risk) else f"{r.risk:.2f}"
             why = "; ".join(r.reasons)[:90]
             out.append(f"  {r.hostname} gpu{r.gpu}  {r.state:<9} risk {risk:<4}  {r.cause}: {why}")
+        return out
+
+    def _rejection_lines(self, span_h: float, top: int) -> list[str]:
+        """Readings left out as impossible, per GPU and field, most first."""
+        r = self.rejections
+        if r.empty:
+            return ["Rejected readings: none"]
+        by_reason = r.groupby("reason")["count"].sum()
+        said = ", ".join(f"{n} {why}" for why, n in by_reason.sort_values(ascending=False).items())
+        out = [f"Rejected readings (stored as missing), last {span_h:.0f} h: {said}"]
+        for row in r.head(top).itertuples():
+            out.append(
+                f"  {row.count:6d}  {row.hostname} gpu{row.gpu}  {row.field:<24} {row.reason}"
+            )
+        if len(r) > top:
+            out.append(f"  ... and {len(r) - top} more GPU/field pairs")
         return out
 
 
@@ -152,8 +173,9 @@ def fleet_summary(
     verdicts = store.read_verdicts(start=now - 86400, end=now + 1, latest=True)
     # a slot's newest board only: a replaced board's last verdict is history
     verdicts = verdicts.drop_duplicates(["hostname", "gpu"], keep="last")
+    rejections = store.read_rejections(start=start, end=now + 1)
     return FleetSummary(
-        start, now, gpus, reporting, missing, xid_table, fail_table, watch, verdicts
+        start, now, gpus, reporting, missing, xid_table, fail_table, watch, verdicts, rejections
     )
 
 

@@ -7,17 +7,51 @@ Collectors, the store schema, the exporter and ingest all derive from this list,
 field here is the whole change.
 
 Missing is never zero: a field a GPU does not support, or a sample that did not arrive, is simply
-absent from ``Sample.values`` (NaN in a frame).
+absent from ``Sample.values`` (NaN in a frame). Each field also declares what a reading of it can
+physically be: its DCGM value type (which blank sentinels apply), the sensor it needs and its
+plausible range (``Bounds``); ``gpuwarden.readings`` turns anything else into missing, counted.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 Kind = Literal["counter", "gauge"]
+#: A DCGM field's value type, which says which blank sentinels it can carry: DCGM_FT_INT64 and
+#: DCGM_FT_DOUBLE in ``dcgm_fields.cpp``; int32 is the family of DCGM's 32-bit struct members.
+DcgmType = Literal["int32", "int64", "fp64"]
+#: A board part a field needs: "hbm" is an HBM memory temperature sensor (GDDR boards have none).
+Sensor = Literal["", "hbm"]
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The readings a field can physically take; any other reading is missing (out of range).
+
+    ``lo``..``hi`` inclusive; ``allowed``, when not empty, lists the only values possible (PCIe
+    link widths); ``per_tdp``, when set, makes ``hi`` that many times the board's TDP in W
+    (``gpuwarden.readings.tdp_w``).
+    """
+
+    lo: float = 0.0
+    hi: float = math.inf
+    allowed: frozenset[float] = frozenset()
+    per_tdp: float | None = None
+
+
+#: Counters, sizes and bitmasks: never negative.
+NON_NEGATIVE = Bounds()
+_TEMP = Bounds(-10.0, 130.0)
+_PCT = Bounds(0.0, 100.0)
+_RATIO = Bounds(0.0, 1.0)
+_BOOL = Bounds(allowed=frozenset({0.0, 1.0}))
+_POWER = Bounds(per_tdp=2.0)
+_PCIE_GEN = Bounds(allowed=frozenset({1.0, 2.0, 3.0, 4.0, 5.0, 6.0}))
+_PCIE_WIDTH = Bounds(allowed=frozenset({1.0, 2.0, 4.0, 8.0, 16.0, 32.0}))
 
 
 @dataclass(frozen=True)
@@ -39,6 +73,10 @@ class Field:
     smi: str | None = None
     dcgm_aliases: tuple[str, ...] = ()
     resets: bool = False
+    #: DCGM's value type for ``dcgm`` (NVIDIA/DCGM dcgmlib/src/dcgm_fields.cpp, DCGM 4.5.3).
+    dcgm_type: DcgmType = "int64"
+    bounds: Bounds = NON_NEGATIVE
+    sensor: Sensor = ""
 
 
 FIELDS: tuple[Field, ...] = (
@@ -51,6 +89,7 @@ FIELDS: tuple[Field, ...] = (
         "GPU core temperature.",
         "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)",
         "temperature.gpu",
+        bounds=_TEMP,
     ),
     Field(
         "mem_temp_c",
@@ -60,6 +99,8 @@ FIELDS: tuple[Field, ...] = (
         "HBM (memory) temperature.",
         "nvmlDeviceGetFieldValues(NVML_FI_DEV_MEMORY_TEMP)",
         "temperature.memory",
+        bounds=_TEMP,
+        sensor="hbm",
     ),
     Field(
         "power_w",
@@ -69,6 +110,8 @@ FIELDS: tuple[Field, ...] = (
         "Board power draw.",
         "nvmlDeviceGetPowerUsage (mW)",
         "power.draw",
+        dcgm_type="fp64",
+        bounds=_POWER,
     ),
     Field(
         "power_limit_w",
@@ -78,6 +121,8 @@ FIELDS: tuple[Field, ...] = (
         "Enforced power limit.",
         "nvmlDeviceGetEnforcedPowerLimit (mW)",
         "enforced.power.limit",
+        dcgm_type="fp64",
+        bounds=_POWER,
     ),
     Field(
         "energy_mj",
@@ -98,6 +143,7 @@ FIELDS: tuple[Field, ...] = (
         "SM clock.",
         "nvmlDeviceGetClockInfo(NVML_CLOCK_SM)",
         "clocks.sm",
+        bounds=Bounds(0.0, 5000.0),
     ),
     Field(
         "mem_clock_mhz",
@@ -107,6 +153,7 @@ FIELDS: tuple[Field, ...] = (
         "Memory clock.",
         "nvmlDeviceGetClockInfo(NVML_CLOCK_MEM)",
         "clocks.mem",
+        bounds=Bounds(0.0, 20000.0),
     ),
     Field(
         "gpu_util_pct",
@@ -116,6 +163,7 @@ FIELDS: tuple[Field, ...] = (
         "GPU utilisation.",
         "nvmlDeviceGetUtilizationRates().gpu",
         "utilization.gpu",
+        bounds=_PCT,
     ),
     Field(
         "mem_copy_util_pct",
@@ -125,6 +173,7 @@ FIELDS: tuple[Field, ...] = (
         "Memory controller utilisation.",
         "nvmlDeviceGetUtilizationRates().memory",
         "utilization.memory",
+        bounds=_PCT,
     ),
     # DCGM's profiling fields. NVML has them as GPM metrics (Hopper and later, in percent);
     # nvidia-smi --query-gpu has no column for them, so smi:// leaves them absent.
@@ -135,6 +184,8 @@ FIELDS: tuple[Field, ...] = (
         "ratio",
         "Fraction of time the graphics/compute engine was active (0-1).",
         "nvmlGpmMetricsGet(NVML_GPM_METRIC_GRAPHICS_UTIL) / 100",
+        dcgm_type="fp64",
+        bounds=_RATIO,
     ),
     Field(
         "tensor_active",
@@ -143,6 +194,8 @@ FIELDS: tuple[Field, ...] = (
         "ratio",
         "Fraction of cycles the tensor pipes were active (0-1).",
         "nvmlGpmMetricsGet(NVML_GPM_METRIC_ANY_TENSOR_UTIL) / 100",
+        dcgm_type="fp64",
+        bounds=_RATIO,
     ),
     Field(
         "fb_used_mib",
@@ -237,6 +290,7 @@ FIELDS: tuple[Field, ...] = (
         "A page retirement waits for the next reset.",
         "nvmlDeviceGetRetiredPagesPendingStatus",
         "retired_pages.pending",
+        bounds=_BOOL,
     ),
     Field(
         "remapped_rows_correctable",
@@ -264,6 +318,7 @@ FIELDS: tuple[Field, ...] = (
         "A row remap waits for the next reset.",
         "nvmlDeviceGetRemappedRows()[2]",
         "remapped_rows.pending",
+        bounds=_BOOL,
     ),
     Field(
         "remapped_rows_failure",
@@ -273,6 +328,7 @@ FIELDS: tuple[Field, ...] = (
         "A row remap failed: NVIDIA says replace the GPU.",
         "nvmlDeviceGetRemappedRows()[3]",
         "remapped_rows.failure",
+        bounds=_BOOL,
     ),
     # PCIe
     Field(
@@ -293,6 +349,7 @@ FIELDS: tuple[Field, ...] = (
         "Current PCIe link generation.",
         "nvmlDeviceGetCurrPcieLinkGeneration",
         "pcie.link.gen.current",
+        bounds=_PCIE_GEN,
     ),
     Field(
         "pcie_link_gen_max",
@@ -302,6 +359,7 @@ FIELDS: tuple[Field, ...] = (
         "Maximum PCIe link generation of GPU and slot.",
         "nvmlDeviceGetMaxPcieLinkGeneration",
         "pcie.link.gen.max",
+        bounds=_PCIE_GEN,
     ),
     Field(
         "pcie_link_width",
@@ -311,6 +369,7 @@ FIELDS: tuple[Field, ...] = (
         "Current PCIe link width.",
         "nvmlDeviceGetCurrPcieLinkWidth",
         "pcie.link.width.current",
+        bounds=_PCIE_WIDTH,
     ),
     Field(
         "pcie_link_width_max",
@@ -320,6 +379,7 @@ FIELDS: tuple[Field, ...] = (
         "Maximum PCIe link width.",
         "nvmlDeviceGetMaxPcieLinkWidth",
         "pcie.link.width.max",
+        bounds=_PCIE_WIDTH,
     ),
     # NVLink (summed over links)
     Field(
@@ -629,10 +689,30 @@ class Failure:
     xid: int | None = None
 
 
+RejectReason = Literal["sentinel", "no_sensor", "out_of_range"]
+#: Why a reading was thrown away: a DCGM blank sentinel, a sensor the board does not have, or a
+#: value outside the field's ``Bounds``.
+REJECT_REASONS: tuple[str, ...] = ("sentinel", "no_sensor", "out_of_range")
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A reading of ``field`` that was impossible, left out of the GPU's sample (missing), and
+    counted: ``gpuwarden_rejected_readings_total``, the store's rejections, ``summary``."""
+
+    ts: float
+    gpu: GpuId
+    field: str
+    reason: str
+    value: float
+
+
 @dataclass(frozen=True)
 class Batch:
     """What one ``Collector.collect()`` call returns. ``problems`` names the parts of the source
-    that could not be read this time (an endpoint down, a GPU that timed out): the rest is kept."""
+    that could not be read this time (an endpoint down, a GPU that timed out): the rest is kept.
+    ``rejected``: readings left out as impossible (``gpuwarden.readings.screen``); ``screened``
+    says the samples were checked already, so screening again is skipped."""
 
     ts: float
     samples: tuple[Sample, ...] = ()
@@ -640,6 +720,8 @@ class Batch:
     problems: tuple[str, ...] = ()
     assignments: tuple[Assignment, ...] = ()
     nodes: tuple[NodeInfo, ...] = ()
+    rejected: tuple[Rejection, ...] = ()
+    screened: bool = False
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
     for names in (
         "errors",
         "telemetry config plugins lifecycle",
-        "health counters",
+        "health counters readings",
         "xid",
         "sim",
         "collectors",

@@ -20,7 +20,15 @@ from gpuwarden.collectors._promtext import parse_text
 from gpuwarden.collectors.dcgm import DcgmCollector
 from gpuwarden.errors import ConfigError
 from gpuwarden.exporter import CONTENT_TYPE, Exporter, run_exporter
-from gpuwarden.telemetry import FIELD_BY_DCGM, FIELDS_BY_NAME, Batch, Event, GpuId, Sample
+from gpuwarden.telemetry import (
+    FIELD_BY_DCGM,
+    FIELDS_BY_NAME,
+    Batch,
+    Event,
+    GpuId,
+    Rejection,
+    Sample,
+)
 
 G0 = GpuId("node1", 0, "GPU-aaaa", "00000000:18:00.0", "NVIDIA H100 80GB HBM3")
 G1 = GpuId("node1", 1, "GPU-bbbb", "00000000:2A:00.0", "NVIDIA H100 80GB HBM3")
@@ -413,3 +421,46 @@ def test_dcgm_exporter_output_round_trips_through_our_exporter() -> None:
     # 17 device fields, 2 profiling ratios and 5 of the 4.x default counters in the fixture
     assert len(expected) == 2 * 24
     assert {k: v for k, v in ours.items() if k[0].startswith("DCGM_")} == expected
+
+
+def test_impossible_readings_are_not_re_exported_and_are_counted() -> None:
+    t4 = GpuId("node2", 0, "GPU-t4", "00000000:37:00.0", "Tesla T4")
+    unscreened = Batch(  # as a plugin collector might send it: nothing checked yet
+        ts=1.0,
+        samples=(
+            sample(G0, gpu_temp_c=41, mem_temp_c=9223372036854775794, power_w=140737488355328.0),
+            sample(t4, gpu_temp_c=74, mem_temp_c=0, energy_mj=2147483632),
+        ),
+        rejected=(Rejection(1.0, G0, "gpu_util_pct", "sentinel", 2.0**63),),  # seen upstream
+    )
+    exporter = Exporter(ScriptedCollector(unscreened, unscreened))
+    exporter.poll_once()
+    exporter.poll_once()
+    body = exporter.render()
+    assert b"9223372036854775" not in body and b"140737488355" not in body
+    assert b"e+18" not in body and b"e+14" not in body
+    assert values_of(body, "DCGM_FI_DEV_GPU_TEMP") == {"GPU-aaaa": 41, "GPU-t4": 74}
+    assert values_of(body, "DCGM_FI_DEV_MEMORY_TEMP") == {}
+    assert values_of(body, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION") == {"GPU-t4": 2147483632}
+    counted = {
+        (dict(lab)["UUID"], dict(lab)["field"], dict(lab)["reason"]): v
+        for (n, lab), v in series(body).items()
+        if n == "gpuwarden_rejected_readings_total"
+    }
+    assert counted == {
+        ("GPU-aaaa", "mem_temp_c", "sentinel"): 2,
+        ("GPU-aaaa", "power_w", "sentinel"): 2,
+        ("GPU-aaaa", "gpu_util_pct", "sentinel"): 2,
+        ("GPU-t4", "mem_temp_c", "no_sensor"): 2,
+    }
+    assert b"# TYPE gpuwarden_rejected_readings_total counter\n" in body
+    labels = dict(
+        next(lab for (n, lab) in series(body) if n == "gpuwarden_rejected_readings_total")
+    )
+    assert labels["modelName"] and labels["Hostname"] and labels["gpu"]
+
+
+def test_no_rejected_counter_without_rejections() -> None:
+    exporter = Exporter(ScriptedCollector(both()))
+    exporter.poll_once()
+    assert b"gpuwarden_rejected_readings_total" not in exporter.render()

@@ -67,7 +67,6 @@ def test_telemetry_csv_maps_names_and_keeps_missing_missing(store):
 BAD_TELEMETRY = [
     (3, "timestamp 'yesterday' is neither RFC 3339 nor Unix seconds"),
     (5, "DCGM_FI_DEV_GPU_TEMP 'hot' is not a number"),
-    (6, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL -3 is negative; a counter never is"),
     (7, "missing UUID"),
     (8, "missing hostname"),
     (9, "gpu 'x' is not a GPU index (a non-negative integer)"),
@@ -81,17 +80,23 @@ BAD_TELEMETRY = [
 def test_bad_telemetry_rows_are_reported_by_line_and_good_rows_stored(store, chunk_rows):
     report = ingest_telemetry(store, DATA / "telemetry_bad.csv", chunk_rows=chunk_rows)
     assert report.bad_rows == BAD_TELEMETRY  # line 10 is blank: no record, no report
-    assert report.bad_rows_total == len(BAD_TELEMETRY) and report.rows_stored == 4
+    assert report.bad_rows_total == len(BAD_TELEMETRY) and report.rows_stored == 5
     got = store.read_samples()
-    assert got["ts"].tolist() == [T0, T0 + 10, T0 + 80, T0 + 100]
-    assert got["gpu_temp_c"].tolist() == [41, 42, 44, 45]
+    assert got["ts"].tolist() == [T0, T0 + 10, T0 + 30, T0 + 80, T0 + 100]
+    assert got["gpu_temp_c"].tolist() == [41, 42, 43, 44, 45]
+    # line 6's negative counter is impossible: missing and counted, the rest of its row kept
+    assert _same(got["ecc_sbe_volatile_total"].tolist(), [5, 5, NAN, 6, 7])
+    assert report.rejected == {("ecc_sbe_volatile_total", "out_of_range"): 1}
+    assert store.read_rejections()[["field", "reason", "count"]].values.tolist() == [
+        ["ecc_sbe_volatile_total", "out_of_range", 1]
+    ]
 
 
 def test_gzip_reads_like_plain_csv(store, tmp_path):
     packed = tmp_path / "telemetry.csv.gz"
     packed.write_bytes(gzip.compress((DATA / "telemetry_bad.csv").read_bytes()))
     report = ingest_telemetry(store, packed)
-    assert report.bad_rows == BAD_TELEMETRY and report.rows_stored == 4
+    assert report.bad_rows == BAD_TELEMETRY and report.rows_stored == 5
 
 
 def _typed(path: Path) -> pd.DataFrame:
@@ -122,11 +127,9 @@ def test_parquet_bad_rows_count_lines_as_a_csv_export_would(store, tmp_path):
     table.loc[4, "UUID"] = None
     table.to_parquet(tmp_path / "t.parquet")
     report = ingest_telemetry(store, tmp_path / "t.parquet", chunk_rows=2)
-    assert report.bad_rows == [
-        (4, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL -1 is negative; a counter never is"),
-        (6, "missing UUID"),
-    ]
-    assert report.rows_stored == 5
+    assert report.bad_rows == [(6, "missing UUID")]
+    assert report.rows_stored == 6
+    assert report.rejected == {("ecc_sbe_volatile_total", "out_of_range"): 1}
 
 
 def _truncated_gzip(tmp_path: Path) -> Path:
@@ -261,3 +264,36 @@ def test_cells_are_read_as_typed(store, tmp_path):
     got = store.read_samples()
     assert got["hostname"].tolist() == ["007"]  # a hostname is text, not the number 7
     assert got["gpu_temp_c"].tolist() == [41.0] and got["power_w"].isna().all()
+
+
+def test_sentinels_and_impossible_readings_in_a_csv_are_missing_and_counted(store, tmp_path):
+    path = tmp_path / "sentinels.csv"
+    path.write_text(
+        "timestamp,hostname,gpu,UUID,modelName,DCGM_FI_DEV_GPU_TEMP,DCGM_FI_DEV_MEMORY_TEMP,"
+        "power_w,energy_mj,DCGM_FI_DEV_GPU_UTIL\n"
+        f"{T0:.0f},n1,0,GPU-t4,Tesla T4,74,0,68.2,2147483632,91\n"
+        f"{T0:.0f},n1,1,GPU-h1,NVIDIA H100 80GB HBM3,60,9223372036854775794,140737488355330,"
+        "9223372036854775808,2147483634\n"
+        f"{T0 + 10:.0f},n1,1,GPU-h1,NVIDIA H100 80GB HBM3,61,9.223372036854776e+18,2000,"
+        "5000,\n"
+    )
+    report = ingest_telemetry(store, path)
+    assert report.bad_rows == [] and report.rows_stored == 3
+    assert report.rejected == {
+        ("mem_temp_c", "no_sensor"): 1,
+        ("mem_temp_c", "sentinel"): 2,
+        ("power_w", "sentinel"): 1,
+        ("power_w", "out_of_range"): 1,  # 2000 W: above 2 x an H100's 700 W
+        ("energy_mj", "sentinel"): 1,
+        ("gpu_util_pct", "out_of_range"): 1,  # an int32 sentinel on DCGM's int64 utilisation
+    }
+    got = store.read_samples()
+    assert got["gpu_temp_c"].tolist() == [74, 60, 61]  # every row kept
+    assert got["energy_mj"].tolist()[0] == 2147483632  # an int64 counter: kept
+    assert _same(got["mem_temp_c"].tolist(), [NAN, NAN, NAN])
+    assert _same(got["power_w"].tolist(), [68.2, NAN, NAN])
+    assert _same(got["gpu_util_pct"].tolist(), [91, NAN, NAN])
+    counted = store.read_rejections()
+    assert counted["count"].sum() == 7 and set(counted["uuid"]) == {"GPU-t4", "GPU-h1"}
+    again = ingest_telemetry(store, path)  # loading it again changes nothing
+    assert again.rejected == report.rejected and store.read_rejections()["count"].sum() == 7

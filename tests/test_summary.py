@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from gpuwarden.health import GpuState, Reason, Verdict
+from gpuwarden.readings import screen
 from gpuwarden.store.sqlite import SqliteStore
 from gpuwarden.summary import fleet_summary
 from gpuwarden.telemetry import Batch, GpuId, Sample
@@ -43,3 +44,29 @@ def test_the_newest_verdict_of_each_slots_board_is_counted_and_named(tmp_path):
     text = summary.render()
     assert "Verdicts (newest per GPU, last day): 0 unhealthy, 1 at-risk, 1 ok" in text
     assert "n1 gpu0  at-risk   risk 0.83  model: single-bit errors 40/day" in text
+
+
+def test_rejected_readings_are_counted_per_gpu_and_field(tmp_path):
+    store = _store(tmp_path)
+    t4 = GpuId("n2", 0, "GPU-t4", model="Tesla T4")
+    for k in range(3):
+        ts = T + 60 * k
+        power = 500.0 if k == 2 else 68.2  # a T4 (70 W) cannot draw 500 W
+        sample = Sample(ts, t4, {"gpu_temp_c": 74.0, "mem_temp_c": 0.0, "power_w": power})
+        store.write_batch(screen(Batch(ts, (sample,))))
+    summary = fleet_summary(store)
+    assert summary.rejections[["hostname", "gpu", "field", "reason", "count"]].values.tolist() == [
+        ["n2", 0, "mem_temp_c", "no_sensor", 3],
+        ["n2", 0, "power_w", "out_of_range", 1],
+    ]
+    text = summary.render()
+    assert "Rejected readings (stored as missing), last 168 h: 3 no_sensor, 1 out_of_range" in text
+    assert "     3  n2 gpu0  mem_temp_c               no_sensor" in text
+    assert "     1  n2 gpu0  power_w                  out_of_range" in text
+    kept = store.read_samples(hostnames=["n2"])
+    assert kept["gpu_temp_c"].tolist() == [74.0] * 3 and kept["mem_temp_c"].isna().all()
+    assert kept["power_w"].tolist()[:2] == [68.2, 68.2] and math.isnan(kept["power_w"].iloc[2])
+
+
+def test_without_rejections_it_says_none(tmp_path):
+    assert "Rejected readings: none" in fleet_summary(_store(tmp_path)).render()

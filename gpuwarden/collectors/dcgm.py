@@ -30,6 +30,7 @@ import httpx
 
 from gpuwarden.collectors._promtext import ParseResult, PromSample, parse_text
 from gpuwarden.errors import ConfigError
+from gpuwarden.readings import screen
 from gpuwarden.telemetry import (
     DCGM_HEALTH_METRIC,
     DCGM_XID_COUNT_METRIC,
@@ -170,13 +171,15 @@ class DcgmCollector:
                 if result is not None:
                     host = urlsplit(endpoint).hostname or ""
                     self._convert(result, host, ts, out)
-            return Batch(
-                ts=ts,
-                samples=tuple(out.samples),
-                events=tuple(out.events),
-                problems=tuple(problems),
-                assignments=tuple(out.assignments),
-                nodes=tuple(NodeInfo(ts, h, driver_version=v) for h, v in out.drivers.items()),
+            return screen(
+                Batch(
+                    ts=ts,
+                    samples=tuple(out.samples),
+                    events=tuple(out.events),
+                    problems=tuple(problems),
+                    assignments=tuple(out.assignments),
+                    nodes=tuple(NodeInfo(ts, h, driver_version=v) for h, v in out.drivers.items()),
+                )
             )
 
     def close(self) -> None:

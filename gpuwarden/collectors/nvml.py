@@ -24,6 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 from gpuwarden.collectors import libnvml
 from gpuwarden.collectors._gpu_state import OK, GpuStates
 from gpuwarden.errors import CollectorError, ConfigError
+from gpuwarden.readings import screen
 from gpuwarden.telemetry import DCGM_EXTRA_FIELDS, Batch, Event, GpuId, Sample
 
 _MIB = 1024 * 1024
@@ -236,7 +237,9 @@ class NvmlCollector:
             events.append(self._xid_event(key, xid, ts))
         problems.extend(self._xids.problems)
         self._xids.problems.clear()
-        return Batch(ts=ts, samples=tuple(samples), events=tuple(events), problems=tuple(problems))
+        return screen(
+            Batch(ts=ts, samples=tuple(samples), events=tuple(events), problems=tuple(problems))
+        )
 
     def close(self) -> None:
         if self._closed:

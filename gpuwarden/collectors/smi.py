@@ -31,6 +31,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from gpuwarden.collectors._gpu_state import LOST, OK, GpuStates
 from gpuwarden.errors import CollectorTimeout, CollectorUnavailable, ConfigError
+from gpuwarden.readings import screen
 from gpuwarden.telemetry import FIELDS, Batch, Event, GpuId, Sample
 
 IDENTITY = ("index", "uuid", "pci.bus_id", "name")
@@ -271,7 +272,9 @@ class SmiCollector:
         if out.returncode != 0 and not explained:
             said = (out.stderr.strip() or out.stdout.strip() or "no output").splitlines()[0]
             problems.append(f"nvidia-smi exited with status {out.returncode}: {said}")
-        return Batch(ts=ts, samples=tuple(samples), events=tuple(events), problems=tuple(problems))
+        return screen(
+            Batch(ts=ts, samples=tuple(samples), events=tuple(events), problems=tuple(problems))
+        )
 
     def _row(
         self,

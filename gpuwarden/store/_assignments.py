@@ -18,7 +18,7 @@ import pandas as pd
 from gpuwarden.telemetry import Assignment, NodeInfo
 
 DDL = """
-CREATE TABLE gpu_assignments (
+CREATE TABLE IF NOT EXISTS gpu_assignments (
     id INTEGER PRIMARY KEY,
     gpu_id INTEGER NOT NULL REFERENCES gpus (id),
     namespace TEXT NOT NULL,
@@ -28,9 +28,9 @@ CREATE TABLE gpu_assignments (
     last_seen REAL NOT NULL,
     ts_to REAL
 );
-CREATE INDEX gpu_assignments_gpu ON gpu_assignments (gpu_id, ts_from);
-CREATE INDEX gpu_assignments_ts ON gpu_assignments (ts_from);
-CREATE TABLE nodes (
+CREATE INDEX IF NOT EXISTS gpu_assignments_gpu ON gpu_assignments (gpu_id, ts_from);
+CREATE INDEX IF NOT EXISTS gpu_assignments_ts ON gpu_assignments (ts_from);
+CREATE TABLE IF NOT EXISTS nodes (
     hostname TEXT PRIMARY KEY,
     driver_version TEXT NOT NULL DEFAULT '',
     cuda_driver_version TEXT NOT NULL DEFAULT '',

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from gpuwarden.errors import InputError
-from gpuwarden.telemetry import Event, Failure, GpuId, mig_parent
+from gpuwarden.telemetry import Event, Failure, GpuId, Rejection, mig_parent
 
 #: A GPU as the upsert takes it: uuid, hostname, idx, pci_bus_id, model, rack, first_ts, last_ts.
 GpuRow = tuple[str, str, int, str, str, str, float, float]
@@ -47,8 +47,12 @@ INSERT_FAILURE = (
     "VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 
+INSERT_REJECTION = (
+    "INSERT OR REPLACE INTO rejections (ts, gpu_id, field, reason, value) VALUES (?, ?, ?, ?, ?)"
+)
+
 _GPU_COLUMNS = ["hostname", "gpu", "uuid", "pci_bus_id", "model", "rack", "first_ts", "last_ts"]
-_TEXT = ("hostname", "uuid", "pci_bus_id", "model", "rack", "kind", "detail")
+_TEXT = ("hostname", "uuid", "pci_bus_id", "model", "rack", "kind", "detail", "field", "reason")
 
 
 def rows_from(seen: Sequence[tuple[float, GpuId]]) -> list[GpuRow]:
@@ -73,6 +77,12 @@ def rows_from(seen: Sequence[tuple[float, GpuId]]) -> list[GpuRow]:
 
 def event_rows(events: Sequence[Event], ids: dict[str, int]) -> list[tuple[object, ...]]:
     return [(e.ts, ids[e.gpu.uuid], e.kind, e.code, e.detail) for e in events]
+
+
+def rejection_rows(
+    rejections: Sequence[Rejection], ids: dict[str, int]
+) -> list[tuple[object, ...]]:
+    return [(r.ts, ids[r.gpu.uuid], r.field, r.reason, r.value) for r in rejections]
 
 
 def failure_rows(
@@ -174,3 +184,19 @@ def failures_frame(
     ).fetchall()
     columns = ["ts", "hostname", "gpu", "uuid", "kind", "precursor_start_ts", "repair_s", "xid"]
     return _frame(rows, columns, ints=("xid",))
+
+
+def rejections_frame(
+    conn: sqlite3.Connection, where: list[str], params: list[object]
+) -> pd.DataFrame:
+    """Rejected readings counted per GPU, field and reason, most first."""
+    rows = conn.execute(
+        "SELECT g.hostname, g.idx, g.uuid, r.field, r.reason, count(*), min(r.ts), max(r.ts) "
+        f"FROM rejections r JOIN gpus g ON g.id = r.gpu_id{_where(where)} "
+        "GROUP BY r.gpu_id, r.field, r.reason ORDER BY count(*) DESC, g.hostname, g.idx, r.field",
+        params,
+    ).fetchall()
+    columns = ["hostname", "gpu", "uuid", "field", "reason", "count", "first_ts", "last_ts"]
+    out = _frame(rows, columns, ints=("count",))
+    out["count"] = out["count"].astype(np.int64)
+    return out

@@ -17,7 +17,7 @@ from gpuwarden.store import _assignments, _verdicts
 from gpuwarden.telemetry import FIELDS, Field
 
 #: The schema this code writes. A file with a larger ``user_version`` is refused.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: Rollup bucket widths in seconds. Each divides ``ROLLUP_WINDOW_S``, the unit compact() works in.
 ROLLUP_RESOLUTIONS: tuple[int, ...] = (300, 3600)
@@ -137,12 +137,28 @@ def _v4(conn: sqlite3.Connection) -> None:
     _assignments.create(conn)
 
 
+def _v5(conn: sqlite3.Connection) -> None:
+    # Readings rejected as impossible (gpuwarden.readings): one row per GPU, time and field, so
+    # a replayed batch or a re-ingested file changes nothing. An older file gets an empty table.
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS rejections (
+    ts REAL NOT NULL,
+    gpu_id INTEGER NOT NULL REFERENCES gpus (id),
+    field TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    value REAL,
+    PRIMARY KEY (ts, gpu_id, field)
+) WITHOUT ROWID"""
+    )
+
+
 #: version -> the step that brings a file from version - 1 to it.
 _MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: _v1,
     2: _v2,
     3: _v3,
     4: _v4,
+    5: _v5,
 }
 
 

@@ -4,7 +4,8 @@
                     at a resolution (``read_window``: rollups stitched to the raw tail), events,
                     failures, the GPUs seen, and gpuwarden's stored verdicts. A Prometheus
                     server is only this.
-    WritableStore   what collectors, ingest and ``serve`` write; also compacts.
+    WritableStore   what collectors, ingest and ``serve`` write (samples, events, failures, the
+                    readings rejected as impossible, verdicts); also compacts.
     Store           both (SQLite; VictoriaMetrics and InfluxDB, which accept writes).
 
 Frames are pandas DataFrames in the *wide* layout: one row per GPU per timestamp, the identity
@@ -20,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from gpuwarden.health import Verdict
-from gpuwarden.telemetry import Batch, Event, Failure
+from gpuwarden.telemetry import Batch, Event, Failure, Rejection
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -80,6 +81,13 @@ class ReadableStore(Protocol):
     def read_failures(
         self, *, start: float | None = None, end: float | None = None
     ) -> pd.DataFrame: ...
+
+    def read_rejections(
+        self, *, start: float | None = None, end: float | None = None
+    ) -> pd.DataFrame:
+        """Readings rejected as impossible in ``[start, end)`` (``gpuwarden.readings``), counted:
+        hostname, gpu, uuid, field, reason, count, first_ts, last_ts; most first."""
+        ...
 
     def read_verdicts(
         self,
@@ -143,6 +151,10 @@ class WritableStore(Protocol):
     def write_events(self, events: Iterable[Event]) -> int: ...
 
     def write_failures(self, failures: Iterable[Failure]) -> int: ...
+
+    def write_rejections(self, rejections: Iterable[Rejection]) -> int:
+        """Store rejected readings (``Batch.rejected``, ingest's); a repeat changes nothing."""
+        ...
 
     def write_verdicts(self, verdicts: Iterable[Verdict]) -> int:
         """Store verdicts; one per GPU and time (a repeat replaces it). Returns rows written."""

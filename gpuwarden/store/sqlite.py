@@ -37,7 +37,7 @@ from gpuwarden.store._schema import (
     migrate,
 )
 from gpuwarden.store._url import parse_url
-from gpuwarden.telemetry import Batch, Event, Failure
+from gpuwarden.telemetry import Batch, Event, Failure, Rejection
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -189,6 +189,7 @@ class SqliteStore:
             raise InputError("write_batch: a sample's ts is not a finite time")
         seen = [(s.ts, s.gpu) for s in samples] + [(e.ts, e.gpu) for e in batch.events]
         seen += [(a.ts, a.gpu) for a in batch.assignments]
+        seen += [(r.ts, r.gpu) for r in batch.rejected]
         gpu_rows = _records.rows_from(seen)
         with self._guard("write_batch") as conn, _transaction(conn):
             ids = self._ids_for(conn, gpu_rows)
@@ -203,6 +204,9 @@ class SqliteStore:
             conn.executemany(_records.INSERT_EVENT, _records.event_rows(batch.events, ids))
             _assignments.write(conn, batch.assignments, ids)
             _assignments.write_nodes(conn, batch.nodes)
+            conn.executemany(
+                _records.INSERT_REJECTION, _records.rejection_rows(batch.rejected, ids)
+            )
 
     def write_frame(self, frame: pd.DataFrame, *, progress: bool = False) -> int:
         """Bulk-write a wide frame (simulator output, ingest); returns the rows written.
@@ -244,6 +248,16 @@ class SqliteStore:
             before = conn.total_changes
             conn.executemany(_records.INSERT_EVENT, _records.event_rows(events, ids))
             return conn.total_changes - before
+
+    def write_rejections(self, rejections: Iterable[Rejection]) -> int:
+        """Store readings rejected as impossible (``gpuwarden.readings``); one per GPU, time and
+        field, so writing the same one again changes nothing. Returns how many were given."""
+        rejections = list(rejections)
+        gpu_rows = _records.rows_from([(r.ts, r.gpu) for r in rejections])
+        with self._guard("write_rejections") as conn, _transaction(conn):
+            ids = self._ids_for(conn, gpu_rows)
+            conn.executemany(_records.INSERT_REJECTION, _records.rejection_rows(rejections, ids))
+        return len(rejections)
 
     def write_failures(self, failures: Iterable[Failure], *, source: str | None = None) -> int:
         """Store failures; a failure of the same GPU, time and kind replaces the earlier record.
@@ -376,6 +390,15 @@ class SqliteStore:
         with self._guard("read_failures") as conn:
             return _records.failures_frame(conn, where, params)
 
+    def read_rejections(
+        self, *, start: float | None = None, end: float | None = None
+    ) -> pd.DataFrame:
+        """Readings rejected in ``[start, end)``, counted per GPU, field and reason: hostname,
+        gpu, uuid, field, reason, count, first_ts, last_ts; most first."""
+        where, params = _time_filter(start, end, column="r.ts")
+        with self._guard("read_rejections") as conn:
+            return _records.rejections_frame(conn, where, params)
+
     def read_verdicts(
         self,
         *,
@@ -423,7 +446,8 @@ class SqliteStore:
 
     def compact(self, now: float) -> None:
         """Roll written hours up into 5-minute and 1-hour buckets, then drop raw samples older
-        than ``retention_s`` and rollups older than ``rollup_retention_s`` (whole hours)."""
+        than ``retention_s`` (and rejected readings with them) and rollups older than
+        ``rollup_retention_s`` (whole hours)."""
         with self._guard("compact") as conn:
             for hour in pending_hours(conn, before=now):
                 with _transaction(conn):  # one hour per transaction: writers get turns
@@ -433,6 +457,7 @@ class SqliteStore:
                 for hour in pending_hours(conn, before=raw_cutoff):  # written meanwhile
                     roll_up_hour(conn, hour)
                 conn.execute("DELETE FROM samples WHERE ts < ?", (raw_cutoff,))
+                conn.execute("DELETE FROM rejections WHERE ts < ?", (raw_cutoff,))
                 conn.execute(
                     "DELETE FROM rollups WHERE ts < ?", (hour_of(now - self.rollup_retention_s),)
                 )

@@ -311,7 +311,6 @@ def test_what_gpuwarden_reads_from_each_real_scrape(name: str) -> None:
     assert all(s.ts == TS for s in batch.samples)
 
 
-@pytest.mark.xfail(strict=True, reason="value path lands with wave2-readings")
 def test_blank_and_impossible_readings_are_missing() -> None:
     for name, field in sorted(BLANK):
         for sample in read(name).samples:

@@ -142,6 +142,7 @@ def test_unsupported_fields_are_absent_not_zero():
     _, collector = open_node("a100_vm_1gpu.json")
     batch = collector.collect()
     assert batch.problems == ()  # NotSupported is an answer, not a problem
+    assert batch.rejected == ()  # and no reading: missing, not rejected
     (sample,) = batch.samples
     assert (
         sample.gpu.model == "NVIDIA A100-SXM4-80GB" and sample.gpu.pci_bus_id == "00000000:00:04.0"

@@ -121,6 +121,7 @@ def test_not_available_markers_are_absent_not_zero(tmp_path):
     script = fake_smi(tmp_path, "a100_vm_2gpu_na.csv")
     batch = SmiCollector(binary=str(script), hostname="vm").collect()
     assert batch.problems == ()
+    assert batch.rejected == ()  # a marker is no reading: missing, not rejected
     gpu = by_index(batch)
     assert set(SMI_FIELDS) - set(gpu[0]) == RETIRED | {"mem_temp_c", "ecc_sbe_volatile_total"}
     assert set(SMI_FIELDS) - set(gpu[1]) == RETIRED | {

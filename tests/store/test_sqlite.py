@@ -351,13 +351,15 @@ def test_a_version_1_file_is_upgraded_in_place_and_keeps_its_rows(tmp_path):
     conn.execute("DROP TABLE verdicts")
     conn.execute("DROP TABLE gpu_assignments")
     conn.execute("DROP TABLE nodes")
+    conn.execute("DROP TABLE rejections")
     conn.execute("PRAGMA user_version = 1")
     conn.commit()
     conn.close()
     with SqliteStore(path) as store:
-        assert store.schema_version() == 4
+        assert store.schema_version() == 5
         assert store.read_assignments().empty and store.read_nodes().empty
         assert store.read_verdicts().empty  # no verdicts yet: the dashboard says so
+        assert store.read_rejections().empty
         after = store.read_samples()
         assert len(after) == len(before) > 0
         assert after["gr_engine_active"].isna().all() and after["tensor_active"].isna().all()
