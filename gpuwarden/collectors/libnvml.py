@@ -219,6 +219,20 @@ class DeviceQuery:
         return float(getattr(entry.value, member))
 
 
+def driver_versions(nvml: Any) -> tuple[str, str]:
+    """This host's (driver version, CUDA driver version) as NVML says them, "" when unknown.
+
+    Command line equivalent: the header of ``nvidia-smi`` ("Driver Version: 535.161.08  CUDA
+    Version: 12.2"). NVML gives the CUDA version as 1000 x major + 10 x minor (12020)."""
+    host = DeviceQuery(nvml)
+    driver = host.call("nvmlSystemGetDriverVersion")
+    cuda = host.call("nvmlSystemGetCudaDriverVersion_v2")
+    if cuda is None:
+        cuda = host.call("nvmlSystemGetCudaDriverVersion")
+    cuda_text = f"{int(cuda) // 1000}.{int(cuda) % 1000 // 10}" if cuda else ""
+    return (text(driver) if driver else ""), cuda_text
+
+
 class XidEvents:
     """NVML's event set for Xid critical errors, drained with a 0 ms wait.
 
@@ -360,6 +374,7 @@ class GpmMetrics:
 
 
 __all__ = [
+    "driver_versions",
     "GONE",
     "GPM_METRICS",
     "NOT_AVAILABLE",

@@ -25,7 +25,7 @@ from gpuwarden.collectors import libnvml
 from gpuwarden.collectors._gpu_state import OK, GpuStates
 from gpuwarden.errors import CollectorError, ConfigError
 from gpuwarden.readings import screen
-from gpuwarden.telemetry import DCGM_EXTRA_FIELDS, Batch, Event, GpuId, Sample
+from gpuwarden.telemetry import DCGM_EXTRA_FIELDS, Batch, Event, GpuId, NodeInfo, Sample
 
 _MIB = 1024 * 1024
 
@@ -189,6 +189,7 @@ class NvmlCollector:
         self._states = GpuStates()
         self._closed = False
         count = libnvml.init(self._nvml)
+        self._versions = libnvml.driver_versions(self._nvml)  # placement needs both
         self._by_handle: dict[int, _Slot] = {}
         self._slots = [_Slot(i, GpuId(self.hostname, i, "")) for i in range(count)]
         self._open_problems: list[str] = []
@@ -237,8 +238,16 @@ class NvmlCollector:
             events.append(self._xid_event(key, xid, ts))
         problems.extend(self._xids.problems)
         self._xids.problems.clear()
+        driver, cuda = self._versions
+        node = NodeInfo(ts, self.hostname, driver_version=driver, cuda_driver_version=cuda)
         return screen(
-            Batch(ts=ts, samples=tuple(samples), events=tuple(events), problems=tuple(problems))
+            Batch(
+                ts=ts,
+                samples=tuple(samples),
+                events=tuple(events),
+                problems=tuple(problems),
+                nodes=(node,) if driver or cuda else (),
+            )
         )
 
     def close(self) -> None:

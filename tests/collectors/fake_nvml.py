@@ -142,6 +142,17 @@ class FakeNvml:
         self.initialized = False
         self.shutdowns += 1
 
+    def nvmlSystemGetDriverVersion(self) -> str:
+        self._check_init()
+        return self._value(self.fixture.get("driver_version", "NOT_SUPPORTED"))
+
+    def nvmlSystemGetCudaDriverVersion_v2(self) -> int:
+        self._check_init()
+        return self._value(self.fixture.get("cuda_driver_version", "NOT_SUPPORTED"))
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return self.nvmlSystemGetCudaDriverVersion_v2()
+
     def nvmlDeviceGetCount(self) -> int:
         self._check_init()
         return len(self.devices)

@@ -319,3 +319,29 @@ def test_close_shuts_nvml_down_once():
 def test_bad_nvml_urls(url, words):
     with pytest.raises(ConfigError, match=words):
         NvmlCollector.from_url(url)
+
+
+def test_the_node_says_its_driver_and_cuda_versions(tmp_path):
+    """NVML's driver and CUDA driver versions (nvidia-smi's header) are kept per node; a host
+    whose NVML has no CUDA version call leaves it unknown, never a made-up one."""
+    from gpuwarden.store.sqlite import SqliteStore
+
+    c = NvmlCollector(
+        nvml=FakeNvml("h100_hgx_8gpu.json"), hostname="hgx1", clock=lambda: 1_767_225_600.0
+    )
+    batch = c.collect()
+    c.close()
+    assert [(n.hostname, n.driver_version, n.cuda_driver_version) for n in batch.nodes] == [
+        ("hgx1", "535.161.08", "12.2")
+    ]
+    with SqliteStore(tmp_path / "s.db") as store:
+        store.write_batch(batch)
+        row = store.read_nodes(hostnames=["hgx1"]).iloc[0]
+        assert (row["driver_version"], row["cuda_driver_version"]) == ("535.161.08", "12.2")
+    old = NvmlCollector(
+        nvml=FakeNvml("v100_r470_2gpu.json"), hostname="v1", clock=lambda: 1_767_225_600.0
+    )
+    assert [(n.driver_version, n.cuda_driver_version) for n in old.collect().nodes] == [
+        ("470.239.06", "")
+    ]
+    old.close()
