@@ -89,3 +89,71 @@ def test_value_strips_the_unit(cell: str, unit: str, want: float | None) -> None
 def test_a_value_in_another_unit_is_refused() -> None:
     with pytest.raises(ValueError):
         value("72.35 kW", "W")
+
+
+Q_OLD = """
+==============NVSMI LOG==============
+
+Timestamp                                 : Mon Jan  1 00:00:00 2024
+Driver Version                            : 470.57.02
+CUDA Version                              : 11.4
+
+Attached GPUs                             : 2
+GPU 00000000:17:00.0
+    Product Name                          : A100-SXM4-40GB
+    GPU UUID                              : GPU-aaaa
+    ECC Errors
+        Volatile
+            Single Bit
+                Device Memory             : 3
+                Total                     : 5
+            Double Bit
+                Total                     : 0
+        Aggregate
+            Single Bit
+                Total                     : 7
+            Double Bit
+                Total                     : 1
+    Retired Pages
+        Single Bit ECC                    : 2
+        Double Bit ECC                    : 1
+        Pending Page Blacklist            : Yes
+    Remapped Rows
+        Correctable Error                 : 1
+        Uncorrectable Error               : 2
+        Pending                           : Yes
+        Remapping Failure Occurred        : No
+    Temperature
+        GPU Current Temp                  : 31 C
+    Power Readings
+        Power Draw                        : 60.10 W
+        Enforced Power Limit              : 400.00 W
+GPU 00000000:2A:00.0
+    Product Name                          : A100-SXM4-40GB
+    GPU UUID                              : GPU-bbbb
+    Temperature
+        GPU Current Temp                  : warm
+        Memory Current Temp               : 35 C
+"""
+
+
+def test_q_of_an_older_driver_with_two_gpus() -> None:
+    from gpuwarden.collectors.smi_text import read_query_text
+
+    batch = read_query_text(Q_OLD, hostname="n1")
+    a, b = batch.samples
+    assert (a.gpu.index, a.gpu.uuid, a.gpu.pci_bus_id) == (0, "GPU-aaaa", "00000000:17:00.0")
+    assert dict(a.values) == {
+        "ecc_sbe_volatile_total": 5, "ecc_dbe_volatile_total": 0,
+        "ecc_sbe_aggregate_total": 7, "ecc_dbe_aggregate_total": 1,
+        "retired_pages_sbe": 2, "retired_pages_dbe": 1, "retired_pages_pending": 1,
+        "remapped_rows_correctable": 1, "remapped_rows_uncorrectable": 2,
+        "remapped_rows_pending": 1, "remapped_rows_failure": 0,
+        "gpu_temp_c": 31, "power_w": 60.1, "power_limit_w": 400,
+    }  # fmt: skip
+    assert (b.gpu.index, dict(b.values)) == (1, {"mem_temp_c": 35})
+    assert batch.problems == (
+        "gpu 1 (00000000:2A:00.0): cannot read Temperature / GPU Current Temp = 'warm'",
+    )
+    assert batch.ts == 1704067200.0
+    assert batch.nodes[0].driver_version == "470.57.02"

@@ -138,3 +138,94 @@ def test_consumer_boards_have_no_ecc_remapping_or_memory_temperature() -> None:
         (sample,) = read(name).samples
         assert not {n for n in sample.values if n.startswith(("ecc_", "remapped_", "retired_"))}
         assert "mem_temp_c" not in sample.values  # "N/A" without brackets
+
+
+# ---- nvidia-smi -q ----------------------------------------------------------------------------
+
+from gpuwarden.collectors.smi_text import read_query_text  # noqa: E402
+
+ECC0 = {
+    "ecc_sbe_volatile_total": 0, "ecc_dbe_volatile_total": 0,
+    "ecc_sbe_aggregate_total": 0, "ecc_dbe_aggregate_total": 0,
+}  # fmt: skip
+REMAP0 = {
+    "remapped_rows_correctable": 0, "remapped_rows_uncorrectable": 0,
+    "remapped_rows_pending": 0, "remapped_rows_failure": 0,  # Pending / Failure: "No"
+}  # fmt: skip
+
+#: file -> (Timestamp, identity, driver, CUDA, every catalogue field read); the rest absent.
+EXPECTED_Q: dict[str, tuple[str, GpuId, str, str, dict[str, float]]] = {
+    "h100_sxm_r590_q_load.txt": (
+        "2026-07-14T08:12:53",
+        GpuId("node7", 0, MASKED, "00000000:00:09.0", "NVIDIA H100 80GB HBM3"),
+        "590.48.01", "13.1",
+        {
+            "gpu_temp_c": 59, "mem_temp_c": 55, "power_w": 629.45, "power_limit_w": 700.0,
+            "sm_clock_mhz": 1980, "mem_clock_mhz": 2619,
+            "gpu_util_pct": 100, "mem_copy_util_pct": 11,
+            "fb_total_mib": 81559, "fb_used_mib": 19818, "fb_free_mib": 61263,
+            **ECC0, **REMAP0,  # Retired Pages: N/A (H100 remaps rows instead)
+            "pcie_link_gen": 5, "pcie_link_gen_max": 5,
+            "pcie_link_width": 16, "pcie_link_width_max": 16,
+        },
+    ),
+    "h100_mig_r590_q_load.txt": (
+        "2026-07-14T09:00:44",
+        GpuId("node7", 0, MASKED, "00000000:00:09.0", "NVIDIA H100 80GB HBM3"),
+        "590.48.01", "13.1",
+        {
+            "gpu_temp_c": 53, "mem_temp_c": 58, "power_w": 432.21, "power_limit_w": 700.0,
+            "sm_clock_mhz": 1980, "mem_clock_mhz": 2619,
+            "fb_total_mib": 81559, "fb_used_mib": 11125, "fb_free_mib": 69956,
+            **ECC0,  # Utilization N/A and "Remapped Rows : N/A" under MIG
+            "pcie_link_gen": 5, "pcie_link_gen_max": 5,
+            "pcie_link_width": 16, "pcie_link_width_max": 16,
+        },
+    ),
+    "l40s_r595_q_load.txt": (
+        "2026-07-03T08:33:53",
+        GpuId("node7", 0, MASKED, "00000000:01:00.0", "NVIDIA L40S"),
+        "595.80", "13.2",
+        {
+            "gpu_temp_c": 54, "power_w": 110.24, "power_limit_w": 350.0,  # GDDR6: no mem temp
+            "sm_clock_mhz": 2520, "mem_clock_mhz": 9001,
+            "gpu_util_pct": 9, "mem_copy_util_pct": 2,
+            "fb_total_mib": 46068, "fb_used_mib": 1235, "fb_free_mib": 44225,
+            **ECC0, **REMAP0,
+            "pcie_link_gen": 4, "pcie_link_gen_max": 4,
+            "pcie_link_width": 16, "pcie_link_width_max": 16,
+        },
+    ),
+    "rtx4080s_r595_q_idle.txt": (
+        "2026-06-26T11:59:44",
+        GpuId("node7", 0, MASKED, "00000000:01:00.0", "NVIDIA GeForce RTX 4080 SUPER"),
+        "595.71.05", "13.2",
+        {
+            "gpu_temp_c": 43, "power_w": 25.92, "power_limit_w": 320.0,
+            "sm_clock_mhz": 210, "mem_clock_mhz": 405,
+            "gpu_util_pct": 0, "mem_copy_util_pct": 23,
+            "fb_total_mib": 16376, "fb_used_mib": 596, "fb_free_mib": 15348,
+            "pcie_link_gen": 1, "pcie_link_gen_max": 4,  # ECC, remapping: N/A
+            "pcie_link_width": 16, "pcie_link_width_max": 16,
+        },
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_Q))
+def test_every_field_of_a_real_q_capture_reads_as_captured(name: str) -> None:
+    when, gpu, driver, cuda, values = EXPECTED_Q[name]
+    batch = read_query_text((REAL / name).read_text(), hostname="node7")
+    assert batch.problems == () and batch.rejected == ()
+    (sample,) = batch.samples  # a MIG Device block's own memory and ECC are not the GPU's
+    assert sample.gpu == gpu
+    assert sample.ts == utc(when)
+    assert dict(sample.values) == pytest.approx(values)
+    assert batch.nodes == (NodeInfo(sample.ts, "node7", driver, cuda),)
+
+
+def test_q_and_query_gpu_of_the_same_moment_agree_where_both_read() -> None:
+    (q,) = read_query_text((REAL / "rtx4080s_r595_q_idle.txt").read_text(), hostname="n").samples
+    (c,) = read("rtx4080s_r595_query_gpu_all_idle.csv").samples
+    same = set(q.values) & set(c.values) - {"power_w"}  # -q's average vs a later instant
+    assert same and {k: q.values[k] for k in same} == {k: c.values[k] for k in same}
