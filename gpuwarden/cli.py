@@ -178,7 +178,20 @@ def exporter(
     help="Kernel log (dmesg, dmesg -T, syslog, journalctl -k) with NVRM Xid / SXid lines; "
     "repeatable. Loaded after the other files, so their GPUs' PCI bus ids are known.",
 )
-@click.option("--host", default=None, help="Host a --kernel-log's lines without one belong to.")
+@click.option(
+    "--smi-csv",
+    "smi_csvs",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="nvidia-smi's own log, --query-gpu=timestamp,uuid,... --format=csv[,nounits] "
+    "(a header row; times read as UTC); repeatable. Its GPUs belong to --host.",
+)
+@click.option(
+    "--host",
+    default=None,
+    help="Host of an --smi-csv log (default: this machine) and of a --kernel-log's lines "
+    "without one.",
+)
 @click.option(
     "--boot-time",
     default=None,
@@ -193,19 +206,22 @@ def ingest(
     xid_files: tuple[str, ...],
     failure_files: tuple[str, ...],
     kernel_logs: tuple[str, ...],
+    smi_csvs: tuple[str, ...],
     host: str | None,
     boot_time: str | None,
     progress: bool,
 ) -> None:
-    """Load history exported from Prometheus, InfluxDB or a spreadsheet, or kernel logs, into
-    a store.
+    """Load history exported from Prometheus, InfluxDB or a spreadsheet, nvidia-smi's own CSV
+    logs, or kernel logs, into a store.
 
     Good rows are stored; bad rows are listed with their line numbers and the exit status is 1.
     """
     from gpuwarden import ingest as ing
 
-    if not (telemetry_files or xid_files or failure_files or kernel_logs):
-        raise click.UsageError("give at least one of --telemetry, --xids, --failures, --kernel-log")
+    if not (telemetry_files or xid_files or failure_files or kernel_logs or smi_csvs):
+        raise click.UsageError(
+            "give at least one of --telemetry, --xids, --failures, --kernel-log, --smi-csv"
+        )
     boot = ing.parse_time(boot_time, "--boot-time") if boot_time else None
     store = open_store(store_url, settings(ctx))
     bad = 0
@@ -213,12 +229,16 @@ def ingest(
         jobs: list[tuple[str, str]] = [(f, "telemetry") for f in telemetry_files]
         jobs += [(f, "xids") for f in xid_files]
         jobs += [(f, "failures") for f in failure_files]
+        jobs += [(f, "smi") for f in smi_csvs]
         jobs += [(f, "kernel") for f in kernel_logs]
         for path, kind in jobs:
             if kind == "telemetry":
                 report, what = ing.ingest_telemetry(store, path, progress=progress), "samples"
             elif kind == "xids":
                 report, what = ing.ingest_xids(store, path), "Xid events"
+            elif kind == "smi":
+                report = ing.ingest_smi_csv(store, path, host=host)
+                what = f"samples (nvidia-smi CSV, {report.lines_read} rows, host {host or _here()})"
             elif kind == "kernel":
                 report = ing.ingest_kernel_log(store, path, host=host, boot_time=boot)
                 what = _kernel_log_summary(path, report)
@@ -242,6 +262,12 @@ def ingest(
         store.close()
     if bad:
         raise click.ClickException(f"{bad} bad rows skipped (the good rows were stored)")
+
+
+def _here() -> str:
+    import socket
+
+    return socket.gethostname()
 
 
 def _kernel_log_summary(path: str, report) -> str:  # report: ingest.IngestReport

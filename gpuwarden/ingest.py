@@ -8,6 +8,9 @@ Three kinds of file, CSV (plain or gzip) or Parquet, one row per record:
     Xid events  timestamp, hostname, gpu, UUID, xid
     failures    timestamp, hostname, gpu, UUID, kind[, repair_s, xid]
 
+Also nvidia-smi's own CSV log (``ingest_smi_csv``, read by ``collectors.smi_csv``) and kernel
+logs (``ingest_kernel_log``).
+
 ``timestamp`` is RFC 3339 (``2024-05-01T12:00:00Z``; without an offset it is taken as UTC) or
 Unix seconds. Column names match case-insensitively. An empty cell is missing (NaN), never 0,
 and so is an impossible reading (a DCGM blank sentinel such as 9223372036854775794, a memory
@@ -445,6 +448,54 @@ def ingest_failures(
     return _run(path, (*_ID, "kind"), optional, False, store_rows, False, chunk_rows)
 
 
+def ingest_smi_csv(
+    store: Store,
+    path: str | os.PathLike[str],
+    *,
+    host: str | None = None,
+    tz: tzinfo = UTC,
+    chunk_rows: int = CHUNK_ROWS,
+) -> IngestReport:
+    """Load nvidia-smi's own CSV log (``--query-gpu=timestamp,uuid,...`` ``--format=csv``, with
+    or without ``nounits``; plain or gzip) through ``collectors.smi_csv``: one sample per row,
+    timed by its ``timestamp`` (local time, read in ``tz``), the driver version as the node's.
+
+    The GPUs belong to ``host`` (nvidia-smi names no host), this machine's name when None.
+    Rows that do not read are bad rows; impossible readings are stored as rejected. A file with
+    no header naming ``timestamp`` raises ``InputError`` and stores nothing."""
+    import dataclasses
+    import socket
+
+    from gpuwarden.collectors.smi_csv import read_query_csv_rows
+
+    lines = _kernel_log_lines(path)
+    try:
+        got = read_query_csv_rows("\n".join(lines), hostname=host or socket.gethostname(), tz=tz)
+    except InputError as exc:
+        raise InputError(f"{path}: {exc}") from exc
+    batch = got.batch
+    # in slices, each one transaction: a store error partway keeps the slices written before
+    for start in range(0, max(len(batch.samples), 1), chunk_rows):
+        part = batch.samples[start : start + chunk_rows]
+        first = start == 0
+        store.write_batch(
+            dataclasses.replace(
+                batch,
+                samples=part,
+                rejected=batch.rejected if first else (),
+                nodes=batch.nodes if first else (),
+            )
+        )
+    rejected = Counter((r.field, r.reason) for r in batch.rejected)
+    return IngestReport(
+        len(batch.samples),
+        got.bad_rows[:MAX_BAD_ROWS],
+        bad_rows_total=len(got.bad_rows),
+        lines_read=got.rows_read,
+        rejected=dict(rejected),
+    )
+
+
 def parse_time(text: str, name: str = "time") -> float:
     """RFC 3339 (without an offset: UTC) or Unix seconds -> Unix seconds; ``InputError``
     naming ``name`` (the option) otherwise."""
@@ -549,6 +600,7 @@ __all__ = [
     "IngestWarning",
     "ingest_failures",
     "ingest_kernel_log",
+    "ingest_smi_csv",
     "ingest_telemetry",
     "ingest_xids",
     "parse_time",

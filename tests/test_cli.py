@@ -123,3 +123,61 @@ def test_settings_fill_collector_url_parameters():
         _collector_url("dcgm+http://a:9400/metrics", cfg)
         == "dcgm+http://a:9400/metrics?timeout=5.0"
     )
+
+
+REAL_SMI = __import__("pathlib").Path(__file__).parent / "data" / "smi" / "real"
+
+
+def test_ingest_smi_csv_stores_a_real_capture_with_its_time_host_and_driver(tmp_path):
+    db = tmp_path / "s.db"
+    path = REAL_SMI / "h100_sxm_r590_query_gpu_all_load.csv"
+    result = run("ingest", "--store", str(db), "--smi-csv", str(path), "--host", "node7")
+    assert result.exit_code == 0, result.output
+    assert result.output == (f"{path}: stored 1 samples (nvidia-smi CSV, 1 rows, host node7)\n")
+
+    from gpuwarden.store import open_store
+
+    store = open_store(str(db))
+    try:
+        frame = store.read_samples()
+        nodes = store.read_nodes()
+    finally:
+        store.close()
+    (row,) = frame.to_dict("records")
+    assert (row["hostname"], row["gpu"], row["model"]) == ("node7", 0, "NVIDIA H100 80GB HBM3")
+    assert row["ts"] == 1784016773.353  # 2026/07/14 08:12:53.353 read as UTC
+    assert (row["power_w"], row["fb_used_mib"], row["sm_clock_mhz"]) == (631.95, 19818, 1980)
+    assert row["gpu_util_pct"] == 100 and row["remapped_rows_pending"] == 0
+    assert row["retired_pages_sbe"] != row["retired_pages_sbe"]  # [N/A]: NaN, never 0
+    assert list(nodes["driver_version"]) == ["590.48.01"]
+
+
+def test_ingest_smi_csv_bad_rows_are_listed_and_the_good_ones_stored(tmp_path):
+    header, row = (REAL_SMI / "rtx4080s_r595_query_gpu_all_idle.csv").read_text().splitlines()
+    later = row.replace("2026/06/26 11:59:44.226", "2026/06/26 12:00:44.226")
+    broken = row.replace("2026/06/26 11:59:44.226", "26.6.2026")
+    log = tmp_path / "log.csv"
+    log.write_text("\n".join([header, row, broken, later, "truncated, row"]) + "\n")
+    db = tmp_path / "s.db"
+    result = run("ingest", "--store", str(db), "--smi-csv", str(log), "--host", "pc1")
+    assert result.exit_code == 1
+    assert f"{log}: stored 2 samples (nvidia-smi CSV, 4 rows, host pc1)" in result.output
+    assert f"{log}:3: timestamp '26.6.2026' is not" in result.output
+    assert f"{log}:5: 2 cells, the header has 202" in result.output
+    assert "2 bad rows skipped (the good rows were stored)" in result.output
+
+    from gpuwarden.store import open_store
+
+    store = open_store(str(db))
+    try:
+        assert list(store.read_samples()["gpu_temp_c"]) == [43.0, 43.0]
+    finally:
+        store.close()
+
+
+def test_ingest_smi_csv_without_a_header_stores_nothing(tmp_path):
+    log = tmp_path / "noheader.csv"
+    log.write_text("2026/06/26 11:59:44.226, 0, 43\n")
+    result = run("ingest", "--store", str(tmp_path / "s.db"), "--smi-csv", str(log))
+    assert result.exit_code == 1
+    assert "header naming timestamp" in result.output and "Traceback" not in result.output

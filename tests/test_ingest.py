@@ -15,6 +15,7 @@ from gpuwarden.ingest import (
     IngestReport,
     IngestWarning,
     ingest_failures,
+    ingest_smi_csv,
     ingest_telemetry,
     ingest_xids,
 )
@@ -297,3 +298,32 @@ def test_sentinels_and_impossible_readings_in_a_csv_are_missing_and_counted(stor
     assert counted["count"].sum() == 7 and set(counted["uuid"]) == {"GPU-t4", "GPU-h1"}
     again = ingest_telemetry(store, path)  # loading it again changes nothing
     assert again.rejected == report.rejected and store.read_rejections()["count"].sum() == 7
+
+
+SMI_LOG = """timestamp, index, uuid, pci.bus_id, name, temperature.gpu, temperature.memory, power.draw [W]
+2026/01/01 00:00:00.000, 0, GPU-aaaa, 00000000:17:00.0, NVIDIA H100 80GB HBM3, 40, 50, 300.00 W
+2026/01/01 00:00:00.000, 1, GPU-bbbb, 00000000:2A:00.0, NVIDIA H100 80GB HBM3, 41, 900, [N/A]
+2026/01/01 00:01:00.000, 0, GPU-aaaa, 00000000:17:00.0, NVIDIA H100 80GB HBM3, 42, 51, 310.00 W
+"""
+
+
+def test_smi_csv_gzip_rejections_counted_and_a_reload_changes_nothing(store, tmp_path):
+    path = tmp_path / "log.csv.gz"
+    path.write_bytes(gzip.compress(SMI_LOG.encode()))
+    report = ingest_smi_csv(store, path, host="n1", chunk_rows=2)
+    assert (report.rows_stored, report.bad_rows, report.lines_read) == (3, [], 3)
+    assert report.rejected == {("mem_temp_c", "out_of_range"): 1}  # 900 C
+    assert _by_gpu(store, "gpu_temp_c") == {"GPU-aaaa": [40, 42], "GPU-bbbb": [41]}
+    assert _same(_by_gpu(store, "power_w")["GPU-bbbb"], [NAN])
+    assert _same(_by_gpu(store, "mem_temp_c")["GPU-bbbb"], [NAN])
+    assert set(store.read_samples()["hostname"]) == {"n1"}
+    ingest_smi_csv(store, path, host="n1")
+    assert len(store.read_samples()) == 3
+
+
+def test_smi_csv_that_is_not_one_names_the_file(store, tmp_path):
+    path = tmp_path / "x.csv"
+    path.write_text("a,b\n1,2\n")
+    with pytest.raises(InputError, match=r"x\.csv: not nvidia-smi --format=csv"):
+        ingest_smi_csv(store, path)
+    assert len(store.read_samples()) == 0
