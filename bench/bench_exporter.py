@@ -18,7 +18,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from bench_dcgm import plausible  # bench/ is on sys.path when run as a script
+from bench_dcgm_parse import plausible  # bench/ is on sys.path when run as a script
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from gpuwarden._exporter_render import ExporterState
