@@ -544,14 +544,22 @@ def ingest_kernel_log(
     the switch (``collectors.kmsg.switch_id``). Seconds-since-boot stamps need ``boot_time``.
     Nothing is stored when the file needs ``host`` or ``boot_time`` and lacks it
     (``InputError`` naming the option); an Xid line that does not read is a bad row."""
-    from gpuwarden.collectors.kmsg import GpuDirectory, KernelLineError, parse_line, to_event
+    from gpuwarden.collectors.kmsg import (
+        FallenOffBus,
+        GpuDirectory,
+        KernelLineError,
+        parse_line,
+        to_event,
+    )
 
     lines = _kernel_log_lines(path)
     found: list[tuple[int, KernelXid]] = []
     bad: list[tuple[int, str]] = []
+    fallen = FallenOffBus()
     for n, line in enumerate(lines, 1):
         try:
-            x = parse_line(line, boot_time=boot_time, tz=tz, now=now)
+            notice = fallen.feed(line, boot_time=boot_time, tz=tz, now=now)
+            x = notice or parse_line(line, boot_time=boot_time, tz=tz, now=now)
         except KernelLineError as exc:
             bad.append((n, str(exc)))
             continue

@@ -86,6 +86,82 @@ _UPTIME = re.compile(r"^\[\s*(?P<s>\d+\.\d+)\]")
 _MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), 1)}
 
 
+_GPU_NOTICE = re.compile(
+    r"NVRM: (?:The NVIDIA )?GPU (?:at )?(?:PCI:)?(?P<bus>[0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+(?:\.[0-7])?)"
+)
+_FALLEN = "fallen off the bus"
+
+
+class FallenOffBus:
+    """The driver's "GPU has fallen off the bus" notice when it comes WITHOUT an Xid line.
+
+    Recent drivers (seen with 570.158.01, tests/data/kmsg/real/) write it over several lines,
+    the bus id on the first and the words two lines later, continuation lines unstamped::
+
+        [ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0
+                       NVRM: (PCI ID: 10de:26b5) installed in this system has
+                       NVRM: fallen off the bus and is not responding to commands.
+
+    ``feed`` takes every line in order and returns an Xid 79 (``KernelXid``, time from the
+    first line) when such a notice completes; one line naming both also counts. Older drivers
+    print the notice right after their own Xid 79 line: a notice within ``WINDOW`` lines of an
+    Xid 79 for the same GPU is that Xid again, not a second fault."""
+
+    WINDOW = 3  # lines after the bus id within which the words must follow
+
+    def __init__(self) -> None:
+        self._open: tuple[str, str, int] | None = None  # (bus, prefix of the first line, age)
+        self._xid79: tuple[str, int] | None = None  # (canonical bus, lines since)
+
+    def feed(
+        self,
+        line: str,
+        *,
+        boot_time: float | None = None,
+        tz: tzinfo = UTC,
+        now: float | None = None,
+    ) -> KernelXid | None:
+        if self._xid79 is not None:
+            bus79, since79 = self._xid79
+            self._xid79 = (bus79, since79 + 1) if since79 < self.WINDOW else None
+        if is_xid_line(line):
+            self._open = None
+            said = _MSG.search(line)
+            if said is not None and said.group("xid") and said.group("code") == "79":
+                try:
+                    self._xid79 = (canonical_pci_bus_id(said.group("bus")), 0)
+                except ValueError:
+                    pass
+            return None
+        notice = _GPU_NOTICE.search(line)
+        if notice is not None:
+            self._open = (notice.group("bus"), line[: notice.start()], 0)
+        elif self._open is not None:
+            bus, prefix, age = self._open
+            self._open = (bus, prefix, age + 1) if age + 1 <= self.WINDOW else None
+        if self._open is None or _FALLEN not in line:
+            return None
+        bus, prefix, _ = self._open
+        self._open = None
+        try:
+            canonical = canonical_pci_bus_id(bus)
+        except ValueError:
+            return None
+        if self._xid79 is not None and self._xid79[0] == canonical:
+            return None  # the driver's words after its own Xid 79 line
+        ts, since, host, stamp = _stamp(prefix, boot_time, tz, now)
+        return KernelXid(
+            kind="xid",
+            code=79,
+            bus_id=canonical,
+            detail="GPU has fallen off the bus (the driver's notice; no Xid line)",
+            ts=ts,
+            since_boot=since,
+            host=host,
+            stamp=stamp,
+        )
+
+
 def is_xid_line(line: str) -> bool:
     """Whether ``line`` carries an Xid or SXid (cheap: no parsing)."""
     return _MARK.search(line) is not None
@@ -320,6 +396,7 @@ class KmsgCollector:
         self.clock = clock
         self._boot_time = boot_time
         self._notes: list[str] = []
+        self._fallen = FallenOffBus()
         if gpus is None:
             try:
                 gpus = nvml(self.hostname)
@@ -402,10 +479,11 @@ class KmsgCollector:
         events: list[Event] = []
         unmatched: set[str] = set()
         for line in self._read_lines(problems):
-            if not is_xid_line(line):
+            notice = self._fallen.feed(line, now=now)
+            if not is_xid_line(line) and notice is None:
                 continue
             try:
-                x = parse_line(line, now=now)
+                x = notice or parse_line(line, now=now)
                 if x is not None and x.ts is None and x.since_boot is not None:
                     x = replace(x, ts=self.boot_time() + x.since_boot)
             except (KernelLineError, CollectorUnavailable) as exc:
@@ -445,6 +523,7 @@ __all__ = [
     "boot_time_from_proc",
     "is_xid_line",
     "parse_line",
+    "FallenOffBus",
     "pci_id",
     "switch_id",
     "to_event",

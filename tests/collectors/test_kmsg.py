@@ -270,3 +270,21 @@ def test_kmsg_url(tmp_path):
         open_collector(f"kmsg://{log}?speed=9")
     with pytest.raises(CollectorUnavailable, match="cannot open"):
         open_collector(f"kmsg://{tmp_path}/missing?hostname=n1")
+
+
+def test_a_one_line_fallen_off_the_bus_notice_is_xid_79_unless_its_xid_came_first():
+    from gpuwarden.collectors.kmsg import FallenOffBus
+
+    notice = "[100.5] NVRM: GPU 0000:91:00.0: GPU has fallen off the bus."
+    alone = FallenOffBus().feed(notice, boot_time=1000.0)
+    assert alone is not None and (alone.code, alone.bus_id, alone.ts) == (
+        79,
+        "0000:91:00.0",
+        1100.5,
+    )
+    watch = FallenOffBus()
+    xid = "[100.4] NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    assert watch.feed(xid, boot_time=1000.0) is None
+    assert watch.feed(notice, boot_time=1000.0) is None  # the same fault, said again
+    other = "[100.6] NVRM: GPU 0000:92:00.0: GPU has fallen off the bus."
+    assert watch.feed(other, boot_time=1000.0).bus_id == "0000:92:00.0"  # another GPU

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwarden.collectors.kmsg import is_xid_line, parse_line
+from gpuwarden.collectors.kmsg import FallenOffBus, is_xid_line, parse_line
 from gpuwarden.ingest import ingest_kernel_log
 from gpuwarden.store.sqlite import SqliteStore
 
@@ -74,8 +74,32 @@ def test_dmesg_since_boot_xid79_and_sxids():
     assert {x.bus_id for x in sxids} == {"0000:05:00.0", "0000:06:00.0", "0000:07:00.0"}
 
 
-def test_fallen_off_the_bus_without_an_xid_line_is_no_event():
-    assert _xids("dmesg_fallen_off_bus_no_xid_r570.log") == []
+def test_fallen_off_the_bus_without_an_xid_line_is_an_xid_79():
+    """Driver 570 writes the notice over three lines and no Xid line (NVIDIA/NVSentinel#155):
+    it is read as the Xid 79 it is, at the first line's time, on the bus id it names."""
+    assert _xids("dmesg_fallen_off_bus_no_xid_r570.log") == []  # no line is an Xid line
+    watch = FallenOffBus()
+    found = [
+        x
+        for line in _lines("dmesg_fallen_off_bus_no_xid_r570.log")
+        if (x := watch.feed(line, boot_time=BOOT)) is not None
+    ]
+    assert [(x.code, x.bus_id, x.ts) for x in found] == [(79, "0000:b3:00.0", BOOT + 1843.308145)]
+
+
+def test_ingest_reads_the_notice_as_xid_79(tmp_path):
+    from gpuwarden.telemetry import Batch, GpuId, Sample
+
+    _lines("dmesg_fallen_off_bus_no_xid_r570.log")
+    store = SqliteStore(tmp_path / "s.db")
+    gpu = GpuId("n1", 0, "GPU-b3", pci_bus_id="00000000:B3:00.0")
+    store.write_batch(Batch(BOOT, (Sample(BOOT, gpu, {"gpu_temp_c": 40.0}),)))
+    ingest_kernel_log(
+        store, REAL / "dmesg_fallen_off_bus_no_xid_r570.log", host="n1", boot_time=BOOT
+    )
+    events = store.read_events(kinds=["xid"])
+    assert list(zip(events["uuid"], events["code"].astype(int), strict=True)) == [("GPU-b3", 79)]
+    store.close()
 
 
 def test_ingest_the_nvswitch_log(tmp_path):
