@@ -5,7 +5,6 @@ other reading is kept as scraped."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -13,14 +12,7 @@ from test_dcgm_blank_values import collect as collect_body
 
 from gpuwarden.telemetry import Batch
 
-#: GPUWARDEN_REAL_DCGM_DIR points elsewhere to try the files before they are on this branch.
-REAL = Path(
-    os.environ.get("GPUWARDEN_REAL_DCGM_DIR")
-    or Path(__file__).resolve().parents[1] / "data" / "dcgm" / "real"
-)
-pytestmark = pytest.mark.skipif(
-    not REAL.is_dir(), reason=f"{REAL} not here (the real scrapes come from wave2-fixtures)"
-)
+REAL = Path(__file__).resolve().parents[1] / "data" / "dcgm" / "real"
 
 
 def collect(name: str) -> Batch:

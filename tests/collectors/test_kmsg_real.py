@@ -17,10 +17,7 @@ BOOT = 1_700_000_000.0
 
 
 def _lines(name: str) -> list[str]:
-    path = REAL / name
-    if not path.exists():
-        pytest.skip(f"{path} not in this checkout")
-    return path.read_text().splitlines()
+    return (REAL / name).read_text().splitlines()
 
 
 def _xids(name: str):
@@ -32,8 +29,6 @@ def _utc(text: str) -> float:
 
 
 def test_every_xid_line_of_every_file_reads():
-    if not REAL.exists():
-        pytest.skip(f"{REAL} not in this checkout")
     for path in sorted(REAL.glob("*.log")):
         for n, line in enumerate(path.read_text().splitlines(), 1):
             if is_xid_line(line):
