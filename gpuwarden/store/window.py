@@ -135,6 +135,7 @@ def read_rolled(
             resolution_s=resolution_s,
         )
     except (InputError, StoreError, NotImplementedError):
+        # a backend without rollups (or without a peak column): everything comes from raw
         return pd.DataFrame(), first
     if rolled.empty:
         return rolled, first
