@@ -7,7 +7,9 @@
     │   ├── CollectorUnavailable  the source is not there at all (no NVML library, no nvidia-smi)
     │   └── CollectorTimeout      the source hung (nvidia-smi on a sick GPU does)
     ├── StoreError             the time-series store failed
-    │   └── SchemaError        the store's schema is newer than this gpuwarden
+    │   ├── SchemaError        the store's schema is newer than this gpuwarden
+    │   ├── StoreUnavailable   a store's server cannot be reached, times out or keeps failing
+    │   └── StoreRejected      a store's server refused a request (credentials, a bad query)
     ├── InputError             a user's file or payload is malformed; names the problem
     └── HookError              a scheduler hook or notifier failed (Slurm, Kubernetes, Slack)
 
@@ -48,6 +50,18 @@ class StoreError(GpuwardenError):
 
 class SchemaError(StoreError):
     pass
+
+
+class StoreUnavailable(StoreError):
+    pass
+
+
+class StoreRejected(StoreError):
+    """The server answered, with a 4xx: ``status`` is its HTTP status."""
+
+    def __init__(self, message: str, *, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class InputError(GpuwardenError):
