@@ -3,8 +3,10 @@
     open_store("sqlite:////var/lib/gpuwarden/gpuwarden.db")   the default: one file, no server
     open_store("sqlite:///relative/path.db")                   three slashes: relative (as SQLAlchemy)
     open_store("sqlite:///:memory:")                          for tests
+    open_store("prometheus+http://prometheus:9090")            read-only: Prometheus, Thanos, Mimir
+    open_store("victoriametrics://vm:8428")                    reads and writes
 
-InfluxDB and Prometheus-compatible backends plug in the same way. Third-party stores register a
+docs/store.md lists every scheme and its parameters. Third-party stores register a
 ``gpuwarden.stores`` entry point naming a callable ``(url: str) -> Store``.
 """
 
@@ -15,6 +17,12 @@ from gpuwarden.store.base import Store
 
 BUILTIN: dict[str, str] = {
     "sqlite": "gpuwarden.store.sqlite:SqliteStore.from_url",
+    "prometheus": "gpuwarden.store.prometheus:PrometheusStore.from_url",
+    "prometheus+http": "gpuwarden.store.prometheus:PrometheusStore.from_url",
+    "prometheus+https": "gpuwarden.store.prometheus:PrometheusStore.from_url",
+    "victoriametrics": "gpuwarden.store.victoriametrics:VictoriaMetricsStore.from_url",
+    "victoriametrics+http": "gpuwarden.store.victoriametrics:VictoriaMetricsStore.from_url",
+    "victoriametrics+https": "gpuwarden.store.victoriametrics:VictoriaMetricsStore.from_url",
 }
 
 

@@ -1,0 +1,278 @@
+"""Telemetry reads over the Prometheus API: raw samples and server-side rollups, chunked.
+
+Both cut the GPUs into chunks of whole hosts (selected by ``Hostname`` or ``hostname``,
+whichever the GPU's series carry) and the window into spans, so that no query returns more
+than ``PromApi.max_points`` points or more than 11,000 steps per series, and no query text is
+longer than ``MAX_QUERY_LEN`` (VictoriaMetrics' default limit is 16 KiB). What comes back is
+put together into the wide frame every store returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from gpuwarden.store._promapi import MAX_STEPS, PromApi, chunks, time_spans
+from gpuwarden.store._promql import FIELD_LABEL, Dialect, base_field, matcher, rollup, selector
+from gpuwarden.store._schema import rollup_agg
+from gpuwarden.store._series import Raw, gpu_of
+from gpuwarden.telemetry import FIELD_BY_DCGM, FIELDS_BY_NAME, FRAME_ID_COLUMNS, MIG_INSTANCE_FIELDS
+
+MAX_QUERY_LEN = 15_000
+_ID = [c for c in FRAME_ID_COLUMNS if c != "ts"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """The GPUs a read is about: the inventory rows selected (``uuid`` index), and how to
+    select their series: hosts per host label, uuids of GPUs with no host label."""
+
+    gpus: pd.DataFrame  # hostname, gpu, uuid, model, pci_bus_id, host_label; index uuid
+
+    def groups(self, per_group: int) -> list[list[list[str]]]:
+        """Matcher sets per chunk of about ``per_group`` GPUs, whole hosts together: each
+        chunk is a list of alternatives (one per host label spelling)."""
+        g = self.gpus
+        hosts = g.groupby("hostname", sort=True).size()
+        out: list[list[list[str]]] = []
+        batch: list[str] = []
+        count = 0
+        for host, n in hosts.items():
+            if batch and count + n > per_group:
+                out.append(self._matchers(batch))
+                batch, count = [], 0
+            batch.append(str(host))
+            count += int(n)
+        if batch:
+            out.append(self._matchers(batch))
+        return out
+
+    def _matchers(self, hosts: list[str]) -> list[list[str]]:
+        rows = self.gpus[self.gpus["hostname"].isin(hosts)]
+        alternatives = []
+        for label, part in rows.groupby("host_label", sort=True):
+            if label:
+                alternatives.append([matcher(str(label), sorted(set(part["hostname"])))])
+            else:
+                alternatives.append([matcher("UUID", sorted({_parent(u) for u in part.index}))])
+        return alternatives
+
+
+def _parent(uuid: str) -> str:
+    return uuid[4:].rpartition("/")[0] if uuid.startswith("MIG-") else uuid
+
+
+def _key(labels: dict[str, str], field: str) -> str | None:
+    """The uuid a value of ``field`` from a series with ``labels`` belongs to: a MIG
+    instance's own fields to its key, everything else to the whole GPU."""
+    gpu = gpu_of(labels, whole=field not in MIG_INSTANCE_FIELDS)
+    return None if gpu is None else gpu.uuid
+
+
+class _Long:
+    """(uuid, ts, column, value) quadruples gathered from query results."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[str, np.ndarray, str, np.ndarray]] = []
+
+    def add(self, uuid: str, ts: np.ndarray, column: str, values: np.ndarray) -> None:
+        if len(ts):
+            self.parts.append((uuid, ts, column, values))
+
+    def wide(self, columns: Sequence[str], target: Target, means: set[str]) -> pd.DataFrame:
+        """One row per (uuid, ts) of the selected GPUs, identity from the inventory, sorted
+        by ts, hostname, gpu; a (uuid, ts, column) read twice is combined (mean for
+        ``means``, else the larger)."""
+        keep = [p for p in self.parts if p[0] in target.gpus.index]
+        if not keep:
+            return empty(columns)
+        lengths = [len(p[1]) for p in keep]
+        frame = pd.DataFrame(
+            {
+                "uuid": np.repeat([p[0] for p in keep], lengths),
+                "ts": np.concatenate([p[1] for p in keep]),
+                "column": np.repeat([p[2] for p in keep], lengths),
+                "value": np.concatenate([p[3] for p in keep]),
+            }
+        )
+        if frame.duplicated(["uuid", "ts", "column"]).any():
+            mean = frame["column"].isin(list(means))
+            parts = [
+                frame[mean].groupby(["uuid", "ts", "column"], sort=False)["value"].mean(),
+                frame[~mean].groupby(["uuid", "ts", "column"], sort=False)["value"].max(),
+            ]
+            frame = pd.concat(parts).reset_index()
+        wide = frame.pivot(index=["uuid", "ts"], columns="column", values="value")
+        wide = wide.reindex(columns=list(columns)).reset_index()
+        ident = target.gpus.reindex(wide["uuid"])
+        out = pd.DataFrame({"ts": wide["ts"].to_numpy(np.float64)})
+        for c in _ID:
+            if c == "uuid":
+                out[c] = wide["uuid"].astype(str).to_numpy()
+            elif c == "gpu":
+                out[c] = ident["gpu"].to_numpy(np.int64)
+            else:
+                out[c] = ident[c].astype(str).to_numpy()
+        for c in columns:
+            out[c] = wide[c].to_numpy(np.float64)
+        out = out.sort_values(["ts", "hostname", "gpu", "uuid"], kind="stable")
+        return out.reset_index(drop=True)
+
+
+def empty(columns: Sequence[str]) -> pd.DataFrame:
+    dtypes = {c: object for c in _ID} | {"ts": np.float64, "gpu": np.int64}
+    return pd.DataFrame(
+        {c: pd.Series(dtype=dtypes.get(c, np.float64)) for c in [*FRAME_ID_COLUMNS, *columns]}
+    )
+
+
+def raw(
+    api: PromApi,
+    target: Target,
+    *,
+    start: float,
+    end: float,
+    fields: Sequence[str],
+    interval_s: float,
+    progress: bool = False,
+) -> pd.DataFrame:
+    """Raw samples of ``fields`` in ``[start, end)``: range selectors, chunked."""
+    if target.gpus.empty or not fields:
+        return empty(fields)
+    dialect = api.dialect
+    names = [n for f in fields for n in (FIELDS_BY_NAME[f].dcgm, *FIELDS_BY_NAME[f].dcgm_aliases)]
+    per_gpu_s = len(fields) / max(interval_s, 1e-3)  # points one GPU gives per second
+    per_group = max(1, min(len(target.gpus), int(api.max_points / (per_gpu_s * 3600))))
+    groups = target.groups(per_group)
+    n_gpus = max(1, min(per_group, len(target.gpus)))
+    span = max(60.0, api.max_points / (per_gpu_s * n_gpus))
+    work = [(alt, a, b) for alt in groups for a, b in time_spans(start, end, span)]
+    out = _Long()
+
+    def one(item: tuple[list[list[str]], float, float]) -> list[Raw]:
+        alternatives, a, b = item
+        got: list[Raw] = []
+        for matchers in alternatives:
+            got += api.query(dialect.window(selector(names, matchers), b - a), b)
+        return got
+
+    for raws in tqdm(api.map(one, work), total=len(work), disable=not progress, desc="reading"):
+        for r in raws:
+            field = FIELD_BY_DCGM.get(r.labels.get("__name__", ""))
+            if field is None or field not in fields:
+                continue
+            key = _key(r.labels, field)
+            if key is not None:
+                keep = (r.ts >= start) & (r.ts < end)
+                out.add(key, r.ts[keep], field, r.values[keep])
+    return out.wide(fields, target, set())
+
+
+def rollups(
+    api: PromApi,
+    target: Target,
+    *,
+    first: float,
+    end: float,
+    fields: Sequence[str],
+    resolution_s: int,
+    bit_step_s: int,
+    whole: bool = False,
+    progress: bool = False,
+) -> pd.DataFrame:
+    """One row per GPU and bucket from the bucket at ``first`` to the one holding ``end``,
+    computed by the server; the last bucket stops at ``end`` unless ``whole``."""
+    if target.gpus.empty or not fields:
+        return empty(fields)
+    dialect = api.dialect
+    r = resolution_s
+    whole_end = float(np.floor(end / r) * r)
+    if whole and whole_end < end:
+        whole_end += r
+    per_gpu = len(fields)
+    steps_total = max(1, int(round((whole_end - first) / r)))
+    per_group = max(1, min(len(target.gpus), api.max_points // (per_gpu * min(steps_total, 168))))
+    groups = _fit(target, per_group, fields, r, dialect, bit_step_s)
+    n_series = per_gpu * max(1, min(per_group, len(target.gpus)))
+    steps = max(1, min(MAX_STEPS, api.max_points // n_series))
+    work: list[tuple[list[list[str]], float, float, float]] = []
+    for alt in groups:
+        for a, b in time_spans(first, whole_end, steps * r):
+            work.append((alt, a, b, r))  # eval at a + r ... b: the buckets [a, b)
+        if end > whole_end:
+            work.append((alt, whole_end, end, end - whole_end))  # the partial bucket
+    out = _Long()
+    means = {f for f in fields if f in FIELDS_BY_NAME and rollup_agg(FIELDS_BY_NAME[f]) == "mean"}
+
+    def one(item: tuple[list[list[str]], float, float, float]) -> list[tuple[Raw, float]]:
+        alternatives, a, b, width = item
+        got: list[tuple[Raw, float]] = []
+        for matchers in alternatives:
+            for query in _queries(fields, matchers, width, dialect, bit_step_s, partial=width != r):
+                if width == r:
+                    got += [(x, r) for x in api.query_range(query, a + r, b, r)]
+                else:
+                    got += [(x, width) for x in api.query(query, b)]
+        return got
+
+    for results in tqdm(api.map(one, work), total=len(work), disable=not progress, desc="rollups"):
+        for x, width in results:
+            column = x.labels.get(FIELD_LABEL, "")
+            if column not in fields:
+                continue
+            key = _key(x.labels, base_field(column))
+            if key is not None:
+                out.add(key, np.round(x.ts - width, 3), column, x.values)
+    return out.wide(fields, target, means)
+
+
+def _queries(
+    fields: Sequence[str],
+    matchers: list[str],
+    width: float,
+    dialect: Dialect,
+    bit_step_s: int,
+    *,
+    partial: bool,
+) -> list[str]:
+    """The rollup of every field as few queries as fit ``MAX_QUERY_LEN`` each."""
+    out: list[str] = []
+    current: list[str] = []
+    for f in fields:
+        part = f"({rollup(f, matchers, width, dialect, bit_step_s, partial=partial)})"
+        if current and sum(len(p) + 4 for p in current) + len(part) > MAX_QUERY_LEN:
+            out.append(" or ".join(current))
+            current = []
+        current.append(part)
+    if current:
+        out.append(" or ".join(current))
+    return out
+
+
+def _fit(
+    target: Target,
+    per_group: int,
+    fields: Sequence[str],
+    resolution_s: int,
+    dialect: Dialect,
+    bit_step_s: int,
+) -> list[list[list[str]]]:
+    """Host groups whose longest single-field query fits ``MAX_QUERY_LEN``."""
+    while True:
+        groups = target.groups(per_group)
+        longest = max(
+            len(rollup(f, m, resolution_s, dialect, bit_step_s, partial=True))
+            for alt in groups
+            for m in alt
+            for f in fields
+        )
+        if longest <= MAX_QUERY_LEN or per_group == 1:
+            return groups
+        per_group = max(1, per_group // 2)
+
+
+__all__ = ["Target", "chunks", "empty", "raw", "rollups"]

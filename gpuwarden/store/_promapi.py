@@ -1,0 +1,163 @@
+"""The Prometheus HTTP API, as Prometheus, Thanos Query, Mimir and VictoriaMetrics answer it.
+
+    api = PromApi(http)                      # a _remote.RemoteHttp to the server
+    api.query_range(expr, start, end, 3600)  # -> [Raw(labels, ts, values)]
+    api.query(expr, at)
+    api.dialect                              # how its range selectors and functions behave
+
+Queries go as POST forms (gpuwarden's are long), several at once (``concurrency``). A query
+the server rejects raises ``StoreRejected`` with the server's message; ``max_points`` bounds
+what one query may return, and ``steps_per_query`` Prometheus' limit of 11,000 points per
+series, so callers chunk by time and by host before asking.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import numpy as np
+
+from gpuwarden.errors import StoreError, StoreRejected
+from gpuwarden.store._promql import Dialect
+from gpuwarden.store._remote import RemoteHttp
+from gpuwarden.store._series import Raw
+
+#: Prometheus refuses a query_range of more than 11,000 points per series.
+MAX_STEPS = 11_000
+#: Points one query may return (series x steps) unless the URL says otherwise.
+DEFAULT_MAX_POINTS = 500_000
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+class PromApi:
+    """Queries against one server's ``/api/v1``; ``dialect`` is probed on first use."""
+
+    def __init__(
+        self,
+        http: RemoteHttp,
+        *,
+        max_points: int = DEFAULT_MAX_POINTS,
+        concurrency: int = 4,
+        prefix: str = "",
+    ) -> None:
+        self.http = http
+        self.max_points = int(max_points)
+        self.concurrency = max(1, int(concurrency))
+        self.prefix = prefix.rstrip("/")
+        self._dialect: Dialect | None = None
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        #: queries sent, for tests and the benchmark
+        self.queries = 0
+
+    # -- the calls -------------------------------------------------------------------------
+
+    def _post(self, path: str, form: dict[str, str]) -> Any:
+        self.queries += 1
+        response = self.http.request("POST", self.prefix + path, data=form)
+        try:
+            body = json.loads(response.content)
+        except ValueError as exc:
+            raise StoreError(f"{self.http.name}: {path} answered something not JSON") from exc
+        if not isinstance(body, dict) or body.get("status") != "success":
+            said = body.get("error", body) if isinstance(body, dict) else body
+            raise StoreRejected(f"{self.http.name}: {path} failed: {said}")
+        return body.get("data")
+
+    def query(self, expr: str, at: float) -> list[Raw]:
+        """An instant query at ``at`` (Unix s): a vector (one point per series) or, for a
+        range selector, the raw samples."""
+        return _raws(self._post("/api/v1/query", {"query": expr, "time": _ts(at)}))
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[Raw]:
+        """``expr`` at ``start``, ``start + step``, ... up to ``end`` (inclusive)."""
+        form = {"query": expr, "start": _ts(start), "end": _ts(end), "step": f"{step:g}"}
+        return _raws(self._post("/api/v1/query_range", form))
+
+    def label_sets(self, match: Sequence[str], start: float, end: float) -> list[dict[str, str]]:
+        """``/api/v1/series``: the label sets of the series ``match`` selects in the window."""
+        form = {"match[]": list(match), "start": _ts(start), "end": _ts(end)}
+        data = self._post("/api/v1/series", form)  # type: ignore[arg-type]
+        return [dict(d) for d in data or []]
+
+    @property
+    def dialect(self) -> Dialect:
+        """Whether range selectors include their left end, and whether ``tlast_over_time``
+        exists: asked once, with two queries that need no data."""
+        with self._lock:
+            if self._dialect is None:
+                got = self.query("count_over_time(vector(1)[2s:1s])", 1_700_000_000.0)
+                closed = bool(got) and got[0].values[0] >= 3
+                try:
+                    self.query("tlast_over_time(vector(1)[2s:1s])", 1_700_000_000.0)
+                    tfuncs = True
+                except StoreRejected:
+                    tfuncs = False
+                self._dialect = Dialect(closed=closed, tfuncs=tfuncs)
+            return self._dialect
+
+    # -- many at once ----------------------------------------------------------------------
+
+    def map(self, fn: Callable[[_T], _R], items: Iterable[_T]) -> list[_R]:
+        """``fn`` over ``items``, ``concurrency`` at a time, results in order; the first
+        error raised is raised here."""
+        items = list(items)
+        if self.concurrency == 1 or len(items) < 2:
+            return [fn(i) for i in items]
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="promql")
+        return list(self._pool.map(fn, items))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self.http.close()
+
+
+def _ts(t: float) -> str:
+    """Unix seconds with millisecond precision, as the API takes them."""
+    return f"{round(float(t) * 1000) / 1000:.3f}"
+
+
+def _raws(data: Any) -> list[Raw]:
+    if not isinstance(data, dict):
+        return []
+    kind = data.get("resultType")
+    out = []
+    for item in data.get("result") or []:
+        labels = item.get("metric") or {}
+        if kind == "matrix":
+            points = item.get("values") or []
+        elif kind == "vector":
+            points = [item["value"]]
+        else:
+            continue
+        n = len(points)
+        ts = np.fromiter((p[0] for p in points), dtype=np.float64, count=n)
+        values = np.array([p[1] for p in points], dtype=np.float64) if n else np.empty(0)
+        out.append(Raw(labels, ts, values))
+    return out
+
+
+def chunks(items: Sequence[_T], size: int) -> list[list[_T]]:
+    """``items`` in lists of at most ``size`` (at least one item each)."""
+    size = max(1, int(size))
+    return [list(items[i : i + size]) for i in range(0, len(items), size)]
+
+
+def time_spans(start: float, end: float, span: float) -> list[tuple[float, float]]:
+    """``[start, end)`` cut into consecutive spans of at most ``span`` seconds."""
+    span = max(span, 1e-3)
+    n = max(1, math.ceil((end - start) / span))
+    cuts = [min(end, start + k * span) for k in range(n + 1)]
+    return [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+
+
+__all__ = ["DEFAULT_MAX_POINTS", "MAX_STEPS", "PromApi", "chunks", "time_spans"]

@@ -1,0 +1,560 @@
+"""A Prometheus-compatible server as a read-only store: Prometheus, Thanos Query, Mimir, or
+VictoriaMetrics' Prometheus API.
+
+    open_store("prometheus+http://prometheus:9090")
+    open_store("prometheus+https://user:pw@mimir.example/prometheus?lookback=30d&timeout=60")
+
+Telemetry is what dcgm-exporter (or gpuwarden's own exporter) exports, read with PromQL under
+dcgm-exporter's names and either host label (``_series``). Hourly windows are rolled up by the
+server (``_promql``), so a week of a fleet comes back as 168 points per GPU and field, not as
+every scrape. Xids come from dcgm-exporter's and gpuwarden's Xid series (``_prom_events``);
+gpuwarden's own records (events, failures, verdicts, ...) are read where a writable store of
+the same kind put them (``victoriametrics://``). Nothing is written: ``gpuwarden serve`` keeps
+its verdicts in ``--verdicts``.
+
+"Now" is the clock (``clock=``); the GPUs are those that reported in the ``lookback`` before it
+(default 8 days: the model's window; a week of backtest or training needs more).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpuwarden.config import parse_duration
+from gpuwarden.errors import ConfigError, InputError
+from gpuwarden.health import VERDICT_COLUMNS
+from gpuwarden.store import _prom_events, _prom_reads, _series
+from gpuwarden.store._frames import check_fields
+from gpuwarden.store._promapi import DEFAULT_MAX_POINTS, PromApi, time_spans
+from gpuwarden.store._promql import last_seen, selector
+from gpuwarden.store._remote import (
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    RemoteHttp,
+    RemoteUrl,
+    parse_remote_url,
+    positive,
+    token_header,
+)
+from gpuwarden.store._schema import ROLLUP_FIELDS, ROLLUP_RESOLUTIONS, SAMPLE_FIELDS
+from gpuwarden.telemetry import FIELDS_BY_NAME
+
+SCHEMES = {
+    "prometheus": ("http", 9090),
+    "prometheus+http": ("http", 9090),
+    "prometheus+https": ("https", 9090),
+}
+#: URL parameters (all optional); docs/store.md says what each does.
+PARAMS = (
+    "timeout", "retries", "lookback", "max_points", "concurrency", "token_env", "scrape_interval",
+)  # fmt: skip
+DEFAULT_LOOKBACK_S = 8 * 86400.0
+DEFAULT_TOKEN_ENV = "GPUWARDEN_STORE_TOKEN"
+#: Series that say a GPU (or a MIG instance) reported.
+PRESENCE = tuple(
+    FIELDS_BY_NAME[f].dcgm for f in ("gpu_temp_c", "power_w", "fb_used_mib", "gr_engine_active")
+)
+#: Gaps in the records gpuwarden reads raw (events, verdicts...) are read this much at a time.
+RECORD_SPAN_S = 86400.0
+_INVENTORY = ["hostname", "gpu", "uuid", "pci_bus_id", "model", "rack", "first_ts", "last_ts"]
+
+
+class PrometheusStore:
+    """The read tier of the store protocol over a Prometheus-compatible HTTP API.
+
+    ``base``: ``http(s)://host:port[/path]``. ``lookback_s``: how far back GPUs are looked
+    for. ``max_points``: the most points one query may return. ``scrape_interval_s``: the
+    shortest time between a GPU's samples (found from the data when None); bitmask rollups
+    step through it. ``refresh_s``: how long the list of GPUs is reused before it is
+    brought up to date (incrementally). ``clock`` and ``http`` are test seams.
+    """
+
+    what = "Prometheus"
+
+    def __init__(
+        self,
+        base: str,
+        *,
+        url: str | None = None,
+        shown: str | None = None,
+        auth: tuple[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        retries: int = DEFAULT_RETRIES,
+        lookback_s: float = DEFAULT_LOOKBACK_S,
+        max_points: int = DEFAULT_MAX_POINTS,
+        concurrency: int = 4,
+        scrape_interval_s: float | None = None,
+        refresh_s: float = 30.0,
+        clock: Callable[[], float] = time.time,
+        http: RemoteHttp | None = None,
+    ) -> None:
+        self.url = url or base
+        self.http = http or RemoteHttp(
+            base,
+            what=self.what,
+            shown=shown,
+            auth=auth,
+            headers=headers,
+            timeout_s=timeout_s,
+            retries=retries,
+        )
+        self.api = PromApi(self.http, max_points=max_points, concurrency=concurrency)
+        self.lookback_s = float(lookback_s)
+        self.refresh_s = float(refresh_s)
+        self.clock = clock
+        self._interval_s = scrape_interval_s
+        self._inv: pd.DataFrame | None = None
+        self._inv_at = -math.inf
+        self._inv_to = -math.inf
+        self._lock = threading.RLock()
+
+    @classmethod
+    def url_options(cls, url: str) -> tuple[RemoteUrl, dict[str, Any]]:
+        """Check ``url`` and turn its parameters into constructor keywords."""
+        parsed = parse_remote_url(url, schemes=cls.schemes(), params=cls.params())
+        p, shown = parsed.params, parsed.shown
+        kwargs: dict[str, Any] = {
+            "url": shown,
+            "shown": shown,
+            "auth": parsed.auth,
+            "headers": token_header(p.get("token_env", DEFAULT_TOKEN_ENV)),
+            "timeout_s": positive(p, "timeout", DEFAULT_TIMEOUT_S, shown),
+            "retries": _count(p, "retries", DEFAULT_RETRIES, shown),
+            "max_points": int(positive(p, "max_points", DEFAULT_MAX_POINTS, shown)),
+            "concurrency": int(positive(p, "concurrency", 4, shown)),
+        }
+        for key, kw in (("lookback", "lookback_s"), ("scrape_interval", "scrape_interval_s")):
+            if key in p:
+                kwargs[kw] = parse_duration(p[key], key)
+        return parsed, kwargs
+
+    @classmethod
+    def schemes(cls) -> dict[str, tuple[str, int]]:
+        return SCHEMES
+
+    @classmethod
+    def params(cls) -> tuple[str, ...]:
+        return PARAMS
+
+    @classmethod
+    def from_url(cls, url: str) -> PrometheusStore:
+        """``prometheus+http://host:9090`` (or ``prometheus+https://``; ``user:password@``
+        for basic auth, a bearer token in ``$GPUWARDEN_STORE_TOKEN``)."""
+        parsed, kwargs = cls.url_options(url)
+        return cls(parsed.base, **kwargs)
+
+    # -- the GPUs --------------------------------------------------------------------------
+
+    def _inventory(self) -> pd.DataFrame:
+        """Every GPU and MIG instance that reported in the lookback: the ``gpus()`` columns
+        plus ``parent_uuid`` and ``host_label``; brought up to date every ``refresh_s``."""
+        with self._lock:
+            now = self.clock()
+            if self._inv is not None and now - self._inv_at < self.refresh_s:
+                return self._inv
+            at = math.ceil((now + 1) / 60) * 60  # a whole minute after every sample
+            since = now - self.lookback_s if self._inv is None else self._inv_to - 600
+            span = at - since
+            d = self.api.dialect
+            last = self.api.query(last_seen(PRESENCE, span, d), at)
+            first = self.api.query(last_seen(PRESENCE, span, d, first=True), at)
+            fresh = _inventory_rows(last, first)
+            self._inv = _merge(self._inv, fresh)
+            self._inv_at, self._inv_to = now, now
+            return self._inv
+
+    def _target(
+        self, uuids: Sequence[str] | None, hostnames: Sequence[str] | None
+    ) -> _prom_reads.Target:
+        inv = self._inventory()
+        whole = (inv["parent_uuid"] == "") & (inv["gpu"] >= 0)
+        keep = inv["uuid"].isin(list(uuids)) if uuids is not None else whole
+        if hostnames is not None:
+            keep &= inv["hostname"].isin(list(hostnames))
+        return _prom_reads.Target(inv[keep].set_index("uuid", drop=False))
+
+    def gpus(self) -> pd.DataFrame:
+        """Every GPU that reported in the lookback: hostname, gpu, uuid, pci_bus_id, model,
+        rack, first_ts (to the minute on Prometheus), last_ts; MIG instances left out."""
+        inv = self._inventory()
+        whole = (inv["parent_uuid"] == "") & (inv["gpu"] >= 0)
+        out = inv[whole].sort_values(["hostname", "gpu", "first_ts"], kind="stable")
+        return out[_INVENTORY].reset_index(drop=True)
+
+    def mig_instances(self) -> pd.DataFrame:
+        inv = self._inventory()
+        out = inv[inv["parent_uuid"] != ""].sort_values(["hostname", "gpu", "uuid"])
+        columns = ["hostname", "gpu", "uuid", "parent_uuid", "model", "first_ts", "last_ts"]
+        return out[columns].reset_index(drop=True)
+
+    def scrape_interval_s(self) -> float:
+        """The shortest interval between a GPU's samples: the URL's, else counted in the
+        newest hour of data (and kept)."""
+        with self._lock:
+            if self._interval_s is None:
+                inv = self._inventory()
+                if inv.empty:
+                    return 60.0
+                at = float(inv["last_ts"].max()) + 0.001
+                sel = selector(list(PRESENCE[:1]))
+                got = self.api.query(
+                    f"max(count_over_time({self.api.dialect.window(sel, 3600)}))", at
+                )
+                count = float(got[0].values[0]) if got else 0.0
+                self._interval_s = 3600.0 / count if count >= 2 else 60.0
+            return float(self._interval_s)
+
+    def _bit_step(self, resolution_s: int) -> int:
+        """The subquery step for bitmask rollups: the longest divisor of ``resolution_s`` no
+        longer than the scrape interval."""
+        interval = self.scrape_interval_s()
+        fits = [s for s in range(1, resolution_s + 1) if resolution_s % s == 0 and s <= interval]
+        return max(fits) if fits else 1
+
+    # -- telemetry -------------------------------------------------------------------------
+
+    def read_samples(
+        self,
+        *,
+        start: float | None = None,
+        end: float | None = None,
+        uuids: Sequence[str] | None = None,
+        hostnames: Sequence[str] | None = None,
+        fields: Sequence[str] | None = None,
+        resolution_s: int | None = None,
+    ) -> pd.DataFrame:
+        """Samples in ``[start, end)`` as the wide frame, sorted by ts, hostname, gpu;
+        ``resolution_s`` (300 or 3600): the buckets starting in ``[start, end)``, rolled up by
+        the server (counters the last value, gauges the mean, ``<field>_max`` the peak,
+        bitmasks the OR)."""
+        _check_resolution(resolution_s)
+        wanted = check_fields(fields, ROLLUP_FIELDS if resolution_s else SAMPLE_FIELDS)
+        target = self._target(uuids, hostnames)
+        lo, hi = self._span(start, end, target)
+        if resolution_s:
+            first = float(math.ceil(lo / resolution_s) * resolution_s)
+            if first >= hi:
+                return _prom_reads.empty(wanted)
+            return _prom_reads.rollups(
+                self.api, target, first=first, end=hi, fields=wanted,
+                resolution_s=resolution_s, bit_step_s=self._bit_step(resolution_s), whole=True,
+            )  # fmt: skip
+        return _prom_reads.raw(
+            self.api, target, start=lo, end=hi, fields=wanted,
+            interval_s=self.scrape_interval_s(),
+        )  # fmt: skip
+
+    def read_window(
+        self,
+        *,
+        start: float,
+        end: float,
+        fields: Sequence[str] | None = None,
+        resolution_s: int | None = None,
+        uuids: Sequence[str] | None = None,
+        hostnames: Sequence[str] | None = None,
+        progress: bool = False,
+    ) -> pd.DataFrame:
+        """``base.ReadableStore.read_window``, rolled up by the server: one row per GPU and
+        bucket from ``start``'s bucket to the one holding ``end``, nothing at or after
+        ``end`` read."""
+        if not end > start:
+            raise InputError(f"read_window: start {start!r} is not before end {end!r}")
+        if not resolution_s:
+            return self.read_samples(
+                start=start, end=end, uuids=uuids, hostnames=hostnames, fields=fields
+            )
+        _check_resolution(resolution_s)
+        wanted = check_fields(fields, ROLLUP_FIELDS)
+        first = float(np.floor(start / resolution_s) * resolution_s)
+        return _prom_reads.rollups(
+            self.api, self._target(uuids, hostnames), first=first, end=end, fields=wanted,
+            resolution_s=resolution_s, bit_step_s=self._bit_step(resolution_s),
+            progress=progress,
+        )  # fmt: skip
+
+    def _span(
+        self, start: float | None, end: float | None, target: _prom_reads.Target
+    ) -> tuple[float, float]:
+        """``[start, end)`` with a missing end at "now" and a missing start at the oldest
+        sample of the GPUs read."""
+        hi = self.clock() + 1.0 if end is None else float(end)
+        if start is not None:
+            return float(start), hi
+        inv = self._inventory()
+        seen = inv.loc[inv["uuid"].isin(target.gpus.index), "first_ts"]
+        return (float(seen.min()) if len(seen) else hi - self.lookback_s), hi
+
+    # -- gpuwarden's records ---------------------------------------------------------------
+
+    def _records(self, name: str, start: float | None, end: float | None) -> list[_series.Raw]:
+        """Raw samples of one of gpuwarden's record series in ``[start, end)`` (default: the
+        lookback up to now), a day at a time."""
+        hi = self.clock() + 60.0 if end is None else float(end)
+        lo = hi - self.lookback_s if start is None else float(start)
+        if hi <= lo:
+            return []
+        d = self.api.dialect
+        spans = time_spans(lo, hi, RECORD_SPAN_S)
+        parts = self.api.map(
+            lambda s: self.api.query(d.window(selector([name]), s[1] - s[0]), s[1]), spans
+        )
+        return [r for p in parts for r in p]
+
+    def read_events(
+        self,
+        *,
+        start: float | None = None,
+        end: float | None = None,
+        uuids: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> pd.DataFrame:
+        """Events in ``[start, end)``: gpuwarden's own (``gpuwarden_event``) and the Xids of
+        dcgm-exporter's and gpuwarden's exporter's Xid series. ts, hostname, gpu, uuid,
+        kind, code (Int64), detail; by ts."""
+        rows = [
+            (t, g, kind, code, detail)
+            for t, g, kind, code, detail in _series.events_frame(
+                self._records(_series.EVENT, start, end)
+            )
+        ]
+        if kinds is None or "xid" in kinds:
+            hi = self.clock() + 60.0 if end is None else float(end)
+            lo = hi - self.lookback_s if start is None else float(start)
+            rows += [
+                (t, g, "xid", code, d)
+                for t, g, code, d in _prom_events.xid_events(self.api, lo, hi)
+            ]
+        out = _series.frame_of(
+            [(t, g.hostname, g.index, g.uuid, k, c, d) for t, g, k, c, d in rows],
+            ["ts", "hostname", "gpu", "uuid", "kind", "code", "detail"],
+            ts=np.float64, gpu=np.int64, code="Int64",
+        )  # fmt: skip
+        if uuids is not None:
+            out = out[out["uuid"].isin(list(uuids))]
+        if kinds is not None:
+            out = out[out["kind"].isin(list(kinds))]
+        return out.sort_values(["ts", "hostname", "gpu"], kind="stable").reset_index(drop=True)
+
+    def read_failures(
+        self, *, start: float | None = None, end: float | None = None
+    ) -> pd.DataFrame:
+        """Failures in ``[start, end)`` (``gpuwarden_failure``): ts, hostname, gpu, uuid,
+        kind, precursor_start_ts, repair_s, xid (Int64)."""
+        rows = _series.failures_rows(self._records(_series.FAILURE, start, end))
+        out = _series.frame_of(
+            rows,
+            ["ts", "hostname", "gpu", "uuid", "kind", "precursor_start_ts", "repair_s", "xid"],
+            ts=np.float64, gpu=np.int64, precursor_start_ts=np.float64, repair_s=np.float64,
+            xid="Int64",
+        )  # fmt: skip
+        return out.sort_values(["ts", "hostname", "gpu"], kind="stable").reset_index(drop=True)
+
+    def read_verdicts(
+        self,
+        *,
+        start: float | None = None,
+        end: float | None = None,
+        uuids: Sequence[str] | None = None,
+        latest: bool = False,
+    ) -> pd.DataFrame:
+        """Verdicts in ``[start, end)`` (``gpuwarden_verdict``), ``health.VERDICT_COLUMNS``,
+        by ts; ``latest``: each GPU's newest."""
+        rows = _series.verdict_rows(self._records(_series.VERDICT, start, end))
+        out = _series.frame_of(
+            rows, VERDICT_COLUMNS, ts=np.float64, gpu=np.int64, risk=np.float64,
+            since=np.float64, threshold=np.float64, state=object, changed_from=object,
+            reasons=object,
+        )  # fmt: skip
+        if uuids is not None:
+            out = out[out["uuid"].isin(list(uuids))]
+        out = out.sort_values(["ts", "hostname", "gpu"], kind="stable")
+        if latest:
+            out = out.drop_duplicates("uuid", keep="last")
+        return out.reset_index(drop=True)
+
+    def read_rejections(
+        self, *, start: float | None = None, end: float | None = None
+    ) -> pd.DataFrame:
+        """Readings rejected in ``[start, end)`` (``gpuwarden_rejected_reading``), counted per
+        GPU, field and reason, most first."""
+        raws = self._records(_series.REJECTED, start, end)
+        rows = []
+        for r in raws:
+            gpu = _series.gpu_of(r.labels)
+            if gpu is None or not len(r.ts):
+                continue
+            n = len(np.unique(r.ts))
+            rows.append(
+                (gpu.hostname, gpu.index, gpu.uuid, r.labels.get("field", ""),
+                 r.labels.get("reason", ""), n, float(r.ts.min()), float(r.ts.max()))
+            )  # fmt: skip
+        columns = ["hostname", "gpu", "uuid", "field", "reason", "count", "first_ts", "last_ts"]
+        out = _series.frame_of(
+            rows, columns, gpu=np.int64, count=np.int64, first_ts=np.float64, last_ts=np.float64
+        )
+        out = out.groupby(columns[:5], as_index=False, sort=False).agg(
+            count=("count", "sum"), first_ts=("first_ts", "min"), last_ts=("last_ts", "max")
+        )
+        out = out.sort_values(
+            ["count", "hostname", "gpu", "field"], ascending=[False, True, True, True]
+        )
+        return out[columns].reset_index(drop=True)
+
+    def read_assignments(
+        self,
+        *,
+        start: float | None = None,
+        end: float | None = None,
+        uuids: Sequence[str] | None = None,
+    ) -> pd.DataFrame:
+        """Who held each GPU (``gpuwarden_assignment`` readings, the lookback before
+        ``start``): uuid, hostname, gpu, namespace, pod, container, ts_from, ts_to, last_seen."""
+        lo = None if start is None else float(start) - self.lookback_s
+        out = _assignments(self._records(_series.ASSIGNMENT, lo, end))
+        if end is not None:
+            out = out[out["ts_from"] < float(end)]
+        if start is not None:
+            out = out[out["ts_to"].fillna(out["last_seen"]) >= float(start)]
+        if uuids is not None:
+            out = out[out["uuid"].isin(list(uuids))]
+        return out.reset_index(drop=True)
+
+    def read_nodes(self, *, hostnames: Sequence[str] | None = None) -> pd.DataFrame:
+        """Each node's newest driver and CUDA driver versions (``gpuwarden_node_info``)."""
+        seen: dict[str, list[Any]] = {}
+        for r in self._records(_series.NODE, None, None):
+            host = r.labels.get("Hostname") or r.labels.get("hostname", "")
+            if not host or not len(r.ts):
+                continue
+            t0, t1 = float(r.ts.min()), float(r.ts.max())
+            row = seen.setdefault(host, [host, "", "", t0, t1, -math.inf, -math.inf])
+            row[3], row[4] = min(row[3], t0), max(row[4], t1)
+            for i, key in ((1, "driver_version"), (2, "cuda_driver_version")):
+                if r.labels.get(key) and t1 >= row[4 + i]:
+                    row[i], row[4 + i] = r.labels[key], t1
+        rows = [
+            tuple(v[:5]) for k, v in sorted(seen.items()) if hostnames is None or k in hostnames
+        ]
+        columns = ["hostname", "driver_version", "cuda_driver_version", "first_ts", "last_ts"]
+        return _series.frame_of(rows, columns, first_ts=np.float64, last_ts=np.float64)
+
+    def close(self) -> None:
+        self.api.close()
+
+    def __enter__(self) -> PrometheusStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+
+def _count(params: dict[str, str] | Any, key: str, default: int, shown: str) -> int:
+    text = params.get(key)
+    if text is None:
+        return default
+    if not text.isdigit():
+        raise ConfigError(f"{shown}: {key} must be a whole number, not {text!r}")
+    return int(text)
+
+
+def _check_resolution(resolution_s: int | None) -> None:
+    if resolution_s and resolution_s not in ROLLUP_RESOLUTIONS:
+        raise InputError(
+            f"resolution_s={resolution_s!r}: rollups exist for "
+            f"{', '.join(map(str, ROLLUP_RESOLUTIONS))} s (None reads raw samples)"
+        )
+
+
+def _inventory_rows(last: list[_series.Raw], first: list[_series.Raw]) -> pd.DataFrame:
+    """One row per GPU or MIG instance from the presence queries' label sets."""
+    firsts: dict[str, float] = {}
+    for r in first:
+        for gpu in {_series.gpu_of(r.labels), _series.gpu_of(r.labels, whole=True)}:
+            if gpu is not None and len(r.values):
+                firsts[gpu.uuid] = min(firsts.get(gpu.uuid, math.inf), float(r.values.min()))
+    rows: dict[str, list[Any]] = {}
+    for r in last:
+        host_label = next((h for h in _series.HOST_LABELS if r.labels.get(h)), "")
+        t = float(r.values.max()) if len(r.values) else math.nan
+        for gpu in {_series.gpu_of(r.labels), _series.gpu_of(r.labels, whole=True)}:
+            if gpu is None or not math.isfinite(t):
+                continue
+            parent = gpu.uuid[4:].rpartition("/")[0] if gpu.uuid.startswith("MIG-") else ""
+            old = rows.get(gpu.uuid)
+            if old is None or t >= old[7]:
+                row = [gpu.hostname, gpu.index, gpu.uuid, gpu.pci_bus_id, gpu.model, gpu.rack,
+                       firsts.get(gpu.uuid, t), t, parent, host_label]  # fmt: skip
+                if old is not None:
+                    row[6] = min(row[6], old[6])
+                rows[gpu.uuid] = row
+    columns = [*_INVENTORY, "parent_uuid", "host_label"]
+    return _series.frame_of(
+        list(map(tuple, rows.values())), columns, gpu=np.int64, first_ts=np.float64,
+        last_ts=np.float64,
+    )  # fmt: skip
+
+
+def _merge(old: pd.DataFrame | None, new: pd.DataFrame) -> pd.DataFrame:
+    """The inventory brought up to date: identity from the newest sighting, first_ts the
+    earliest, last_ts the latest."""
+    if old is None or old.empty:
+        return new.reset_index(drop=True)
+    both = pd.concat([old, new], ignore_index=True)
+    first = both.groupby("uuid")["first_ts"].min()
+    both = both.sort_values("last_ts", kind="stable").drop_duplicates("uuid", keep="last")
+    both["first_ts"] = first.reindex(both["uuid"]).to_numpy()
+    return both.reset_index(drop=True)
+
+
+def _assignments(raws: list[_series.Raw]) -> pd.DataFrame:
+    """Assignment readings -> intervals, as the SQLite store keeps them: one row per holder
+    from the reading that first named it to the one that no longer did."""
+    readings: dict[str, dict[float, set[tuple[str, str, str]]]] = {}
+    ident: dict[str, Any] = {}
+    for r in raws:
+        gpu = _series.gpu_of(r.labels)
+        if gpu is None:
+            continue
+        ident[gpu.uuid] = gpu
+        who = tuple(r.labels.get(k, "") for k in ("namespace", "pod", "container"))
+        for t in r.ts.tolist():
+            held = readings.setdefault(gpu.uuid, {}).setdefault(t, set())
+            if any(who):
+                held.add(who)  # type: ignore[arg-type]
+    rows = []
+    for uuid, by_time in readings.items():
+        gpu = ident[uuid]
+        open_: dict[tuple[str, str, str], list[Any]] = {}
+        for t in sorted(by_time):
+            held = by_time[t]
+            for who in list(open_):
+                if who in held:
+                    open_[who][8] = t
+                else:
+                    open_[who][7] = t
+                    rows.append(open_.pop(who))
+            for who in sorted(held - set(open_)):
+                open_[who] = [uuid, gpu.hostname, gpu.index, *who, t, math.nan, t]
+        rows += open_.values()
+    columns = ["uuid", "hostname", "gpu", "namespace", "pod", "container", "ts_from", "ts_to",
+               "last_seen"]  # fmt: skip
+    out = _series.frame_of(
+        [tuple(r) for r in rows], columns, gpu=np.int64, ts_from=np.float64, ts_to=np.float64,
+        last_seen=np.float64,
+    )  # fmt: skip
+    return out.sort_values(["ts_from", "hostname", "gpu", "uuid"], kind="stable")
+
+
+__all__ = ["PrometheusStore"]

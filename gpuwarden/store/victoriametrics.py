@@ -1,0 +1,199 @@
+"""VictoriaMetrics as a store that reads and writes.
+
+    open_store("victoriametrics://vm:8428")
+    open_store("victoriametrics+https://user:pw@vm.example?timeout=60&lookback=30d")
+
+Reads are ``PrometheusStore``'s (PromQL over its Prometheus API, rollups on the server).
+Writes go to its JSON line import API (``/api/v1/import``), each call one request, checked
+whole before anything is sent: a batch or frame with a bad value stores nothing of it. After a
+write the server is asked to make it searchable at once (``/internal/force_flush``; ``flush=0``
+leaves that to its own second or so).
+
+Run VictoriaMetrics with ``-dedup.minScrapeInterval=1ms``: it then keeps one sample per series
+and millisecond, the last written, so writing a sample again replaces it as it does in SQLite.
+Its ``-retentionPeriod`` (one month by default) decides how long history stays; ``compact`` has
+nothing to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from tqdm import tqdm
+
+from gpuwarden.errors import InputError, StoreRejected
+from gpuwarden.health import Verdict
+from gpuwarden.store import _series
+from gpuwarden.store._frames import frame_rows
+from gpuwarden.store._records import rows_from
+from gpuwarden.store.prometheus import PARAMS, PrometheusStore
+from gpuwarden.telemetry import Batch, Event, Failure, Rejection
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SCHEMES = {
+    "victoriametrics": ("http", 8428),
+    "victoriametrics+http": ("http", 8428),
+    "victoriametrics+https": ("https", 8428),
+}
+#: Bytes of JSON lines sent in one import request.
+IMPORT_CHUNK_BYTES = 16 << 20
+
+
+class VictoriaMetricsStore(PrometheusStore):
+    """The ``Store`` protocol over VictoriaMetrics (single node): ``PrometheusStore``'s reads
+    and writes through ``/api/v1/import``. ``flush``: make each write searchable at once."""
+
+    what = "VictoriaMetrics"
+
+    def __init__(self, base: str, *, flush: bool = True, **kwargs: Any) -> None:
+        super().__init__(base, **kwargs)
+        self.flush = flush
+
+    @classmethod
+    def schemes(cls) -> dict[str, tuple[str, int]]:
+        return SCHEMES
+
+    @classmethod
+    def params(cls) -> tuple[str, ...]:
+        return (*PARAMS, "flush")
+
+    @classmethod
+    def from_url(cls, url: str) -> VictoriaMetricsStore:
+        """``victoriametrics://host:8428`` (``+https``, ``user:password@``, a bearer token in
+        ``$GPUWARDEN_STORE_TOKEN``; ``?flush=0`` for bulk loads)."""
+        parsed, kwargs = cls.url_options(url)
+        kwargs["flush"] = parsed.params.get("flush", "1") not in ("0", "false", "no")
+        return cls(parsed.base, **kwargs)
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def _send(self, series: Iterable[_series.Series], *, progress: bool = False) -> None:
+        """Import ``series`` (JSON lines, ``IMPORT_CHUNK_BYTES`` a request), then flush."""
+        with tqdm(unit="B", unit_scale=True, disable=not progress, desc="import") as bar:
+            for body in _bodies(_series.import_lines(series)):
+                self.http.request("POST", "/api/v1/import", content=body)
+                bar.update(len(body))
+        if self.flush:
+            try:
+                self.http.request("GET", "/internal/force_flush")
+            except StoreRejected:  # a proxy or a cluster's vminsert without it: data shows later
+                self.flush = False
+        with self._lock:
+            self._inv_at = -float("inf")  # new GPUs may have appeared
+
+    # -- the writes ------------------------------------------------------------------------
+
+    def write_batch(self, batch: Batch) -> None:
+        """Store one collector batch (samples, events, assignments, node versions, rejected
+        readings) in one import; a sample with no finite time refuses the whole batch."""
+        samples = batch.samples
+        ts = np.array([s.ts for s in samples], dtype=np.float64)
+        if not np.isfinite(ts).all():
+            raise InputError("write_batch: a sample's ts is not a finite time")
+        seen = [(s.ts, s.gpu) for s in samples] + [(e.ts, e.gpu) for e in batch.events]
+        seen += [(a.ts, a.gpu) for a in batch.assignments]
+        seen += [(r.ts, r.gpu) for r in batch.rejected]
+        rows_from(seen)  # every GPU named, every time finite: or nothing is sent
+        series: list[_series.Series] = []
+        if samples:
+            series += _series.frame_series(frame_rows(_sample_frame(samples)))
+        series += _series.event_series(batch.events)
+        series += _series.assignment_series(batch.assignments)
+        series += _series.node_series(batch.nodes)
+        series += _series.rejection_series(batch.rejected)
+        if series:
+            self._send(series)
+
+    def write_frame(self, frame: pd.DataFrame, *, progress: bool = False) -> int:
+        """Bulk-write a wide frame (simulator output, ingest); returns rows written. The frame
+        is checked first (``InputError`` naming the column): a bad one sends nothing."""
+        plan = frame_rows(frame)
+        if len(plan.ts) == 0:
+            return 0
+        self._send(_series.frame_series(plan), progress=progress)
+        return len(plan.ts)
+
+    def write_events(self, events: Iterable[Event]) -> int:
+        """Store events; returns how many were new (an identical event is kept once)."""
+        events = list(events)
+        if not events:
+            return 0
+        rows_from([(e.ts, e.gpu) for e in events])
+        lo, hi = min(e.ts for e in events), max(e.ts for e in events)
+        have = {
+            (t, g.uuid, k, c, d)
+            for t, g, k, c, d in _series.events_frame(self._records(_series.EVENT, lo, hi + 0.001))
+        }
+        new = {}
+        for e in events:
+            ts = round(e.ts * 1000) / 1000
+            key = (ts, e.gpu.uuid, e.kind, e.code, e.detail)
+            if key not in have:
+                new[key] = e
+        if new:
+            self._send(_series.event_series(new.values()))
+        return len(new)
+
+    def write_failures(self, failures: Iterable[Failure], *, source: str | None = None) -> int:
+        """Store failures; one of the same GPU, time and kind replaces the earlier record."""
+        failures = list(failures)
+        rows_from([(f.ts, f.gpu) for f in failures])
+        if failures:
+            self._send(_series.failure_series(failures, source))
+        return len(failures)
+
+    def write_rejections(self, rejections: Iterable[Rejection]) -> int:
+        rejections = list(rejections)
+        rows_from([(r.ts, r.gpu) for r in rejections])
+        if rejections:
+            self._send(_series.rejection_series(rejections))
+        return len(rejections)
+
+    def write_verdicts(self, verdicts: Iterable[Verdict]) -> int:
+        """Store verdicts; a second one for the same GPU and time replaces the first."""
+        verdicts = list(verdicts)
+        if verdicts:
+            self._send(_series.verdict_series(verdicts))
+        return len(verdicts)
+
+    def compact(self, now: float) -> None:
+        """Nothing to do: the server rolls up when it reads, and keeps ``-retentionPeriod``."""
+
+
+def _bodies(lines: Iterator[str]) -> Iterator[bytes]:
+    chunk: list[str] = []
+    size = 0
+    for line in lines:
+        chunk.append(line)
+        size += len(line)
+        if size >= IMPORT_CHUNK_BYTES:
+            yield "".join(chunk).encode()
+            chunk, size = [], 0
+    if chunk:
+        yield "".join(chunk).encode()
+
+
+def _sample_frame(samples: Iterable[Any]) -> pd.DataFrame:
+    import pandas as pd
+
+    rows = [
+        {
+            "ts": s.ts,
+            "hostname": s.gpu.hostname,
+            "gpu": s.gpu.index,
+            "uuid": s.gpu.uuid,
+            "model": s.gpu.model,
+            "pci_bus_id": s.gpu.pci_bus_id,
+            "rack": s.gpu.rack,
+            **s.values,
+        }
+        for s in samples
+    ]
+    return pd.DataFrame(rows)
+
+
+__all__ = ["VictoriaMetricsStore"]
