@@ -32,7 +32,8 @@ from gpuwarden.telemetry import FIELDS_BY_NAME
 FIELD_LABEL = "gpuwarden_field"
 #: Bits of a bitmask field that are ORed (``clock_event_reasons``: NVML's nine reasons).
 BITMASK_BITS = 9
-_BY = ", ".join(GPU_LABELS)
+#: what ``max by`` keeps: the labels that say which GPU
+GPU_BY = ", ".join(GPU_LABELS)
 _REGEX_SPECIAL = re.compile(r"([.+*?()|\[\]{}^$\\])")
 _MAX = "_max"
 
@@ -113,7 +114,7 @@ def rollup(
             f"label_replace({p}, {tag}, {quote(n)}, {quote('')}, {quote('')})"
             for n, p in zip(names, parts, strict=True)
         ]
-        expr = f"{agg} by ({_BY}) ({' or '.join(tagged)})"
+        expr = f"{agg} by ({GPU_BY}) ({' or '.join(tagged)})"
     return f"label_replace({expr}, {quote(FIELD_LABEL)}, {quote(name)}, {quote('')}, {quote('')})"
 
 
@@ -126,7 +127,7 @@ def _rollup_of(
         )
     fn = {"last": "last_over_time", "mean": "avg_over_time", "max": "max_over_time"}[kind]
     agg = "avg" if kind == "mean" else "max"
-    return f"{agg} by ({_BY}) ({fn}({dialect.window(sel, width_s)}))"
+    return f"{agg} by ({GPU_BY}) ({fn}({dialect.window(sel, width_s)}))"
 
 
 def _bit(sel: str, bit: int, width_s: float, dialect: Dialect, step_s: int, partial: bool) -> str:
@@ -147,7 +148,7 @@ def _bit(sel: str, bit: int, width_s: float, dialect: Dialect, step_s: int, part
             f"label_replace({sub}, {tag}, {quote('steps')}, {quote('')}, {quote('')}) or "
             f"label_replace({tail}, {tag}, {quote('tail')}, {quote('')}, {quote('')})"
         )
-    return f"{value} * max by ({_BY}) ({sub})"
+    return f"{value} * max by ({GPU_BY}) ({sub})"
 
 
 def union(parts: Sequence[str]) -> str:
@@ -160,31 +161,11 @@ def presence(names: Sequence[str], matchers: Sequence[str] = ()) -> str:
     return selector(names, matchers)
 
 
-def last_seen(
-    names: Sequence[str], seconds: float, dialect: Dialect, *, first: bool = False
-) -> str:
-    """Per GPU, the time (Unix s) of its last (``first``: first) sample of any of the metrics
-    ``names`` in ``(t - seconds, t]``: ``tlast_over_time`` where the server has it, else a
-    one-minute subquery over ``timestamp()`` (exact for the last sample when ``t`` is a whole
-    minute, the first to the minute)."""
-    agg = "min" if first else "max"
-    if dialect.tfuncs:
-        fn = "tfirst_over_time" if first else "tlast_over_time"
-        return f"{agg} by ({_BY}) ({fn}({selector(names)}[{dialect.range(seconds)}]))"
-    # timestamp() drops the metric name: tag each metric, or a GPU's two metrics collide
-    tag = quote("gpuwarden_metric")
-    stamps = " or ".join(
-        f"label_replace(timestamp({n}), {tag}, {quote(n)}, {quote('')}, {quote('')})" for n in names
-    )
-    fn = "min_over_time" if first else "max_over_time"
-    return f"{agg} by ({_BY}) ({fn}(({agg} by ({_BY}) ({stamps}))[{dialect.range(seconds)}:1m]))"
-
-
 __all__ = [
     "FIELD_LABEL",
+    "GPU_BY",
     "Dialect",
     "base_field",
-    "last_seen",
     "matcher",
     "quote",
     "rollup",

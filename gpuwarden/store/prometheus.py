@@ -30,10 +30,10 @@ import pandas as pd
 from gpuwarden.config import parse_duration
 from gpuwarden.errors import ConfigError, InputError
 from gpuwarden.health import VERDICT_COLUMNS
-from gpuwarden.store import _prom_events, _prom_reads, _series
+from gpuwarden.store import _prom_events, _prom_inventory, _prom_reads, _series
 from gpuwarden.store._frames import check_fields
 from gpuwarden.store._promapi import DEFAULT_MAX_POINTS, PromApi, time_spans
-from gpuwarden.store._promql import last_seen, selector
+from gpuwarden.store._promql import selector
 from gpuwarden.store._remote import (
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT_S,
@@ -63,7 +63,6 @@ PRESENCE = tuple(
 )
 #: Gaps in the records gpuwarden reads raw (events, verdicts...) are read this much at a time.
 RECORD_SPAN_S = 86400.0
-_INVENTORY = ["hostname", "gpu", "uuid", "pci_bus_id", "model", "rack", "first_ts", "last_ts"]
 
 
 class PrometheusStore:
@@ -160,14 +159,9 @@ class PrometheusStore:
             now = self.clock()
             if self._inv is not None and now - self._inv_at < self.refresh_s:
                 return self._inv
-            at = math.ceil((now + 1) / 60) * 60  # a whole minute after every sample
             since = now - self.lookback_s if self._inv is None else self._inv_to - 600
-            span = at - since
-            d = self.api.dialect
-            last = self.api.query(last_seen(PRESENCE, span, d), at)
-            first = self.api.query(last_seen(PRESENCE, span, d, first=True), at)
-            fresh = _inventory_rows(last, first)
-            self._inv = _merge(self._inv, fresh)
+            fresh = _prom_inventory.seen(self.api, PRESENCE, since, now)
+            self._inv = _prom_inventory.merge(self._inv, fresh)
             self._inv_at, self._inv_to = now, now
             return self._inv
 
@@ -187,7 +181,7 @@ class PrometheusStore:
         inv = self._inventory()
         whole = (inv["parent_uuid"] == "") & (inv["gpu"] >= 0)
         out = inv[whole].sort_values(["hostname", "gpu", "first_ts"], kind="stable")
-        return out[_INVENTORY].reset_index(drop=True)
+        return out[_prom_inventory.GPU_COLUMNS].reset_index(drop=True)
 
     def mig_instances(self) -> pd.DataFrame:
         inv = self._inventory()
@@ -475,47 +469,6 @@ def _check_resolution(resolution_s: int | None) -> None:
             f"resolution_s={resolution_s!r}: rollups exist for "
             f"{', '.join(map(str, ROLLUP_RESOLUTIONS))} s (None reads raw samples)"
         )
-
-
-def _inventory_rows(last: list[_series.Raw], first: list[_series.Raw]) -> pd.DataFrame:
-    """One row per GPU or MIG instance from the presence queries' label sets."""
-    firsts: dict[str, float] = {}
-    for r in first:
-        for gpu in {_series.gpu_of(r.labels), _series.gpu_of(r.labels, whole=True)}:
-            if gpu is not None and len(r.values):
-                firsts[gpu.uuid] = min(firsts.get(gpu.uuid, math.inf), float(r.values.min()))
-    rows: dict[str, list[Any]] = {}
-    for r in last:
-        host_label = next((h for h in _series.HOST_LABELS if r.labels.get(h)), "")
-        t = float(r.values.max()) if len(r.values) else math.nan
-        for gpu in {_series.gpu_of(r.labels), _series.gpu_of(r.labels, whole=True)}:
-            if gpu is None or not math.isfinite(t):
-                continue
-            parent = gpu.uuid[4:].rpartition("/")[0] if gpu.uuid.startswith("MIG-") else ""
-            old = rows.get(gpu.uuid)
-            if old is None or t >= old[7]:
-                row = [gpu.hostname, gpu.index, gpu.uuid, gpu.pci_bus_id, gpu.model, gpu.rack,
-                       firsts.get(gpu.uuid, t), t, parent, host_label]  # fmt: skip
-                if old is not None:
-                    row[6] = min(row[6], old[6])
-                rows[gpu.uuid] = row
-    columns = [*_INVENTORY, "parent_uuid", "host_label"]
-    return _series.frame_of(
-        list(map(tuple, rows.values())), columns, gpu=np.int64, first_ts=np.float64,
-        last_ts=np.float64,
-    )  # fmt: skip
-
-
-def _merge(old: pd.DataFrame | None, new: pd.DataFrame) -> pd.DataFrame:
-    """The inventory brought up to date: identity from the newest sighting, first_ts the
-    earliest, last_ts the latest."""
-    if old is None or old.empty:
-        return new.reset_index(drop=True)
-    both = pd.concat([old, new], ignore_index=True)
-    first = both.groupby("uuid")["first_ts"].min()
-    both = both.sort_values("last_ts", kind="stable").drop_duplicates("uuid", keep="last")
-    both["first_ts"] = first.reindex(both["uuid"]).to_numpy()
-    return both.reset_index(drop=True)
 
 
 def _assignments(raws: list[_series.Raw]) -> pd.DataFrame:

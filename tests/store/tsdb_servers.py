@@ -16,8 +16,11 @@ import importlib.util
 import subprocess
 import sys
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from gpuwarden.store import _series
 from gpuwarden.store._frames import frame_rows
@@ -60,16 +63,25 @@ def start_prometheus_with(workdir: Path, series: Iterable[_series.Series]) -> An
     promtool = daemons.require_binary("promtool")
     workdir.mkdir(parents=True, exist_ok=True)
     data = workdir / "data"
-    source = workdir / "history.om"
-    with source.open("w") as out:
-        out.writelines(_series.openmetrics(series))
-    done = subprocess.run(
-        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+
+    # promtool 2.42 cuts 2-hour blocks and reads its whole input once per block: give it one
+    # file per 2-hour block, so the history is read once in all
+    def backfill(k_part: tuple[int, list[_series.Series]]) -> None:
+        k, part = k_part
+        source = workdir / f"history-{k}.om"
+        with source.open("w") as out:
+            out.writelines(_series.openmetrics(part))
+        done = subprocess.run(
+            [promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(source), str(data)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        source.unlink()
+
+    with ThreadPoolExecutor(2) as pool:  # promtool is the slow part; two cores here
+        list(pool.map(backfill, enumerate(_by_block(list(series)))))
     (workdir / "prometheus.yml").write_text('{"global": {}}\n')
     port = daemons.free_port()
     argv = [
@@ -81,6 +93,21 @@ def start_prometheus_with(workdir: Path, series: Iterable[_series.Series]) -> An
         "--log.level=warn",
     ]
     return daemons.start_daemon("prometheus", argv, port=port, workdir=workdir)
+
+
+BLOCK_MS = 2 * 3600 * 1000
+
+
+def _by_block(series: list[_series.Series]) -> list[list[_series.Series]]:
+    """``series`` cut at promtool's 2-hour block boundaries."""
+    blocks: dict[int, list[_series.Series]] = {}
+    for s in series:
+        which = s.ts_ms // BLOCK_MS
+        cuts = np.flatnonzero(np.diff(which)) + 1
+        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(which)], strict=True):
+            part = _series.Series(s.labels, s.ts_ms[lo:hi], s.values[lo:hi])
+            blocks.setdefault(int(which[lo]), []).append(part)
+    return [blocks[k] for k in sorted(blocks)]
 
 
 def history_series(
