@@ -22,8 +22,8 @@ from tsdb_servers import history_series, start_prometheus_with, start_victoriame
 
 from gpuwarden.cli import main
 from gpuwarden.demo import fleet_spec
-from gpuwarden.store import open_store
 from gpuwarden.sim import Fleet
+from gpuwarden.store import open_store
 
 pytestmark = pytest.mark.integration
 
