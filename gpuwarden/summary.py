@@ -10,6 +10,7 @@ import pandas as pd
 
 from gpuwarden.counters import total_increase
 from gpuwarden.health import GpuState, describe
+from gpuwarden.signals import COUNTERS_FILE, SIGNAL_FIELDS, SIGNALS, Signal, missing_signals
 from gpuwarden.store.base import Store
 
 _WATCH_FIELDS = (
@@ -37,6 +38,10 @@ class FleetSummary:
     #: readings rejected as impossible in the window, per GPU, field and reason
     #: (``Store.read_rejections``: hostname, gpu, uuid, field, reason, count, ...), most first
     rejections: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: the model's signals (``gpuwarden.signals``) some GPUs had nothing of in the last day:
+    #: (signal, GPUs lacking it), most first; ``reported``: GPUs read in that day
+    gaps: list[tuple[Signal, int]] = field(default_factory=list)
+    reported: int = 0
 
     def render(self, top: int = 10) -> str:
         lines: list[str] = []
@@ -68,6 +73,8 @@ class FleetSummary:
         lines.append("")
         lines += self._rejection_lines(span_h, top)
         lines.append("")
+        lines += self._gap_lines()
+        lines.append("")
         if len(self.watch):
             lines.append(f"GPUs to watch (increase over the last {span_h:.0f} h, worst first):")
             table = self.watch.head(top).copy()
@@ -89,6 +96,18 @@ class FleetSummary:
             risk = "-" if math.isnan(r.risk) else f"{r.risk:.2f}"
             why = "; ".join(r.reasons)[:90]
             out.append(f"  {r.hostname} gpu{r.gpu}  {r.state:<9} risk {risk:<4}  {r.cause}: {why}")
+        return out
+
+    def _gap_lines(self) -> list[str]:
+        """The signals the model reads that the store lacks: unknown, so left out of risk."""
+        if not self.gaps:
+            return ["Signals the model reads: all in the store"]
+        out = ["Signals the model reads that the store lacks (left out of the risk, not zero):"]
+        for signal, n in self.gaps:
+            out.append(
+                f"  {n:5d} of {self.reported} GPUs  {signal.name} ({' or '.join(signal.metrics)})"
+            )
+        out.append(f"  dcgm-exporter exports them with {COUNTERS_FILE} (docs/store.md)")
         return out
 
     def _rejection_lines(self, span_h: float, top: int) -> list[str]:
@@ -174,9 +193,31 @@ def fleet_summary(
     # a slot's newest board only: a replaced board's last verdict is history
     verdicts = verdicts.drop_duplicates(["hostname", "gpu"], keep="last")
     rejections = store.read_rejections(start=start, end=now + 1)
+    gaps, reported = _gaps(store, gpus, now)
     return FleetSummary(
-        start, now, gpus, reporting, missing, xid_table, fail_table, watch, verdicts, rejections
+        start, now, gpus, reporting, missing, xid_table, fail_table, watch, verdicts, rejections,
+        gaps, reported,
+    )  # fmt: skip
+
+
+def _gaps(store: Store, gpus: pd.DataFrame, now: float) -> tuple[list[tuple[Signal, int]], int]:
+    """Per signal, how many GPUs read in the last day had nothing of it (hourly rollups)."""
+    if gpus.empty:
+        return [], 0
+    hours = store.read_window(
+        start=now - 86400, end=now + 1, fields=list(SIGNAL_FIELDS), resolution_s=3600
     )
+    if hours.empty:
+        return [], 0
+    read = hours[list(SIGNAL_FIELDS)].notna().groupby(hours["uuid"].to_numpy()).any()
+    models = gpus.drop_duplicates("uuid").set_index("uuid")["model"]
+    counts: dict[str, int] = {}
+    for uuid, row in read.iterrows():
+        for s in missing_signals(row.to_dict(), str(models.get(uuid, ""))):
+            counts[s.name] = counts.get(s.name, 0) + 1
+    order = sorted(counts.items(), key=lambda kv: -kv[1])
+    by_name = {s.name: s for s in SIGNALS}
+    return [(by_name[name], n) for name, n in order], len(read)
 
 
 def _watch_table(samples: pd.DataFrame) -> pd.DataFrame:

@@ -29,7 +29,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "errors",
         "telemetry config plugins lifecycle",
         "health counters readings",
-        "xid",
+        "xid signals",
         "sim",
         "collectors",
         "store",

@@ -70,3 +70,16 @@ def test_rejected_readings_are_counted_per_gpu_and_field(tmp_path):
 
 def test_without_rejections_it_says_none(tmp_path):
     assert "Rejected readings: none" in fleet_summary(_store(tmp_path)).render()
+
+
+def test_signals_the_store_lacks_are_named_with_their_metrics(tmp_path):
+    # dcgm-exporter's default counters: temperatures, no ECC counts, no NVLink, no remaps
+    store = _store(tmp_path)
+    text = fleet_summary(store).render()
+    assert "Signals the model reads that the store lacks (left out of the risk, not zero):" in text
+    assert (
+        "      2 of 2 GPUs  single-bit ECC errors "
+        "(DCGM_FI_DEV_ECC_SBE_VOL_TOTAL or DCGM_FI_DEV_ECC_SBE_AGG_TOTAL)" in text
+    )
+    assert "core temperature" not in text.split("lacks")[1]  # gpu_temp_c is there
+    assert "deploy/dcgm-exporter/gpuwarden-counters.csv" in text

@@ -157,6 +157,9 @@ def _render(frame: pd.DataFrame, fmt: str, top: int) -> str:
         if "evidence" in frame:  # each reason with the features behind it
             for row, evidence in zip(rows, frame["evidence"], strict=True):
                 row["evidence"] = [r.to_json() for r in evidence]
+        if "missing" in frame:  # the signals the store had nothing of, left out of the risk
+            for row, missing in zip(rows, frame["missing"], strict=True):
+                row["missing"] = list(missing)
         return json.dumps(rows, indent=1) + "\n"
     return render_table(frame, top=top)
 
@@ -213,7 +216,7 @@ def score(
 
     With --start and --end, a backtest: the same rows at every --step.
     """
-    from gpuwarden.models.score import backtest, score_store
+    from gpuwarden.models.score import backtest, missing_warnings, score_store
     from gpuwarden.store import open_store
 
     if (start is None) != (end is None):
@@ -245,6 +248,8 @@ def score(
         finally:
             into.close()
         click.echo(f"stored {n} verdicts in {into_url}", err=True)
+    for line in missing_warnings(frame):
+        click.echo(f"warning: {line}", err=True)
     if fmt is None:
         fmt = Path(output).suffix.lstrip(".").lower() if output else "table"
         fmt = fmt if fmt in ("csv", "json") else "table"

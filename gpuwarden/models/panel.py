@@ -21,6 +21,7 @@ import pandas as pd
 from gpuwarden.counters import column_increases
 from gpuwarden.health import DEFAULT_XID_TABLE, FATAL_XIDS
 from gpuwarden.models import _hourly as H
+from gpuwarden.signals import SIGNAL_FIELDS
 from gpuwarden.telemetry import Event, Failure
 
 HOUR_S = H.HOUR_S
@@ -73,6 +74,9 @@ class HourlyPanel:
     fatal_xid: np.ndarray  # float32 (T, G) code of the hour's last fatal Xid (NaN: none)
     #: share of the last bucket the history covers (a score at 10:20 sees 1/3 of 10:00-11:00)
     last_fraction: float = 1.0
+    #: (G, len(SIGNAL_FIELDS)) whether each GPU life had any reading of each field the
+    #: model's signals read (``gpuwarden.signals``): a field never read is unknown, not clean
+    fields_read: np.ndarray | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -177,6 +181,7 @@ def build_panel(
     retired_total = np.where(both, np.nan, np.nansum(np.stack(retired), axis=0))
 
     keys = _key_table(np.asarray(lives), cats, ident, failures, fail_codes)
+    fields_read = _fields_read(hourly, g_codes, len(lives))
     ev, fatal = _event_counts(events, cats, fail_codes, fail_ts, np.asarray(lives), h0, shape)
     return HourlyPanel(
         np.arange(h0, h1 + 1, HOUR_S, dtype=np.int64),
@@ -188,7 +193,25 @@ def build_panel(
         ev,
         retired_total.astype(np.float32),
         fatal,
+        fields_read=fields_read,
     )
+
+
+def _fields_read(hourly: pd.DataFrame, g_codes: np.ndarray, n: int) -> np.ndarray:
+    """Per GPU life, whether each of ``SIGNAL_FIELDS`` was read in any hour (the hourly
+    frame keeps a flag's peak as ``<field>_max`` and the clock-event bits as
+    ``hw_slowdown``)."""
+    out = np.zeros((n, len(SIGNAL_FIELDS)), dtype=bool)
+    for j, name in enumerate(SIGNAL_FIELDS):
+        column = next(
+            (c for c in (name, f"{name}_max", "hw_slowdown" if name == H.REASONS else "")
+             if c in hourly.columns),
+            None,
+        )  # fmt: skip
+        if column is not None and len(hourly):
+            seen = np.isfinite(hourly[column].to_numpy(np.float64))
+            np.logical_or.at(out[:, j], g_codes, seen)
+    return out
 
 
 def _key_table(

@@ -19,13 +19,14 @@ import numpy as np
 import pandas as pd
 
 from gpuwarden.errors import InputError
-from gpuwarden.health import GpuState, RiskAssessment, Verdict
+from gpuwarden.health import GpuState, Reason, RiskAssessment, Verdict
 from gpuwarden.models.artifact import RiskModel
 from gpuwarden.models.features import compute_features, rows_at
 from gpuwarden.models.history import load_panel, newest_sample_ts
 from gpuwarden.models.panel import HOUR_S, HourlyPanel
 from gpuwarden.models.reasons import actions, explain_reasons
 from gpuwarden.models.rules import AT_RISK, OK, UNHEALTHY, hard_signal, states
+from gpuwarden.signals import SIGNAL_FIELDS, SIGNALS, Signal, advice, missing_signals, note
 from gpuwarden.store.base import Store, WritableStore
 from gpuwarden.telemetry import GpuId
 
@@ -34,9 +35,10 @@ REPORTING_H = 24
 EXPLAIN_FROM = 0.3
 COLUMNS = ("at", "hostname", "gpu", "uuid", "model", "risk", "state", "reasons")
 #: Beside ``COLUMNS`` a frame carries ``evidence`` (each row's reasons as ``health.Reason``
-#: records: the sentence and the features behind it) and ``action`` (NVIDIA's, for people),
-#: which ``assessments`` and ``verdicts`` hand on; the CLI prints ``COLUMNS``.
-FRAME_COLUMNS = (*COLUMNS, "evidence", "action")
+#: records: the sentence and the features behind it), ``action`` (NVIDIA's, for people),
+#: which ``assessments`` and ``verdicts`` hand on, and ``missing`` (the ``signals`` the store
+#: had nothing of for that GPU, which its risk leaves out); the CLI prints ``COLUMNS``.
+FRAME_COLUMNS = (*COLUMNS, "evidence", "action", "missing")
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,10 @@ def _score_rows(
     state = states(risk, hard, model.threshold)
     which = (state != OK) | (risk >= EXPLAIN_FROM) | explain_all
     evidence = explain_reasons(model.estimator, X, meta, np.asarray(which))
+    missing = _missing(panel, rows[:, 1], meta["model"].astype(str).to_numpy())
+    evidence = [
+        (*e, Reason(note(m), {})) if m else e for e, m in zip(evidence, missing, strict=True)
+    ]
     out = pd.DataFrame(
         {
             "at": meta["at"].to_numpy(),
@@ -105,12 +111,37 @@ def _score_rows(
             "reasons": ["; ".join(r) for r in evidence],
             "evidence": evidence,
             "action": actions(X, meta, state),
+            "missing": [tuple(x.name for x in m) for m in missing],
         }
     )
     if timings is not None:
         timings["features"] = featured - started
         timings["model"] = time.perf_counter() - featured
     return out
+
+
+def _missing(panel: HourlyPanel, g: np.ndarray, models: np.ndarray) -> list[list[Signal]]:
+    """Per row, the signals its GPU life never had a reading of (``signals``)."""
+    if panel.fields_read is None:
+        return [[] for _ in g]
+    cache: dict[tuple[int, str], list[Signal]] = {}
+    out = []
+    for col, model in zip(g.tolist(), models.tolist(), strict=True):
+        key = (int(col), str(model))
+        if key not in cache:
+            read = dict(zip(SIGNAL_FIELDS, panel.fields_read[col].tolist(), strict=True))
+            cache[key] = missing_signals(read, str(model))
+        out.append(cache[key])
+    return out
+
+
+def missing_warnings(frame: pd.DataFrame) -> list[str]:
+    """One line per signal some scored GPUs had nothing of: how many, and how to get it."""
+    if "missing" not in frame or frame.empty:
+        return []
+    counts = pd.Series([n for m in frame["missing"] for n in m]).value_counts()
+    by_name = {s.name: s for s in SIGNALS}
+    return [advice(by_name[name], int(n), len(frame)) for name, n in counts.items()]
 
 
 def _order(frame: pd.DataFrame) -> pd.DataFrame:

@@ -37,7 +37,8 @@ def test_one_row_per_reporting_gpu_worst_first(sim_store, tiny_model):
     store, fleet = sim_store
     at = T0 + 10 * 86400
     rows = score_store(store, tiny_model, at=at)
-    assert list(rows.columns) == [*COLUMNS, "evidence", "action"]
+    assert list(rows.columns) == [*COLUMNS, "evidence", "action", "missing"]
+    assert (rows["missing"] == ()).all()  # the simulator reads every signal
     assert rows["uuid"].is_unique and (rows["at"] == at).all()
     alive = store.read_samples(start=at - 86400, end=at, fields=["gpu_temp_c"])
     assert set(rows["uuid"]) == set(alive["uuid"])
@@ -182,3 +183,37 @@ def test_a_hard_signal_minutes_into_an_hour_counts_at_once(tiny_model):
     assert rows.loc["GPU-2", "state"] == "unhealthy" and "Xid 79" in rows.loc["GPU-2", "reasons"]
     assert (rows.drop(index="GPU-2")["state"] == "ok").all()
     store.close()
+
+
+def test_a_signal_the_store_lacks_is_named_not_scored_as_clean(tiny_model, tmp_path):
+    """dcgm-exporter's default counters have no ECC counts and no NVLink errors: every GPU's
+    reasons and the command's warnings say so, with the metrics that would bring them."""
+    from click.testing import CliRunner
+
+    from gpuwarden.models.cli import score
+    from gpuwarden.models.simdata import fleet_spec
+    from gpuwarden.sim import Fleet
+
+    fleet = Fleet(fleet_spec(nodes=2, days=3.0, accel=1.0, seed=5, start_ts=T0))
+    lacking = [
+        "ecc_sbe_volatile_total", "ecc_sbe_aggregate_total", "ecc_dbe_volatile_total",
+        "ecc_dbe_aggregate_total", "nvlink_crc_flit_errors_total", "nvlink_crc_data_errors_total",
+        "nvlink_replay_errors_total", "nvlink_recovery_errors_total",
+    ]  # fmt: skip
+    with SqliteStore(tmp_path / "default-counters.db") as store:
+        for chunk in fleet.chunks(progress=False):
+            store.write_frame(chunk.samples.drop(columns=lacking, errors="ignore"))
+        rows = score_store(store, tiny_model)
+    said = ("single-bit ECC errors", "double-bit ECC errors", "NVLink errors")
+    assert len(rows) == 16 and (rows["missing"] == said).all()
+    last = [e[-1] for e in rows["evidence"]]
+    assert all(
+        str(r) == "not in the store, so left out of the risk: " + ", ".join(said) for r in last
+    )
+    r = CliRunner().invoke(score, ["--store", f"sqlite:///{tmp_path / 'default-counters.db'}"])
+    assert r.exit_code == 0, r.output
+    warnings = [line for line in r.output.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 3
+    assert "16 of 16 GPUs have no single-bit ECC errors in the store" in warnings[0]
+    assert "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL or DCGM_FI_DEV_ECC_SBE_AGG_TOTAL" in warnings[0]
+    assert "deploy/dcgm-exporter/gpuwarden-counters.csv" in warnings[0]
