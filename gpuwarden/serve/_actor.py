@@ -39,6 +39,8 @@ class Counters:
     assess_last_ok_ts: float | None = None
     assess_duration_s: float | None = None
     last_assess_error: str = ""
+    #: the last failure was the store's (``StoreError``), not the model's
+    assess_store_failed: bool = False
 
 
 @dataclass(frozen=True)

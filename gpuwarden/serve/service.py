@@ -24,7 +24,7 @@ from gpuwarden.alerts.alertmanager import AmPayload, alert_inputs
 from gpuwarden.alerts.audit import AuditLog
 from gpuwarden.alerts.base import Notifier, RiskAssessment, Transition
 from gpuwarden.alerts.decision import DecisionEngine
-from gpuwarden.errors import ConfigError
+from gpuwarden.errors import ConfigError, StoreError
 from gpuwarden.exporter import Exporter
 from gpuwarden.health import GpuState
 from gpuwarden.scheduler_hooks.base import Tagger
@@ -141,6 +141,8 @@ class RiskService:
         except Exception as exc:  # a failing model must not stop alerts, overrides or retries
             self.counters.assess_errors += 1
             self.counters.last_assess_error = f"{type(exc).__name__}: {exc}"
+            # a store that cannot be read (a server down, a query it refuses) is not the model
+            self.counters.assess_store_failed = isinstance(exc, StoreError)
             logger.warning("assess failed: %s", exc, exc_info=True)
             return []
         self.counters.assess_last_ok_ts = now
@@ -282,7 +284,10 @@ class RiskService:
         """(healthy, why) for /healthz: unhealthy while the assessor or the collector fails."""
         c = self.counters
         if c.last_assess_error:
-            return False, f"assess failing: {c.last_assess_error}"
+            what = "store" if c.assess_store_failed else "assess"
+            return False, f"{what} failing: {c.last_assess_error}"
+        if self.verdicts.last_error:
+            return False, f"verdict store failing: {self.verdicts.last_error}"
         if self.exporter is not None:
             ok, why = self.exporter.health()
             if not ok:

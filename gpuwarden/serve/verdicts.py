@@ -138,6 +138,7 @@ class VerdictLog:
             self.last_error = f"{type(exc).__name__}: {exc}"
             logger.warning("cannot store %d verdict(s): %s", len(due), exc)
             return 0
+        self.last_error = ""
         for v in due:
             self._last[v.gpu.uuid] = _Last(
                 v.ts, (v.state, v.cause, tuple(v.reasons), v.action), v.risk

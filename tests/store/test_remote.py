@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -33,6 +34,9 @@ def server() -> Iterator[tuple[str, Script]]:
             status, headers, body = (
                 script.answers.pop(0) if len(script.answers) > 1 else script.answers[0]
             )
+            if status == 0:  # no answer in time
+                time.sleep(float(body))
+                status, body = 200, b"late"
             self.send_response(status)
             for k, v in headers.items():
                 self.send_header(k, v)
@@ -160,3 +164,14 @@ def test_urls_are_split_and_masked() -> None:
     assert url.base == "https://[::1]:443/prefix" and url.auth == ("bob", "pw")
     assert url.params == {"retries": "2"} and "pw" not in url.shown
     assert mask("http://h:1/?token=x&step=2") == "http://h:1/?token=***&step=2"
+
+
+def test_a_server_that_does_not_answer_in_time_is_tried_again_then_one_line(
+    server: tuple[str, Script],
+) -> None:
+    base, script = server
+    script.answers = [(0, {}, b"1.0")]
+    http, slept = _http(base, retries=1, timeout_s=0.3)
+    with pytest.raises(StoreUnavailable, match=r"no answer within 0.3 s \(2 tries\)"):
+        http.request("GET", "/x")
+    assert len(script.seen) == 2 and len(slept) == 1
