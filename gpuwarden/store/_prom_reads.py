@@ -87,40 +87,52 @@ class _Long:
         """One row per (uuid, ts) of the selected GPUs, identity from the inventory, sorted
         by ts, hostname, gpu; a (uuid, ts, column) read twice is combined (mean for
         ``means``, else the larger)."""
-        keep = [p for p in self.parts if p[0] in target.gpus.index]
+        gpus = target.gpus
+        slot = {u: i for i, u in enumerate(gpus.index)}
+        where = {c: j for j, c in enumerate(columns)}
+        keep = [p for p in self.parts if p[0] in slot and p[2] in where]
         if not keep:
             return empty(columns)
-        lengths = [len(p[1]) for p in keep]
-        frame = pd.DataFrame(
-            {
-                "uuid": np.repeat([p[0] for p in keep], lengths),
-                "ts": np.concatenate([p[1] for p in keep]),
-                "column": np.repeat([p[2] for p in keep], lengths),
-                "value": np.concatenate([p[3] for p in keep]),
-            }
-        )
-        if frame.duplicated(["uuid", "ts", "column"]).any():
-            mean = frame["column"].isin(list(means))
-            parts = [
-                frame[mean].groupby(["uuid", "ts", "column"], sort=False)["value"].mean(),
-                frame[~mean].groupby(["uuid", "ts", "column"], sort=False)["value"].max(),
-            ]
-            frame = pd.concat(parts).reset_index()
-        wide = frame.pivot(index=["uuid", "ts"], columns="column", values="value")
-        wide = wide.reindex(columns=list(columns)).reset_index()
-        ident = target.gpus.reindex(wide["uuid"])
-        out = pd.DataFrame({"ts": wide["ts"].to_numpy(np.float64)})
-        for c in _ID:
-            if c == "uuid":
-                out[c] = wide["uuid"].astype(str).to_numpy()
-            elif c == "gpu":
-                out[c] = ident["gpu"].to_numpy(np.int64)
-            else:
-                out[c] = ident[c].astype(str).to_numpy()
-        for c in columns:
-            out[c] = wide[c].to_numpy(np.float64)
-        out = out.sort_values(["ts", "hostname", "gpu", "uuid"], kind="stable")
-        return out.reset_index(drop=True)
+        lengths = np.array([len(p[1]) for p in keep])
+        g = np.repeat(np.array([slot[p[0]] for p in keep], dtype=np.int64), lengths)
+        c = np.repeat(np.array([where[p[2]] for p in keep], dtype=np.int64), lengths)
+        ts = np.concatenate([p[1] for p in keep])
+        values = np.concatenate([p[3] for p in keep])
+        # rows: one per (GPU, time), in time order, then the GPUs' slot order
+        rank = gpus.reset_index(drop=True).sort_values(["hostname", "gpu", "uuid"], kind="stable")
+        order_of = np.empty(len(gpus), dtype=np.int64)
+        order_of[rank.index.to_numpy()] = np.arange(len(gpus))
+        r = order_of[g]
+        idx = np.lexsort((r, ts))
+        ts_s, r_s = ts[idx], r[idx]
+        new = np.r_[True, (ts_s[1:] != ts_s[:-1]) | (r_s[1:] != r_s[:-1])]
+        row = np.empty(len(idx), dtype=np.int64)
+        row[idx] = np.cumsum(new) - 1
+        key_ts, key_rank = ts_s[new], r_s[new]
+        grid = np.full((len(key_ts), len(columns)), np.nan)
+        cell = row * len(columns) + c
+        if len({(p[0], p[2]) for p in keep}) == len(keep):  # one series per GPU and column
+            grid.flat[cell] = values
+        else:  # a GPU's series split in two (a relabel, MIG copies): combine per cell
+            combined = pd.DataFrame(
+                {
+                    "cell": cell,
+                    "v": values,
+                    "mean": np.isin(c, [where[m] for m in means if m in where]),
+                }
+            )
+            avg = combined[combined["mean"]].groupby("cell")["v"].mean()
+            top = combined[~combined["mean"]].groupby("cell")["v"].max()
+            for part in (avg, top):
+                grid.flat[part.index.to_numpy()] = part.to_numpy()
+        at = rank.index.to_numpy()[key_rank]  # the inventory row of each output row
+        out = pd.DataFrame({"ts": key_ts.astype(np.float64)})
+        for col in _ID:
+            values_of = gpus[col].to_numpy()[at] if col != "uuid" else gpus.index.to_numpy()[at]
+            out[col] = values_of.astype(np.int64) if col == "gpu" else values_of.astype(str)
+        for j, name in enumerate(columns):
+            out[name] = grid[:, j]
+        return out
 
 
 def empty(columns: Sequence[str]) -> pd.DataFrame:
@@ -139,17 +151,29 @@ def raw(
     fields: Sequence[str],
     interval_s: float,
     progress: bool = False,
+    rolled: tuple[str, str] | None = None,
 ) -> pd.DataFrame:
-    """Raw samples of ``fields`` in ``[start, end)``: range selectors, chunked."""
+    """Raw samples of ``fields`` in ``[start, end)``: range selectors, chunked. ``rolled``:
+    read the rollup series (``_prom_rollups``: metric name, resolution) instead, whose
+    ``field`` label names the column."""
     if target.gpus.empty or not fields:
         return empty(fields)
     dialect = api.dialect
-    names = [n for f in fields for n in (FIELDS_BY_NAME[f].dcgm, *FIELDS_BY_NAME[f].dcgm_aliases)]
+    if rolled is None:
+        names = [
+            n for f in fields for n in (FIELDS_BY_NAME[f].dcgm, *FIELDS_BY_NAME[f].dcgm_aliases)
+        ]
+        extra: list[str] = []
+    else:
+        names = [rolled[0]]
+        extra = [matcher("resolution", [rolled[1]]), matcher("field", list(fields))]
     per_gpu_s = len(fields) / max(interval_s, 1e-3)  # points one GPU gives per second
-    per_group = max(1, min(len(target.gpus), int(api.max_points / (per_gpu_s * 3600))))
+    # whole windows for as many GPUs as fit (each series then comes back once), and the
+    # window cut in time only when one GPU's is too much
+    whole = per_gpu_s * (end - start)
+    per_group = max(1, min(len(target.gpus), int(api.max_points / max(whole, 1.0))))
+    span = (end - start) if whole <= api.max_points else max(60.0, api.max_points / per_gpu_s)
     groups = target.groups(per_group)
-    n_gpus = max(1, min(per_group, len(target.gpus)))
-    span = max(60.0, api.max_points / (per_gpu_s * n_gpus))
     work = [(alt, a, b) for alt in groups for a, b in time_spans(start, end, span)]
     out = _Long()
 
@@ -157,16 +181,19 @@ def raw(
         alternatives, a, b = item
         got: list[Raw] = []
         for matchers in alternatives:
-            got += api.query(dialect.window(selector(names, matchers), b - a), b)
+            got += api.query(dialect.window(selector(names, [*matchers, *extra]), b - a), b)
         return got
 
     for raws in tqdm(api.map(one, work), total=len(work), disable=not progress, desc="reading"):
         for r in raws:
-            field = FIELD_BY_DCGM.get(r.labels.get("__name__", ""))
-            if field is None or field not in fields:
-                continue
-            key = _key(r.labels, field)
-            if key is not None:
+            if rolled is None:
+                field = FIELD_BY_DCGM.get(r.labels.get("__name__", ""))
+                key = None if field is None or field not in fields else _key(r.labels, field)
+            else:
+                field = r.labels.get("field")
+                gpu = gpu_of(r.labels)
+                key = None if gpu is None or field not in fields else gpu.uuid
+            if key is not None and field is not None:
                 keep = (r.ts >= start) & (r.ts < end)
                 out.add(key, r.ts[keep], field, r.values[keep])
     return out.wide(fields, target, set())

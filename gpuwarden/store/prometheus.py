@@ -30,7 +30,7 @@ import pandas as pd
 from gpuwarden.config import parse_duration
 from gpuwarden.errors import ConfigError, InputError
 from gpuwarden.health import VERDICT_COLUMNS
-from gpuwarden.store import _prom_events, _prom_inventory, _prom_reads, _series
+from gpuwarden.store import _prom_events, _prom_inventory, _prom_reads, _prom_rollups, _series
 from gpuwarden.store._frames import check_fields
 from gpuwarden.store._promapi import DEFAULT_MAX_POINTS, PromApi, time_spans
 from gpuwarden.store._promql import selector
@@ -113,6 +113,8 @@ class PrometheusStore:
         self._inv: pd.DataFrame | None = None
         self._inv_at = -math.inf
         self._inv_to = -math.inf
+        self._until: float | None = None
+        self._until_at = -math.inf
         self._lock = threading.RLock()
 
     @classmethod
@@ -237,10 +239,7 @@ class PrometheusStore:
             first = float(math.ceil(lo / resolution_s) * resolution_s)
             if first >= hi:
                 return _prom_reads.empty(wanted)
-            return _prom_reads.rollups(
-                self.api, target, first=first, end=hi, fields=wanted,
-                resolution_s=resolution_s, bit_step_s=self._bit_step(resolution_s), whole=True,
-            )  # fmt: skip
+            return self._rolled(target, first, hi, wanted, resolution_s, whole=True)
         return _prom_reads.raw(
             self.api, target, start=lo, end=hi, fields=wanted,
             interval_s=self.scrape_interval_s(),
@@ -269,11 +268,71 @@ class PrometheusStore:
         _check_resolution(resolution_s)
         wanted = check_fields(fields, ROLLUP_FIELDS)
         first = float(np.floor(start / resolution_s) * resolution_s)
-        return _prom_reads.rollups(
-            self.api, self._target(uuids, hostnames), first=first, end=end, fields=wanted,
-            resolution_s=resolution_s, bit_step_s=self._bit_step(resolution_s),
-            progress=progress,
-        )  # fmt: skip
+        target = self._target(uuids, hostnames)
+        return self._rolled(target, first, end, wanted, resolution_s, progress=progress)
+
+    def _rolled(
+        self,
+        target: _prom_reads.Target,
+        first: float,
+        end: float,
+        fields: list[str],
+        resolution_s: int,
+        *,
+        whole: bool = False,
+        progress: bool = False,
+    ) -> pd.DataFrame:
+        """Buckets from ``first`` to the one holding ``end`` (cut at ``end`` unless
+        ``whole``): the hours kept as rollup series (``_prom_rollups``), then the rest rolled
+        up by the server as it is read."""
+        live_from = first
+        parts = []
+        if resolution_s == _prom_rollups.RESOLUTION:
+            until = self.rolled_until()
+            if until is not None and until > first:
+                live_from = min(until, float(np.floor(end / resolution_s) * resolution_s))
+                rolled = (_prom_rollups.ROLLUP, str(resolution_s))
+                parts.append(
+                    _prom_reads.raw(
+                        self.api,
+                        target,
+                        start=first,
+                        end=live_from,
+                        fields=fields,
+                        interval_s=resolution_s,
+                        rolled=rolled,
+                        progress=progress,
+                    )  # fmt: skip
+                )
+        if end > live_from or not parts:
+            parts.append(
+                _prom_reads.rollups(
+                    self.api,
+                    target,
+                    first=live_from,
+                    end=end,
+                    fields=fields,
+                    resolution_s=resolution_s,
+                    bit_step_s=self._bit_step(resolution_s),
+                    whole=whole,
+                    progress=progress,
+                )  # fmt: skip
+            )
+        parts = [p for p in parts if len(p)] or parts[:1]
+        if len(parts) == 1:
+            return parts[0]
+        out = pd.concat(parts, ignore_index=True)
+        return out.sort_values(["ts", "hostname", "gpu", "uuid"], kind="stable", ignore_index=True)
+
+    def rolled_until(self) -> float | None:
+        """The end of the hours kept as rollup series (``_prom_rollups``), None when none are;
+        asked again every ``refresh_s``."""
+        with self._lock:
+            now = self.clock()
+            if now - self._until_at >= self.refresh_s:
+                self._until = _prom_rollups.until(self.api, now + 1.0, self.lookback_s)
+                self._until_at = now
+            return self._until
 
     def _span(
         self, start: float | None, end: float | None, target: _prom_reads.Target

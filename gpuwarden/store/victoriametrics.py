@@ -11,12 +11,14 @@ leaves that to its own second or so).
 
 Run VictoriaMetrics with ``-dedup.minScrapeInterval=1ms``: it then keeps one sample per series
 and millisecond, the last written, so writing a sample again replaces it as it does in SQLite.
-Its ``-retentionPeriod`` (one month by default) decides how long history stays; ``compact`` has
-nothing to do.
+Its ``-retentionPeriod`` (one month by default) decides how long history stays. ``compact``
+keeps the hourly rollups as series (``_prom_rollups``), so hourly reads of rolled-up hours
+read 168 points per GPU and field a week instead of every sample.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -25,9 +27,11 @@ from tqdm import tqdm
 
 from gpuwarden.errors import InputError, StoreRejected
 from gpuwarden.health import Verdict
-from gpuwarden.store import _series
+from gpuwarden.store import _prom_reads, _prom_rollups, _series
 from gpuwarden.store._frames import frame_rows
+from gpuwarden.store._promapi import time_spans
 from gpuwarden.store._records import rows_from
+from gpuwarden.store._schema import ROLLUP_FIELDS
 from gpuwarden.store.prometheus import PARAMS, PrometheusStore
 from gpuwarden.telemetry import Batch, Event, Failure, Rejection
 
@@ -39,6 +43,7 @@ SCHEMES = {
     "victoriametrics+http": ("http", 8428),
     "victoriametrics+https": ("https", 8428),
 }
+ROLLED = _prom_rollups.RESOLUTION
 #: Bytes of JSON lines sent in one import request.
 IMPORT_CHUNK_BYTES = 16 << 20
 
@@ -52,6 +57,8 @@ class VictoriaMetricsStore(PrometheusStore):
     def __init__(self, base: str, *, flush: bool = True, **kwargs: Any) -> None:
         super().__init__(base, **kwargs)
         self.flush = flush
+        #: the earliest time written since ``compact`` last ran (its hours are rolled up again)
+        self._dirty_from = math.inf
 
     @classmethod
     def schemes(cls) -> dict[str, tuple[str, int]]:
@@ -83,7 +90,7 @@ class VictoriaMetricsStore(PrometheusStore):
             except StoreRejected:  # a proxy or a cluster's vminsert without it: data shows later
                 self.flush = False
         with self._lock:
-            self._inv_at = -float("inf")  # new GPUs may have appeared
+            self._inv_at = -math.inf  # new GPUs may have appeared
 
     # -- the writes ------------------------------------------------------------------------
 
@@ -101,6 +108,7 @@ class VictoriaMetricsStore(PrometheusStore):
         series: list[_series.Series] = []
         if samples:
             series += _series.frame_series(frame_rows(_sample_frame(samples)))
+            self._dirty_from = min(self._dirty_from, float(ts.min()))
         series += _series.event_series(batch.events)
         series += _series.assignment_series(batch.assignments)
         series += _series.node_series(batch.nodes)
@@ -115,6 +123,7 @@ class VictoriaMetricsStore(PrometheusStore):
         if len(plan.ts) == 0:
             return 0
         self._send(_series.frame_series(plan), progress=progress)
+        self._dirty_from = min(self._dirty_from, float(plan.ts.min()))
         return len(plan.ts)
 
     def write_events(self, events: Iterable[Event]) -> int:
@@ -160,8 +169,33 @@ class VictoriaMetricsStore(PrometheusStore):
             self._send(_series.verdict_series(verdicts))
         return len(verdicts)
 
-    def compact(self, now: float) -> None:
-        """Nothing to do: the server rolls up when it reads, and keeps ``-retentionPeriod``."""
+    def compact(self, now: float, *, progress: bool = False) -> None:
+        """Keep the hourly rollups of every whole hour before ``now`` not rolled up yet (and of
+        the hours written since the last compact) as series (``_prom_rollups``): the server
+        rolls them up, a day at a time, and they are written back. Retention is the server's
+        ``-retentionPeriod``."""
+        end = float(np.floor(now / ROLLED) * ROLLED)
+        with self._lock:
+            self._until_at = -math.inf
+        until = self.rolled_until()
+        inv = self._inventory()
+        if inv.empty:
+            return
+        start = until if until is not None else float(inv["first_ts"].min())
+        start = float(np.floor(min(start, self._dirty_from) / ROLLED) * ROLLED)
+        target = _prom_reads.Target(inv.set_index("uuid", drop=False))
+        fields = list(ROLLUP_FIELDS)
+        for a, b in tqdm(time_spans(start, end, 86400.0), disable=not progress, desc="compact"):
+            frame = _prom_reads.rollups(
+                self.api, target, first=a, end=b, fields=fields, resolution_s=ROLLED,
+                bit_step_s=self._bit_step(ROLLED), whole=True,
+            )  # fmt: skip
+            frame = frame[frame["ts"] < b]
+            done = [_prom_rollups.marker(b)] if b > (until or -math.inf) else []
+            self._send([*_prom_rollups.series(frame, target.gpus, fields), *done])
+        self._dirty_from = math.inf
+        with self._lock:
+            self._until_at = -math.inf
 
 
 def _bodies(lines: Iterator[str]) -> Iterator[bytes]:
