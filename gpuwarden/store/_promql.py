@@ -50,7 +50,9 @@ class Dialect:
     def range(self, seconds: float) -> str:
         """A range of ``seconds`` meant as ``(t - seconds, t]``, in this server's terms."""
         ms = int(round(seconds * 1000)) - (1 if self.closed else 0)
-        return f"{ms}ms"
+        # PromQL has no empty range: a window under 2 ms reads 1 ms (callers drop what is
+        # outside their window)
+        return f"{max(1, ms)}ms"
 
     def window(self, selector: str, seconds: float) -> str:
         """``selector`` over ``[t - seconds, t)``."""

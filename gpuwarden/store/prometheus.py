@@ -360,7 +360,11 @@ class PrometheusStore:
         parts = self.api.map(
             lambda s: self.api.query(d.window(selector([name]), s[1] - s[0]), s[1]), spans
         )
-        return [r for p in parts for r in p]
+        out = []
+        for r in (r for p in parts for r in p):
+            keep = (r.ts >= lo) & (r.ts < hi)
+            out.append(r if keep.all() else _series.Raw(r.labels, r.ts[keep], r.values[keep]))
+        return out
 
     def read_events(
         self,

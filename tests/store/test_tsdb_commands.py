@@ -10,7 +10,9 @@ value kept to VictoriaMetrics' precision).
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import math
 import time
 
@@ -132,3 +134,33 @@ def test_serve_writes_verdicts_into_victoriametrics(stores, tmp_path) -> None:
         assert len(store.read_verdicts(latest=True)) == scored
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("backend", ["victoriametrics", "prometheus"])
+def test_the_dashboard_shows_the_same_fleet(stores, backend, monkeypatch) -> None:
+    if importlib.util.find_spec("streamlit") is None:  # the dashboard extra
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("streamlit is not installed; CI=true, so the dashboard test may not skip")
+        pytest.skip("streamlit is not installed: pip install -e '.[dashboard]'")
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from gpuwarden.dashboard import app as app_module
+
+    def overview(url: str) -> dict[str, str]:
+        st.cache_data.clear()
+        st.cache_resource.clear()
+        monkeypatch.setenv("GPUWARDEN_STORE", url)
+        at = AppTest.from_file(str(app_module.__file__), default_timeout=60)
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        return {m.label: m.value for m in at.metric}
+
+    want, got = overview(stores["sqlite"]), overview(stores[backend])
+    assert got == want and set(want) >= {"OK", "At risk", "Unhealthy", "Missing"}
+
+
+def test_train_reads_victoriametrics(stores, tmp_path) -> None:
+    out = _cli("train", "--store", stores["victoriametrics"], "--out", str(tmp_path / "model"),
+               "--step", "6h", "--no-progress")  # fmt: skip
+    assert "trained on" in out and (tmp_path / "model" / "model.skops").is_file()
