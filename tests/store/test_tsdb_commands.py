@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import math
+import os
 import time
 
 import numpy as np
