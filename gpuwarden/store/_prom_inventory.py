@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpuwarden.store import _series
+from gpuwarden.store import _prom_records, _series
 from gpuwarden.store._promapi import MAX_STEPS, PromApi, time_spans
 from gpuwarden.store._promql import GPU_BY, Dialect, quote, selector
 
@@ -110,7 +110,7 @@ def rows(last: list[_series.Raw], first: list[_series.Raw]) -> pd.DataFrame:
                     row[6] = min(row[6], old[6])
                 out[gpu.uuid] = row
     columns = [*GPU_COLUMNS, "parent_uuid", "host_label"]
-    return _series.frame_of(
+    return _prom_records.frame_of(
         [tuple(r) for r in out.values()], columns, gpu=np.int64, first_ts=np.float64,
         last_ts=np.float64,
     )  # fmt: skip

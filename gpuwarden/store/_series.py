@@ -29,13 +29,12 @@ import json
 import math
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
-import pandas as pd
 
 from gpuwarden.errors import InputError
-from gpuwarden.health import GpuState, Reason, Verdict
+from gpuwarden.health import Reason, Verdict
 from gpuwarden.store._frames import FrameRows
 from gpuwarden.telemetry import (
     FIELDS_BY_NAME,
@@ -267,79 +266,3 @@ def openmetrics(series: Iterable[Series]) -> Iterator[str]:
                 for v, t in zip(s.values.tolist(), s.ts_ms.tolist(), strict=True)
             )
     yield "# EOF\n"
-
-
-# -- reading records back ---------------------------------------------------------------------
-
-
-def _rows(raws: Iterable[Raw]) -> Iterator[tuple[dict[str, str], GpuId, float, float]]:
-    """(labels, gpu, ts, value) per sample of gpuwarden's record series."""
-    for r in raws:
-        gpu = gpu_of(r.labels)
-        if gpu is None:
-            continue
-        for t, v in zip(r.ts.tolist(), r.values.tolist(), strict=True):
-            yield r.labels, gpu, t, v
-
-
-def events_frame(raws: Iterable[Raw]) -> list[tuple[float, GpuId, str, int | None, str]]:
-    """``gpuwarden_event`` samples as (ts, gpu, kind, code, detail), identical ones once."""
-    seen = {}
-    for labels, gpu, t, _ in _rows(raws):
-        code = labels.get("code", "")
-        key = (t, gpu.uuid, labels.get("kind", ""), code, labels.get("detail", ""))
-        seen[key] = (t, gpu, key[2], int(code) if code else None, key[4])
-    return list(seen.values())
-
-
-def failures_rows(raws: Iterable[Raw]) -> list[tuple[object, ...]]:
-    """``gpuwarden_failure`` samples, the last written per GPU, time and kind: (ts, hostname,
-    gpu, uuid, kind, precursor_start_ts, repair_s, xid)."""
-    newest: dict[tuple[float, str, str], tuple[float, tuple[object, ...]]] = {}
-    for labels, gpu, t, written in _rows(raws):
-        key = (t, gpu.uuid, labels.get("kind", ""))
-        if key in newest and newest[key][0] > written:
-            continue
-        xid = labels.get("xid", "")
-        row = (
-            t, gpu.hostname, gpu.index, gpu.uuid, key[2],
-            _float(labels.get("precursor_start_ts")), _float(labels.get("repair_s")),
-            int(xid) if xid else None,
-        )  # fmt: skip
-        newest[key] = (written, row)
-    return [row for _, row in newest.values()]
-
-
-def _float(text: str | None) -> float:
-    return float(text) if text else math.nan
-
-
-def verdict_rows(raws: Iterable[Raw]) -> list[tuple[object, ...]]:
-    """``gpuwarden_verdict`` samples, the last written per GPU and time, in
-    ``health.VERDICT_COLUMNS`` order."""
-    newest: dict[tuple[float, str], tuple[float, tuple[object, ...]]] = {}
-    for labels, gpu, t, written in _rows(raws):
-        key = (t, gpu.uuid)
-        if key in newest and newest[key][0] > written:
-            continue
-        rec = json.loads(labels.get("record", "{}"))
-        changed = rec.get("changed_from")
-        row = (
-            t, gpu.hostname, gpu.index, gpu.uuid, GpuState(labels.get("state", "ok")),
-            _float(rec.get("risk")), labels.get("cause", "model"), _float(rec.get("since")),
-            GpuState(changed) if changed else None,
-            tuple(Reason.from_json(r) for r in rec.get("reasons", [])),
-            rec.get("action", ""), _float(rec.get("threshold")),
-        )  # fmt: skip
-        newest[key] = (written, row)
-    return [row for _, row in newest.values()]
-
-
-def frame_of(
-    rows: Sequence[tuple[Any, ...]], columns: Sequence[str], **dtypes: object
-) -> pd.DataFrame:
-    """Rows -> a frame with ``columns``; ``dtypes`` per column (default: text)."""
-    out = pd.DataFrame.from_records(rows, columns=list(columns))
-    for c in columns:
-        out[c] = out[c].astype(dtypes.get(c, str))  # type: ignore[call-overload]
-    return out

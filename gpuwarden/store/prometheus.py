@@ -29,8 +29,14 @@ import pandas as pd
 
 from gpuwarden.config import parse_duration
 from gpuwarden.errors import ConfigError, InputError
-from gpuwarden.health import VERDICT_COLUMNS
-from gpuwarden.store import _prom_events, _prom_inventory, _prom_reads, _prom_rollups, _series
+from gpuwarden.store import (
+    _prom_events,
+    _prom_inventory,
+    _prom_reads,
+    _prom_records,
+    _prom_rollups,
+    _series,
+)
 from gpuwarden.store._frames import check_fields
 from gpuwarden.store._promapi import DEFAULT_MAX_POINTS, PromApi, time_spans
 from gpuwarden.store._promql import selector
@@ -377,12 +383,7 @@ class PrometheusStore:
         """Events in ``[start, end)``: gpuwarden's own (``gpuwarden_event``) and the Xids of
         dcgm-exporter's and gpuwarden's exporter's Xid series. ts, hostname, gpu, uuid,
         kind, code (Int64), detail; by ts."""
-        rows = [
-            (t, g, kind, code, detail)
-            for t, g, kind, code, detail in _series.events_frame(
-                self._records(_series.EVENT, start, end)
-            )
-        ]
+        rows = _prom_records.event_rows(self._records(_series.EVENT, start, end))
         if kinds is None or "xid" in kinds:
             hi = self.clock() + 60.0 if end is None else float(end)
             lo = hi - self.lookback_s if start is None else float(start)
@@ -390,30 +391,14 @@ class PrometheusStore:
                 (t, g, "xid", code, d)
                 for t, g, code, d in _prom_events.xid_events(self.api, lo, hi)
             ]
-        out = _series.frame_of(
-            [(t, g.hostname, g.index, g.uuid, k, c, d) for t, g, k, c, d in rows],
-            ["ts", "hostname", "gpu", "uuid", "kind", "code", "detail"],
-            ts=np.float64, gpu=np.int64, code="Int64",
-        )  # fmt: skip
-        if uuids is not None:
-            out = out[out["uuid"].isin(list(uuids))]
-        if kinds is not None:
-            out = out[out["kind"].isin(list(kinds))]
-        return out.sort_values(["ts", "hostname", "gpu"], kind="stable").reset_index(drop=True)
+        return _prom_records.events_frame(rows, uuids=uuids, kinds=kinds)
 
     def read_failures(
         self, *, start: float | None = None, end: float | None = None
     ) -> pd.DataFrame:
         """Failures in ``[start, end)`` (``gpuwarden_failure``): ts, hostname, gpu, uuid,
         kind, precursor_start_ts, repair_s, xid (Int64)."""
-        rows = _series.failures_rows(self._records(_series.FAILURE, start, end))
-        out = _series.frame_of(
-            rows,
-            ["ts", "hostname", "gpu", "uuid", "kind", "precursor_start_ts", "repair_s", "xid"],
-            ts=np.float64, gpu=np.int64, precursor_start_ts=np.float64, repair_s=np.float64,
-            xid="Int64",
-        )  # fmt: skip
-        return out.sort_values(["ts", "hostname", "gpu"], kind="stable").reset_index(drop=True)
+        return _prom_records.failures_frame(self._records(_series.FAILURE, start, end))
 
     def read_verdicts(
         self,
@@ -425,46 +410,15 @@ class PrometheusStore:
     ) -> pd.DataFrame:
         """Verdicts in ``[start, end)`` (``gpuwarden_verdict``), ``health.VERDICT_COLUMNS``,
         by ts; ``latest``: each GPU's newest."""
-        rows = _series.verdict_rows(self._records(_series.VERDICT, start, end))
-        out = _series.frame_of(
-            rows, VERDICT_COLUMNS, ts=np.float64, gpu=np.int64, risk=np.float64,
-            since=np.float64, threshold=np.float64, state=object, changed_from=object,
-            reasons=object,
-        )  # fmt: skip
-        if uuids is not None:
-            out = out[out["uuid"].isin(list(uuids))]
-        out = out.sort_values(["ts", "hostname", "gpu"], kind="stable")
-        if latest:
-            out = out.drop_duplicates("uuid", keep="last")
-        return out.reset_index(drop=True)
+        raws = self._records(_series.VERDICT, start, end)
+        return _prom_records.verdicts_frame(raws, uuids=uuids, latest=latest)
 
     def read_rejections(
         self, *, start: float | None = None, end: float | None = None
     ) -> pd.DataFrame:
         """Readings rejected in ``[start, end)`` (``gpuwarden_rejected_reading``), counted per
         GPU, field and reason, most first."""
-        raws = self._records(_series.REJECTED, start, end)
-        rows = []
-        for r in raws:
-            gpu = _series.gpu_of(r.labels)
-            if gpu is None or not len(r.ts):
-                continue
-            n = len(np.unique(r.ts))
-            rows.append(
-                (gpu.hostname, gpu.index, gpu.uuid, r.labels.get("field", ""),
-                 r.labels.get("reason", ""), n, float(r.ts.min()), float(r.ts.max()))
-            )  # fmt: skip
-        columns = ["hostname", "gpu", "uuid", "field", "reason", "count", "first_ts", "last_ts"]
-        out = _series.frame_of(
-            rows, columns, gpu=np.int64, count=np.int64, first_ts=np.float64, last_ts=np.float64
-        )
-        out = out.groupby(columns[:5], as_index=False, sort=False).agg(
-            count=("count", "sum"), first_ts=("first_ts", "min"), last_ts=("last_ts", "max")
-        )
-        out = out.sort_values(
-            ["count", "hostname", "gpu", "field"], ascending=[False, True, True, True]
-        )
-        return out[columns].reset_index(drop=True)
+        return _prom_records.rejections_frame(self._records(_series.REJECTED, start, end))
 
     def read_assignments(
         self,
@@ -476,7 +430,7 @@ class PrometheusStore:
         """Who held each GPU (``gpuwarden_assignment`` readings, the lookback before
         ``start``): uuid, hostname, gpu, namespace, pod, container, ts_from, ts_to, last_seen."""
         lo = None if start is None else float(start) - self.lookback_s
-        out = _assignments(self._records(_series.ASSIGNMENT, lo, end))
+        out = _prom_records.assignments_frame(self._records(_series.ASSIGNMENT, lo, end))
         if end is not None:
             out = out[out["ts_from"] < float(end)]
         if start is not None:
@@ -487,22 +441,7 @@ class PrometheusStore:
 
     def read_nodes(self, *, hostnames: Sequence[str] | None = None) -> pd.DataFrame:
         """Each node's newest driver and CUDA driver versions (``gpuwarden_node_info``)."""
-        seen: dict[str, list[Any]] = {}
-        for r in self._records(_series.NODE, None, None):
-            host = r.labels.get("Hostname") or r.labels.get("hostname", "")
-            if not host or not len(r.ts):
-                continue
-            t0, t1 = float(r.ts.min()), float(r.ts.max())
-            row = seen.setdefault(host, [host, "", "", t0, t1, -math.inf, -math.inf])
-            row[3], row[4] = min(row[3], t0), max(row[4], t1)
-            for i, key in ((1, "driver_version"), (2, "cuda_driver_version")):
-                if r.labels.get(key) and t1 >= row[4 + i]:
-                    row[i], row[4 + i] = r.labels[key], t1
-        rows = [
-            tuple(v[:5]) for k, v in sorted(seen.items()) if hostnames is None or k in hostnames
-        ]
-        columns = ["hostname", "driver_version", "cuda_driver_version", "first_ts", "last_ts"]
-        return _series.frame_of(rows, columns, first_ts=np.float64, last_ts=np.float64)
+        return _prom_records.nodes_frame(self._records(_series.NODE, None, None), hostnames)
 
     def close(self) -> None:
         self.api.close()
@@ -532,45 +471,6 @@ def _check_resolution(resolution_s: int | None) -> None:
             f"resolution_s={resolution_s!r}: rollups exist for "
             f"{', '.join(map(str, ROLLUP_RESOLUTIONS))} s (None reads raw samples)"
         )
-
-
-def _assignments(raws: list[_series.Raw]) -> pd.DataFrame:
-    """Assignment readings -> intervals, as the SQLite store keeps them: one row per holder
-    from the reading that first named it to the one that no longer did."""
-    readings: dict[str, dict[float, set[tuple[str, str, str]]]] = {}
-    ident: dict[str, Any] = {}
-    for r in raws:
-        gpu = _series.gpu_of(r.labels)
-        if gpu is None:
-            continue
-        ident[gpu.uuid] = gpu
-        who = tuple(r.labels.get(k, "") for k in ("namespace", "pod", "container"))
-        for t in r.ts.tolist():
-            held = readings.setdefault(gpu.uuid, {}).setdefault(t, set())
-            if any(who):
-                held.add(who)  # type: ignore[arg-type]
-    rows = []
-    for uuid, by_time in readings.items():
-        gpu = ident[uuid]
-        open_: dict[tuple[str, str, str], list[Any]] = {}
-        for t in sorted(by_time):
-            held = by_time[t]
-            for who in list(open_):
-                if who in held:
-                    open_[who][8] = t
-                else:
-                    open_[who][7] = t
-                    rows.append(open_.pop(who))
-            for who in sorted(held - set(open_)):
-                open_[who] = [uuid, gpu.hostname, gpu.index, *who, t, math.nan, t]
-        rows += open_.values()
-    columns = ["uuid", "hostname", "gpu", "namespace", "pod", "container", "ts_from", "ts_to",
-               "last_seen"]  # fmt: skip
-    out = _series.frame_of(
-        [tuple(r) for r in rows], columns, gpu=np.int64, ts_from=np.float64, ts_to=np.float64,
-        last_seen=np.float64,
-    )  # fmt: skip
-    return out.sort_values(["ts_from", "hostname", "gpu", "uuid"], kind="stable")
 
 
 __all__ = ["PrometheusStore"]

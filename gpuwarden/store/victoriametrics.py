@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from gpuwarden.errors import InputError, StoreRejected
 from gpuwarden.health import Verdict
-from gpuwarden.store import _prom_reads, _prom_rollups, _series
+from gpuwarden.store import _prom_reads, _prom_records, _prom_rollups, _series
 from gpuwarden.store._frames import frame_rows
 from gpuwarden.store._promapi import time_spans
 from gpuwarden.store._records import rows_from
@@ -135,7 +135,9 @@ class VictoriaMetricsStore(PrometheusStore):
         lo, hi = min(e.ts for e in events), max(e.ts for e in events)
         have = {
             (t, g.uuid, k, c, d)
-            for t, g, k, c, d in _series.events_frame(self._records(_series.EVENT, lo, hi + 0.001))
+            for t, g, k, c, d in _prom_records.event_rows(
+                self._records(_series.EVENT, lo, hi + 0.001)
+            )
         }
         new = {}
         for e in events:
