@@ -17,12 +17,22 @@ import pandas as pd
 from tqdm import tqdm
 
 from gpuwarden.store._promapi import MAX_STEPS, PromApi, chunks, time_spans
-from gpuwarden.store._promql import FIELD_LABEL, Dialect, base_field, matcher, rollup, selector
+from gpuwarden.store._promql import (
+    BITMASK_BITS,
+    FIELD_LABEL,
+    Dialect,
+    base_field,
+    matcher,
+    rollup,
+    selector,
+)
 from gpuwarden.store._schema import rollup_agg
 from gpuwarden.store._series import Raw, gpu_of
 from gpuwarden.telemetry import FIELD_BY_DCGM, FIELDS_BY_NAME, FRAME_ID_COLUMNS, MIG_INSTANCE_FIELDS
 
 MAX_QUERY_LEN = 15_000
+#: Raw samples one rollup query should make the server scan (a few seconds of its time).
+MAX_SCAN = 3_000_000
 _ID = [c for c in FRAME_ID_COLUMNS if c != "ts"]
 
 
@@ -210,9 +220,14 @@ def rollups(
     bit_step_s: int,
     whole: bool = False,
     progress: bool = False,
+    interval_s: float = 60.0,
+    sequential: bool = False,
 ) -> pd.DataFrame:
     """One row per GPU and bucket from the bucket at ``first`` to the one holding ``end``,
-    computed by the server; the last bucket stops at ``end`` unless ``whole``."""
+    computed by the server; the last bucket stops at ``end`` unless ``whole``. Each query
+    returns at most ``api.max_points`` points and scans about ``MAX_SCAN`` raw samples
+    (``interval_s`` apart; a bitmask counts ``BITMASK_BITS`` times). ``sequential``: one
+    query at a time (a long roll-up must not crowd the server's queue)."""
     if target.gpus.empty or not fields:
         return empty(fields)
     dialect = api.dialect
@@ -221,11 +236,15 @@ def rollups(
     if whole and whole_end < end:
         whole_end += r
     per_gpu = len(fields)
-    steps_total = max(1, int(round((whole_end - first) / r)))
-    per_group = max(1, min(len(target.gpus), api.max_points // (per_gpu * min(steps_total, 168))))
+    # raw samples one GPU's bucket scans: a bitmask field steps through it once per bit
+    weight = sum(BITMASK_BITS if _is_bitmask(f) else 1 for f in fields)
+    scan = weight * max(1.0, r / max(interval_s, 1e-3))
+    steps = max(1, min(MAX_STEPS, int(round((whole_end - first) / r)), 168))
+    per_group = min(api.max_points // (per_gpu * steps), int(MAX_SCAN // (scan * steps)))
+    if per_group < 1:  # one GPU's window is too much: fewer buckets a query
+        steps = max(1, min(steps, api.max_points // per_gpu, int(MAX_SCAN // scan)))
+    per_group = max(1, min(len(target.gpus), per_group))
     groups = _fit(target, per_group, fields, r, dialect, bit_step_s)
-    n_series = per_gpu * max(1, min(per_group, len(target.gpus)))
-    steps = max(1, min(MAX_STEPS, api.max_points // n_series))
     work: list[tuple[list[list[str]], float, float, float]] = []
     for alt in groups:
         for a, b in time_spans(first, whole_end, steps * r):
@@ -246,7 +265,8 @@ def rollups(
                     got += [(x, width) for x in api.query(query, b)]
         return got
 
-    for results in tqdm(api.map(one, work), total=len(work), disable=not progress, desc="rollups"):
+    answers = map(one, work) if sequential else api.map(one, work)
+    for results in tqdm(answers, total=len(work), disable=not progress, desc="rollups"):
         for x, width in results:
             column = x.labels.get(FIELD_LABEL, "")
             if column not in fields:
@@ -255,6 +275,11 @@ def rollups(
             if key is not None:
                 out.add(key, np.round(x.ts - width, 3), column, x.values)
     return out.wide(fields, target, means)
+
+
+def _is_bitmask(name: str) -> bool:
+    field = FIELDS_BY_NAME.get(base_field(name))
+    return field is not None and name == field.name and rollup_agg(field) == "or"
 
 
 def _queries(

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from gpuwarden.errors import InputError
-from gpuwarden.telemetry import Event, Failure, GpuId, Rejection, mig_parent
+from gpuwarden.telemetry import Batch, Event, Failure, GpuId, Rejection, mig_parent
 
 #: A GPU as the upsert takes it: uuid, hostname, idx, pci_bus_id, model, rack, first_ts, last_ts.
 GpuRow = tuple[str, str, int, str, str, str, float, float]
@@ -53,6 +53,18 @@ INSERT_REJECTION = (
 
 _GPU_COLUMNS = ["hostname", "gpu", "uuid", "pci_bus_id", "model", "rack", "first_ts", "last_ts"]
 _TEXT = ("hostname", "uuid", "pci_bus_id", "model", "rack", "kind", "detail", "field", "reason")
+
+
+def batch_rows(batch: Batch) -> tuple[np.ndarray, list[GpuRow]]:
+    """A collector batch checked before any of it is written: its samples' times (a time
+    that is not finite is an ``InputError``), and one upsert row per GPU it names."""
+    ts = np.array([s.ts for s in batch.samples], dtype=np.float64)
+    if not np.isfinite(ts).all():
+        raise InputError("write_batch: a sample's ts is not a finite time")
+    seen = [(s.ts, s.gpu) for s in batch.samples] + [(e.ts, e.gpu) for e in batch.events]
+    seen += [(a.ts, a.gpu) for a in batch.assignments]
+    seen += [(r.ts, r.gpu) for r in batch.rejected]
+    return ts, rows_from(seen)
 
 
 def rows_from(seen: Sequence[tuple[float, GpuId]]) -> list[GpuRow]:

@@ -322,6 +322,7 @@ class PrometheusStore:
                     bit_step_s=self._bit_step(resolution_s),
                     whole=whole,
                     progress=progress,
+                    interval_s=self.scrape_interval_s(),
                 )  # fmt: skip
             )
         parts = [p for p in parts if len(p)] or parts[:1]

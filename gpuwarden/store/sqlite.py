@@ -184,13 +184,7 @@ class SqliteStore:
     def write_batch(self, batch: Batch) -> None:
         """Store one collector batch (samples and events) in one transaction."""
         samples = batch.samples
-        ts = np.array([s.ts for s in samples], dtype=np.float64)
-        if not np.isfinite(ts).all():
-            raise InputError("write_batch: a sample's ts is not a finite time")
-        seen = [(s.ts, s.gpu) for s in samples] + [(e.ts, e.gpu) for e in batch.events]
-        seen += [(a.ts, a.gpu) for a in batch.assignments]
-        seen += [(r.ts, r.gpu) for r in batch.rejected]
-        gpu_rows = _records.rows_from(seen)
+        ts, gpu_rows = _records.batch_rows(batch)
         with self._guard("write_batch") as conn, _transaction(conn):
             ids = self._ids_for(conn, gpu_rows)
             conn.executemany(

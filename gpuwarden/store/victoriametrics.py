@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm import tqdm
 
-from gpuwarden.errors import InputError, StoreRejected
+from gpuwarden.errors import StoreRejected
 from gpuwarden.health import Verdict
 from gpuwarden.store import _prom_reads, _prom_records, _prom_rollups, _series
 from gpuwarden.store._frames import frame_rows
 from gpuwarden.store._promapi import time_spans
-from gpuwarden.store._records import rows_from
+from gpuwarden.store._records import batch_rows, rows_from
 from gpuwarden.store._schema import ROLLUP_FIELDS
 from gpuwarden.store.prometheus import PARAMS, PrometheusStore
-from gpuwarden.telemetry import Batch, Event, Failure, Rejection
+from gpuwarden.telemetry import Batch, Event, Failure, Rejection, samples_to_frame
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -98,16 +98,11 @@ class VictoriaMetricsStore(PrometheusStore):
         """Store one collector batch (samples, events, assignments, node versions, rejected
         readings) in one import; a sample with no finite time refuses the whole batch."""
         samples = batch.samples
-        ts = np.array([s.ts for s in samples], dtype=np.float64)
-        if not np.isfinite(ts).all():
-            raise InputError("write_batch: a sample's ts is not a finite time")
-        seen = [(s.ts, s.gpu) for s in samples] + [(e.ts, e.gpu) for e in batch.events]
-        seen += [(a.ts, a.gpu) for a in batch.assignments]
-        seen += [(r.ts, r.gpu) for r in batch.rejected]
-        rows_from(seen)  # every GPU named, every time finite: or nothing is sent
+        ts, _ = batch_rows(batch)  # every GPU named, every time finite: or nothing is sent
         series: list[_series.Series] = []
         if samples:
-            series += _series.frame_series(frame_rows(_sample_frame(samples)))
+            frame = samples_to_frame(samples).assign(rack=[s.gpu.rack for s in samples])
+            series += _series.frame_series(frame_rows(frame))
             self._dirty_from = min(self._dirty_from, float(ts.min()))
         series += _series.event_series(batch.events)
         series += _series.assignment_series(batch.assignments)
@@ -191,6 +186,7 @@ class VictoriaMetricsStore(PrometheusStore):
             frame = _prom_reads.rollups(
                 self.api, target, first=a, end=b, fields=fields, resolution_s=ROLLED,
                 bit_step_s=self._bit_step(ROLLED), whole=True,
+                interval_s=self.scrape_interval_s(), sequential=True,
             )  # fmt: skip
             frame = frame[frame["ts"] < b]
             done = [_prom_rollups.marker(b)] if b > (until or -math.inf) else []
@@ -211,25 +207,6 @@ def _bodies(lines: Iterator[str]) -> Iterator[bytes]:
             chunk, size = [], 0
     if chunk:
         yield "".join(chunk).encode()
-
-
-def _sample_frame(samples: Iterable[Any]) -> pd.DataFrame:
-    import pandas as pd
-
-    rows = [
-        {
-            "ts": s.ts,
-            "hostname": s.gpu.hostname,
-            "gpu": s.gpu.index,
-            "uuid": s.gpu.uuid,
-            "model": s.gpu.model,
-            "pci_bus_id": s.gpu.pci_bus_id,
-            "rack": s.gpu.rack,
-            **s.values,
-        }
-        for s in samples
-    ]
-    return pd.DataFrame(rows)
 
 
 __all__ = ["VictoriaMetricsStore"]
