@@ -67,6 +67,9 @@ DEFAULT_TOKEN_ENV = "GPUWARDEN_STORE_TOKEN"
 PRESENCE = tuple(
     FIELDS_BY_NAME[f].dcgm for f in ("gpu_temp_c", "power_w", "fb_used_mib", "gr_engine_active")
 )
+#: The list of GPUs is looked for over the whole lookback again this often (in between, only
+#: since the last look).
+FULL_REFRESH_S = 3600.0
 #: Gaps in the records gpuwarden reads raw (events, verdicts...) are read this much at a time.
 RECORD_SPAN_S = 86400.0
 
@@ -119,6 +122,9 @@ class PrometheusStore:
         self._inv: pd.DataFrame | None = None
         self._inv_at = -math.inf
         self._inv_to = -math.inf
+        self._inv_full = -math.inf
+        #: the oldest time written through this store since the GPUs were last looked for
+        self._written_from = math.inf
         self._until: float | None = None
         self._until_at = -math.inf
         self._lock = threading.RLock()
@@ -167,7 +173,12 @@ class PrometheusStore:
             now = self.clock()
             if self._inv is not None and now - self._inv_at < self.refresh_s:
                 return self._inv
-            since = now - self.lookback_s if self._inv is None else self._inv_to - 600
+            # from where the last look left off (samples arrive near now), but the whole
+            # lookback again every hour, and from the oldest time this store wrote since
+            full = self._inv is None or now - self._inv_full >= FULL_REFRESH_S
+            since = now - self.lookback_s if full else min(self._inv_to - 600, self._written_from)
+            self._inv_full = now if full else self._inv_full
+            self._written_from = math.inf
             fresh = _prom_inventory.seen(self.api, PRESENCE, since, now)
             self._inv = _prom_inventory.merge(self._inv, fresh)
             self._inv_at, self._inv_to = now, now

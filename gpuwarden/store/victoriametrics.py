@@ -79,6 +79,8 @@ class VictoriaMetricsStore(PrometheusStore):
     # -- sending ---------------------------------------------------------------------------
 
     def _send(self, series: Iterable[_series.Series], *, progress: bool = False) -> None:
+        series = list(series)
+        oldest = min((int(s.ts_ms.min()) for s in series if len(s.ts_ms)), default=None)
         """Import ``series`` (JSON lines, ``IMPORT_CHUNK_BYTES`` a request), then flush."""
         with tqdm(unit="B", unit_scale=True, disable=not progress, desc="import") as bar:
             for body in _bodies(_series.import_lines(series)):
@@ -90,7 +92,9 @@ class VictoriaMetricsStore(PrometheusStore):
             except StoreRejected:  # a proxy or a cluster's vminsert without it: data shows later
                 self.flush = False
         with self._lock:
-            self._inv_at = -math.inf  # new GPUs may have appeared
+            self._inv_at = -math.inf  # new GPUs may have appeared, at any time written
+            if oldest is not None:
+                self._written_from = min(self._written_from, oldest / 1000.0)
 
     # -- the writes ------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from conformance import HOURS, T0, load_writable
+from conformance import HOURS, T0, frame_of, load_writable
 from conformance.read import *  # noqa: F403
 from conformance.write import *  # noqa: F403
 from tsdb_servers import start_victoriametrics
@@ -57,3 +57,46 @@ def test_compact_keeps_hourly_rollups_that_reads_use(empty) -> None:
     tail = empty.read_window(start=T0 + 2 * 3600, end=T0 + 3 * 3600, fields=["gpu_temp_c"],
                              resolution_s=3600)  # fmt: skip
     assert tail.empty  # not rolled up: read live, and the raw samples are gone
+
+
+def test_collect_and_ingest_write_into_victoriametrics(empty, tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from gpuwarden.cli import main
+
+    url = empty.http.base.replace("http://", "victoriametrics://")
+    sim = f"sim://?nodes=2&gpus=2&seed=3&step=60&start={int(T0)}"
+    r = CliRunner().invoke(
+        main,
+        ["collect", "--collector", sim, "--store", url, "--iterations", "3", "--interval", "0.01"],
+    )
+    assert r.exit_code == 0, r.output
+    assert r.output.strip().endswith("0 collector errors, 0 store errors")
+    got = empty.read_samples(start=T0, end=T0 + 3600, fields=["gpu_temp_c"])
+    assert len(got) == 3 * 4 and got["gpu_temp_c"].notna().all()
+    csv = tmp_path / "export.csv"
+    csv.write_text(
+        "timestamp,Hostname,gpu,UUID,DCGM_FI_DEV_GPU_TEMP,DCGM_FI_DEV_ECC_SBE_VOL_TOTAL\n"
+        f"{T0 + 7200:.0f},old-node,0,GPU-old,51,7\n"
+        f"{T0 + 7260:.0f},old-node,0,GPU-old,52,\n"
+    )
+    r = CliRunner().invoke(main, ["ingest", "--store", url, "--telemetry", str(csv)])
+    assert r.exit_code == 0, r.output
+    # another process wrote hours before what this store last looked at: a new one reads them
+    # (a long-running one looks over the whole lookback again every hour)
+    with VictoriaMetricsStore(empty.http.base, clock=_clock) as fresh:
+        old = fresh.read_samples(uuids=["GPU-old"], fields=["gpu_temp_c", "ecc_sbe_volatile_total"])
+    assert old["gpu_temp_c"].tolist() == [51.0, 52.0]
+    assert old["ecc_sbe_volatile_total"].tolist()[0] == 7.0 and pd.isna(
+        old["ecc_sbe_volatile_total"].iloc[1]
+    )
+
+
+def test_a_gpu_written_hours_back_is_found_by_the_store_that_wrote_it(empty) -> None:
+    from conformance import DATA, C
+
+    late = [s for s in DATA.samples if s.gpu == C and s.ts < T0 + 3600]
+    empty.write_frame(frame_of([s for s in DATA.samples if s.gpu != C]))
+    assert C.uuid not in set(empty.gpus()["uuid"])
+    empty.write_frame(frame_of(late))  # ingest of old history: hours before the newest sample
+    assert C.uuid in set(empty.gpus()["uuid"])
