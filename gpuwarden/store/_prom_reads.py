@@ -237,7 +237,7 @@ def rollups(
         whole_end += r
     per_gpu = len(fields)
     # raw samples one GPU's bucket scans: a bitmask field steps through it once per bit
-    weight = sum(BITMASK_BITS if _is_bitmask(f) else 1 for f in fields)
+    weight = sum(BITMASK_BITS if is_bitmask(f) else 1 for f in fields)
     scan = weight * max(1.0, r / max(interval_s, 1e-3))
     steps = max(1, min(MAX_STEPS, int(round((whole_end - first) / r)), 168))
     per_group = min(api.max_points // (per_gpu * steps), int(MAX_SCAN // (scan * steps)))
@@ -277,7 +277,7 @@ def rollups(
     return out.wide(fields, target, means)
 
 
-def _is_bitmask(name: str) -> bool:
+def is_bitmask(name: str) -> bool:
     field = FIELDS_BY_NAME.get(base_field(name))
     return field is not None and name == field.name and rollup_agg(field) == "or"
 
@@ -327,4 +327,4 @@ def _fit(
         per_group = max(1, per_group // 2)
 
 
-__all__ = ["Target", "chunks", "empty", "raw", "rollups"]
+__all__ = ["Target", "chunks", "empty", "is_bitmask", "raw", "rollups"]

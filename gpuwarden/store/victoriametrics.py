@@ -20,23 +20,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+import pandas as pd
 from tqdm import tqdm
 
 from gpuwarden.errors import StoreRejected
 from gpuwarden.health import Verdict
-from gpuwarden.store import _prom_reads, _prom_records, _prom_rollups, _series
+from gpuwarden.store import _prom_reads, _prom_records, _prom_rollups, _series, window
 from gpuwarden.store._frames import frame_rows
 from gpuwarden.store._promapi import time_spans
 from gpuwarden.store._records import batch_rows, rows_from
 from gpuwarden.store._schema import ROLLUP_FIELDS
 from gpuwarden.store.prometheus import PARAMS, PrometheusStore
-from gpuwarden.telemetry import Batch, Event, Failure, Rejection, samples_to_frame
-
-if TYPE_CHECKING:
-    import pandas as pd
+from gpuwarden.telemetry import (
+    FRAME_ID_COLUMNS,
+    Batch,
+    Event,
+    Failure,
+    Rejection,
+    samples_to_frame,
+)
 
 SCHEMES = {
     "victoriametrics": ("http", 8428),
@@ -186,18 +191,38 @@ class VictoriaMetricsStore(PrometheusStore):
         start = float(np.floor(min(start, self._dirty_from) / ROLLED) * ROLLED)
         target = _prom_reads.Target(inv.set_index("uuid", drop=False))
         fields = list(ROLLUP_FIELDS)
+        # a bitmask's OR is a subquery per bit on the server, ten times a plain field's cost:
+        # its raw samples (one field) are read instead and ORed here, as SQLite's compact does
+        bitmasks = [f for f in fields if _prom_reads.is_bitmask(f)]
+        plain = [f for f in fields if f not in bitmasks]
+        interval = self.scrape_interval_s()
         for a, b in tqdm(time_spans(start, end, 86400.0), disable=not progress, desc="compact"):
             frame = _prom_reads.rollups(
-                self.api, target, first=a, end=b, fields=fields, resolution_s=ROLLED,
-                bit_step_s=self._bit_step(ROLLED), whole=True,
-                interval_s=self.scrape_interval_s(), sequential=True,
+                self.api, target, first=a, end=b, fields=plain, resolution_s=ROLLED,
+                bit_step_s=self._bit_step(ROLLED), whole=True, interval_s=interval,
+                sequential=True,
             )  # fmt: skip
+            if bitmasks:
+                raw = _prom_reads.raw(
+                    self.api, target, start=a, end=b, fields=bitmasks, interval_s=interval
+                )
+                frame = _with(frame, window.bucketed(raw, bitmasks, ROLLED), bitmasks)
             frame = frame[frame["ts"] < b]
             done = [_prom_rollups.marker(b)] if b > (until or -math.inf) else []
             self._send([*_prom_rollups.series(frame, target.gpus, fields), *done])
         self._dirty_from = math.inf
         with self._lock:
             self._until_at = -math.inf
+
+
+def _with(frame: pd.DataFrame, extra: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """A rollup window's uuid, ts and fields, with ``columns`` of ``extra`` joined on (uuid,
+    ts): an hour either has is kept (only these columns are written back)."""
+    keys = ["uuid", "ts"]
+    fields = [c for c in frame.columns if c not in FRAME_ID_COLUMNS]
+    if extra.empty:
+        return frame[[*keys, *fields]].assign(**{c: np.nan for c in columns})
+    return frame[[*keys, *fields]].merge(extra[[*keys, *columns]], on=keys, how="outer")
 
 
 def _bodies(lines: Iterator[str]) -> Iterator[bytes]:
