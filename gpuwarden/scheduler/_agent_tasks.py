@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuwarden.errors import OutboundRefused
+from gpuwarden.outbound import OutboundPolicy, post_json
 from gpuwarden.scheduler._task_wrapper import claim, write_atomic
 
 logger = logging.getLogger("gpuwarden.scheduler.agent")
@@ -78,9 +80,17 @@ class Task:
 class TaskTable:
     """The tasks this agent started, and what it must tell the service about them."""
 
-    def __init__(self, workdir: Path, *, kill_after_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        kill_after_s: float = 5.0,
+        hook_policy: OutboundPolicy | None = None,
+    ) -> None:
         self.workdir = workdir
         self.kill_after_s = kill_after_s
+        #: where a checkpoint hook of kind ``url`` may POST (the ``hook_allow`` setting)
+        self.hook_policy = hook_policy or OutboundPolicy()
         self.state_path = workdir / "agent-state.json"
         self.tasks: dict[Key, Task] = {}
         self._procs: dict[Key, subprocess.Popen[bytes]] = {}
@@ -155,10 +165,12 @@ class TaskTable:
                                      stdout=out, stderr=subprocess.STDOUT, cwd=task.checkpoint_dir,
                                      start_new_session=True)  # fmt: skip
             elif hook["kind"] == "url":
-                import httpx
-
-                httpx.post(hook["target"], json={"job_id": task.job_id, "attempt": task.attempt,
-                                                 "task": task.task}, timeout=5)  # fmt: skip
+                post_json(hook["target"], {"job_id": task.job_id, "attempt": task.attempt,
+                          "task": task.task}, policy=self.hook_policy, timeout_s=5)  # fmt: skip
+        except OutboundRefused as exc:  # the tenant reads why in the task's log
+            logger.warning("checkpoint hook of %s refused: %s", task.job_id, exc)
+            with open(task.log, "ab") as out:
+                out.write(f"gpuwarden agent: checkpoint hook refused: {exc}\n".encode())
         except Exception as exc:  # a bad signal name, a dead URL: a failing hook stops nothing
             logger.warning("checkpoint hook of %s failed: %s", task.job_id, exc)
 
