@@ -118,16 +118,16 @@ class OutboundPolicy:
         return cls(frozenset(kinds), tuple(networks))
 
     def refusal(self, ip: IPAddress) -> str | None:
-        """Why ``ip`` may not be reached, or None when it may."""
+        """Why ``ip`` may not be reached ("a loopback address, which ..."), or None."""
         kind = kind_of(ip)
         if kind == "metadata":
-            return f"{ip} is a cloud metadata address"
+            return "a cloud metadata address"
         if kind in self.kinds:
             return None
         plain = _unwrap(ip)
         if any(plain in net for net in self.networks if net.version == plain.version):
             return None
-        return f"{ip} is a {kind} address, which hook_allow does not allow"
+        return f"a {kind} address, which hook_allow does not allow"
 
     def addresses(self, host: str, port: int, resolve: Resolver = socket.getaddrinfo) -> list[str]:
         """The addresses of ``host`` to connect to, each checked; OutboundRefused when the
@@ -140,7 +140,10 @@ class OutboundPolicy:
             addr = str(sockaddr[0])
             why = self.refusal(ipaddress.ip_address(addr.partition("%")[0]))
             if why:
-                raise OutboundRefused(f"{host} resolves to {why}")
+                literal = addr == host.strip("[]")
+                raise OutboundRefused(
+                    f"{addr} is {why}" if literal else f"{host} resolves to {addr}, {why}"
+                )
             if addr not in found:
                 found.append(addr)
         if not found:

@@ -75,7 +75,11 @@ class Exchange:
         self.received += 1
         if i >= len(self.chunks):
             return {"type": "http.disconnect"}
-        return {"type": "http.request", "body": self.chunks[i], "more_body": i + 1 < len(self.chunks)}
+        return {
+            "type": "http.request",
+            "body": self.chunks[i],
+            "more_body": i + 1 < len(self.chunks),
+        }
 
     async def send(self, message: dict[str, Any]) -> None:
         self.sent.append(message)

@@ -55,11 +55,14 @@ class CheckpointHook:
             raise InputError(f"checkpoint {self.kind} hook needs a target")
         if self.kind == "signal" and not (self.target.startswith("SIG") or self.target.isdigit()):
             raise InputError(f"checkpoint signal must be a name like SIGUSR1: {self.target!r}")
+        if self.kind == "url" and not self.target.startswith(("http://", "https://")):
+            raise InputError(f"checkpoint URL must be http(s): {self.target!r}")
+
+    def check_new(self) -> None:
+        """The checks for a hook being submitted, beyond those every stored hook passed (a job
+        queued before them still loads; the agent refuses its URL when it connects): a URL
+        naming a cloud metadata address, which no ``hook_allow`` allows."""
         if self.kind == "url":
-            if not self.target.startswith(("http://", "https://")):
-                raise InputError(f"checkpoint URL must be http(s): {self.target!r}")
-            # the node agent checks every address it connects to (``hook_allow``); what no
-            # setting allows is refused here already, so the tenant hears of it at once
             host = urlsplit(self.target).hostname or ""
             if why := name_refusal(host):
                 raise InputError(f"checkpoint URL {self.target!r}: {why}, never allowed")

@@ -75,6 +75,8 @@ def _stored(admin: httpx.Client, job: str) -> list:
         ("team", "POST", "/v1/jobs", f'{{{JOB}, "\\ud800": 1}}', "unknown job fields"),
         ("team", "POST", "/v1/jobs",
          f'{{{JOB}, "checkpoint": {{"kind": "signal", "target": 10}}}}', "checkpoint target"),
+        ("team", "POST", "/v1/jobs", f'{{{JOB}, "checkpoint": {{"kind": "url", "target": '
+         '"http://169.254.169.254/latest/meta-data/iam/"}}', "cloud metadata address"),
         ("team", "POST", "/v1/jobs", f'{{{JOB}, "env": {DEEP}}}', "nested 5001 levels deep"),
         ("team", "POST", "/v1/jobs/{job}/checkpoint", DEEP, "nested 5000 levels deep"),
         ("admin", "PUT", "/v1/quota/team-a", f'{{"gpus": {DEEP}}}', "nested 5001 levels deep"),

@@ -185,7 +185,9 @@ def test_deeply_nested_json_is_a_400_and_counted(served):
     for body, levels in ((deep, 5001), (b"[" * 5000 + b"]" * 5000, 5000)):
         r = served.post(body)
         assert r.status_code == 400, r.text
-        assert r.json()["detail"] == f"body is JSON nested {levels} levels deep; at most 64 are taken"
+        assert (
+            r.json()["detail"] == f"body is JSON nested {levels} levels deep; at most 64 are taken"
+        )
     assert served.service.counters.webhook_requests[400] == counted + 2
     metrics = served.client.get("/metrics").text
     assert f'gpuwarden_webhook_requests_total{{code="400"}} {counted + 2}' in metrics
