@@ -49,6 +49,9 @@ SECRET_ENV = frozenset(
 #: on every change) would otherwise grow with every task the node ever ran.
 ACKED_KEEP_S = 7 * 86400.0
 MAX_LOG_CHUNK = 64 * 1024  # bytes shipped per task per sync, so one chatty job cannot stall it
+#: Log bytes shipped per sync, all tasks together: JSON escaping makes a sync at most six times
+#: this, inside the service's body limit (``api.DEFAULT_MAX_BODY_BYTES``); the rest goes next time.
+MAX_SYNC_LOG_BYTES = 4 << 20
 # by path, not ``-m``: the isolated interpreter (-I -S) sees neither PYTHONPATH nor site-packages
 WRAPPER = str(Path(__file__).resolve().with_name("_task_wrapper.py"))
 
@@ -91,6 +94,7 @@ class TaskTable:
         self.kill_after_s = kill_after_s
         #: where a checkpoint hook of kind ``url`` may POST (the ``hook_allow`` setting)
         self.hook_policy = hook_policy or OutboundPolicy()
+        self._log_turn = 0  # the task whose log ships first in the next report
         self.state_path = workdir / "agent-state.json"
         self.tasks: dict[Key, Task] = {}
         self._procs: dict[Key, subprocess.Popen[bytes]] = {}
@@ -203,17 +207,21 @@ class TaskTable:
             self.save()
 
     def report(self) -> dict[str, Any]:
-        """The sync body: every task's state and newest checkpoint, and new log text."""
-        tasks, logs = [], []
-        for t in self.tasks.values():
-            if t.acked or t.state == "launching":
-                continue
-            tasks.append({"job_id": t.job_id, "attempt": t.attempt, "task": t.task,
-                          "state": t.state, "exit_code": t.exit_code, "pid": t.pid,
-                          "started_at": t.started_at, "ended_at": t.ended_at,
-                          "checkpoint_at": _newest_mtime(Path(t.checkpoint_dir))})  # fmt: skip
+        """The sync body: every task's state and newest checkpoint, and new log text (at most
+        ``MAX_SYNC_LOG_BYTES``, starting from a different task each time so none waits long)."""
+        live = [t for t in self.tasks.values() if not t.acked and t.state != "launching"]
+        tasks = [{"job_id": t.job_id, "attempt": t.attempt, "task": t.task, "state": t.state,
+                  "exit_code": t.exit_code, "pid": t.pid, "started_at": t.started_at,
+                  "ended_at": t.ended_at, "checkpoint_at": _newest_mtime(Path(t.checkpoint_dir))}
+                 for t in live]  # fmt: skip
+        logs, budget = [], MAX_SYNC_LOG_BYTES
+        self._log_turn = (self._log_turn + 1) % max(1, len(live))
+        for t in live[self._log_turn :] + live[: self._log_turn]:
+            if budget <= 0:
+                break
             text, size = _read_from(Path(t.log), t.shipped)
             if size:
+                budget -= size
                 logs.append({"job_id": t.job_id, "attempt": t.attempt, "task": t.task,
                              "text": text, "offset": t.shipped, "size": size})  # fmt: skip
         return {"tasks": tasks, "logs": logs}

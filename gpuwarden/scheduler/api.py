@@ -61,9 +61,10 @@ NodeName = Annotated[str, Path(pattern=NODE_NAME)]
 
 #: Task reports and log chunks in one sync: far above what a node's tasks send.
 MAX_SYNC_ITEMS = 10_000
-#: Largest request body: an agent ships at most ``_agent_tasks.MAX_SYNC_LOG_CHARS`` of log text
-#: per sync, which JSON escaping can grow to 12 MiB; everything else is far smaller.
-DEFAULT_MAX_BODY_BYTES = 16 << 20
+#: Largest request body: an agent ships at most 4 MiB of log bytes per sync, which JSON
+#: escaping can grow sixfold (``_agent_tasks.MAX_SYNC_LOG_BYTES``); everything else is far
+#: smaller. A refused sync would be resent unchanged, so this stays well above what agents send.
+DEFAULT_MAX_BODY_BYTES = 32 << 20
 
 
 class _Strict(BaseModel):
