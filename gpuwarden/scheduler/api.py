@@ -9,9 +9,9 @@
     POST /v1/agents/{node}/register   POST /v1/agents/{node}/sync   (that node's agent token)
 
 Every route but /healthz needs a bearer token (401 without), and a request with a body is
-refused on its token before the body is read (``httpguard.BodyGuard``, which also bounds the body
-to ``max_body_bytes`` and JSON nesting, and reads every body as JSON). A tenant sees only its own jobs:
-another tenant's job is 404, so job ids do not leak. An agent route takes only the token of the
+refused on its token before the body is read (``httpguard.BodyGuard``, which also bounds the
+body to ``max_body_bytes`` and JSON nesting, and reads every body as JSON). A tenant sees only
+its own jobs: another tenant's job is 404, so job ids do not leak. An agent route takes only the token of the
 node in its path (``_auth``); any other token, the agents' master secret included, is a 403.
 Bad input is a 400 naming the field; handlers run one at a time under the service's lock, so a
 bad request changes nothing. A database failure (disk full, locked) is a 503 and changes nothing

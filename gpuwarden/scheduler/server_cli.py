@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import tomllib
@@ -198,13 +199,16 @@ def agent(
         flush=True,
     )
     stop = threading.Event()
-    failed: list[ConfigError] = []
+    failed: list[str] = []
 
     def run() -> None:
         try:
             runner.run(stop)
         except ConfigError as exc:  # a refused token: logged by run, and the exit says it
-            failed.append(exc)
+            failed.append(str(exc))
+        except Exception as exc:  # not one to wait on forever either: exit, non-zero
+            logging.getLogger("gpuwarden.scheduler.agent").exception("the agent stopped")
+            failed.append(f"the agent stopped: {type(exc).__name__}: {exc}")
         finally:
             stop.set()
 
@@ -217,7 +221,7 @@ def agent(
         thread.join(timeout=10)
         runner.close()
     if failed:
-        raise click.ClickException(str(failed[0]))
+        raise click.ClickException(failed[0])
 
 
 __all__ = ["agent", "agent_token", "load_quotas", "scheduler"]
