@@ -24,7 +24,7 @@ from gpuwarden.cliutil import (
     store_option,
 )
 from gpuwarden.cliutil import collector_url as _collector_url  # noqa: F401  (tests/test_cli.py)
-from gpuwarden.config import SETTINGS, load_settings, parse_listen
+from gpuwarden.config import SETTINGS, load_settings, parse_listen, redact_url
 
 
 @click.group(cls=DomainErrorGroup)
@@ -71,10 +71,13 @@ def fields() -> None:
 @main.command("config")
 @click.pass_context
 def show_config(ctx: click.Context) -> None:
-    """Show every setting, its effective value and where to set it."""
+    """Show every setting, its effective value and where to set it (passwords in URLs
+    masked, as in logs and /metrics)."""
     values = settings(ctx)
     for s in SETTINGS:
-        click.echo(f"{s.name} = {values[s.name]!r}    # {s.help} [{s.env}]")
+        value = values[s.name]
+        shown = redact_url(value) if isinstance(value, str) else value
+        click.echo(f"{s.name} = {shown!r}    # {s.help} [{s.env}]")
 
 
 @main.command()

@@ -10,6 +10,7 @@
     │   └── SchemaError        the store's schema is newer than this gpuwarden
     ├── InputError             a user's file or payload is malformed; names the problem
     └── HookError              a scheduler hook or notifier failed (Slurm, Kubernetes, Slack)
+        └── OutboundRefused    a hook's URL leads to an address ``hook_allow`` refuses
 
 Backend errors are translated where they are caught and re-raised ``from exc``; the CLI turns
 any ``GpuwardenError`` into one line on stderr and a non-zero exit.
@@ -55,4 +56,8 @@ class InputError(GpuwardenError):
 
 
 class HookError(GpuwardenError):
+    pass
+
+
+class OutboundRefused(HookError):
     pass

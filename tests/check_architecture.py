@@ -27,7 +27,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(names.split())
     for names in (
         "errors",
-        "telemetry config plugins lifecycle",
+        "telemetry config plugins lifecycle httpguard outbound",
         "health counters readings",
         "xid",
         "sim",

@@ -27,6 +27,25 @@ def test_config_shows_environment_override():
     assert "interval_s = 7.0" in result.output
 
 
+def test_config_masks_passwords_in_urls_as_logs_and_metrics_do(tmp_path):
+    from gpuwarden.collectors.dcgm import DcgmCollector
+
+    collector = "dcgm+http://scraper:s3cr3t-pw@n1:9400/metrics,ops:0th3r-pw@n2/metrics"
+    store = "influxdb://db:8086?bucket=gpu&token=t0k3n-value"
+    result = run("config", env={"GPUWARDEN_COLLECTOR": collector, "GPUWARDEN_STORE": store})
+    assert result.exit_code == 0
+    for secret in ("s3cr3t-pw", "0th3r-pw", "t0k3n-value"):
+        assert secret not in result.output
+    assert "collector = 'dcgm+http://scraper:***@n1:9400/metrics,ops:***@n2/metrics'" in (
+        result.output
+    )
+    assert "store = 'influxdb://db:8086?bucket=gpu&token=***'" in result.output
+    # the same masking as the collector's own URL (logs, /metrics' collector label)
+    opened = DcgmCollector.from_url(collector)
+    assert "s3cr3t-pw" not in opened.url and "scraper:***@n1:9400" in opened.url
+    opened.close()
+
+
 def test_broken_config_file_is_one_line(tmp_path):
     bad = tmp_path / "gw.toml"
     bad.write_text("no_such_setting = 1\n")

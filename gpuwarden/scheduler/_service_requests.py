@@ -60,7 +60,10 @@ class JobRequests:
             check_text("idempotency_key", key, max_chars=200)
         spec = normalise_spec(body)
         job_id = "j-" + uuid.uuid4().hex[:12]
-        return Submission(tenant, key, spec, job_of(job_id, tenant, spec))
+        job = job_of(job_id, tenant, spec)
+        if job.checkpoint is not None:
+            job.checkpoint.check_new()
+        return Submission(tenant, key, spec, job)
 
     def submit(self, who: Principal, sub: Submission) -> tuple[dict[str, Any], bool]:
         """Queue a checked job; returns (job JSON, created). The same ``idempotency_key`` from
