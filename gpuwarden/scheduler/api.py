@@ -36,6 +36,7 @@ from gpuwarden.scheduler.service import (
     ConflictError,
     NotFoundError,
     Principal,
+    QueueFullError,
     SchedulerService,
 )
 
@@ -193,6 +194,8 @@ def create_app(service: SchedulerService, tokens: TokenBook) -> FastAPI:
             code = 404
         elif isinstance(exc, ConflictError):
             code = 409
+        elif isinstance(exc, QueueFullError):
+            code = 429
         elif isinstance(exc, InputError):
             code = 400
         elif isinstance(exc, StoreError):
