@@ -40,6 +40,7 @@ from gpuwarden.scheduler.service import (
     ConflictError,
     NotFoundError,
     Principal,
+    QueueFullError,
     SchedulerService,
 )
 
@@ -217,6 +218,8 @@ def create_app(
             code = 404
         elif isinstance(exc, ConflictError):
             code = 409
+        elif isinstance(exc, QueueFullError):
+            code = 429
         elif isinstance(exc, InputError):
             code = 400
         elif isinstance(exc, StoreError):

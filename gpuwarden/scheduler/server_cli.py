@@ -46,6 +46,13 @@ def scheduler() -> None:
     show_default=True,
     help="Seconds without an agent sync after which a node is lost and its jobs written off.",
 )
+@click.option(
+    "--max-queued-tasks",
+    type=click.IntRange(min=1),
+    default=16_384,
+    show_default=True,
+    help="Tasks one tenant may have queued; a submission past that is refused with a 429.",
+)
 def serve(
     db_path: str,
     host: str,
@@ -54,6 +61,7 @@ def serve(
     policy: str,
     round_every_s: float,
     node_timeout_s: float,
+    max_queued_tasks: int,
 ) -> None:
     """Serve the scheduler API; state in --db survives restarts (even kill -9).
 
@@ -72,7 +80,11 @@ def serve(
         tokens = TokenBook.from_env()
         db = SchedulerDB(db_path)
         service = SchedulerService(
-            db, policy=policy, round_every_s=round_every_s, node_timeout_s=node_timeout_s
+            db,
+            policy=policy,
+            round_every_s=round_every_s,
+            node_timeout_s=node_timeout_s,
+            max_queued_tasks=max_queued_tasks,
         )
         if quotas_path:
             for tenant, limits in load_quotas(quotas_path).items():
