@@ -327,3 +327,18 @@ def test_a_supplied_client_is_used_and_left_open(exporters: FakeExporters) -> No
         assert len(collector.collect().samples) == 4
         collector.close()
         assert not client.is_closed
+
+
+def test_a_series_with_an_impossible_gpu_index_is_left_out_and_infinity_is_counted(
+    exporters: FakeExporters, make_collector: MakeCollector
+) -> None:
+    body = (
+        'DCGM_FI_DEV_GPU_TEMP{gpu="99999999999999999999",UUID="GPU-y",Hostname="h"} 40\n'
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-x",Hostname="h"} 40\n'
+        'DCGM_FI_DEV_PCIE_REPLAY_COUNTER{gpu="0",UUID="GPU-x",Hostname="h"} +Inf\n'
+    )
+    exporters.routes["/metrics"] = Route(body)
+    batch = make_collector([exporters.url("/metrics")]).collect()
+    assert [s.gpu.uuid for s in batch.samples] == ["GPU-x"]
+    assert batch.samples[0].values == {"gpu_temp_c": 40.0}
+    assert [(r.field, r.reason) for r in batch.rejected] == [("pcie_replay_total", "out_of_range")]
