@@ -7,6 +7,7 @@ becomes one line on stderr and exit status 1, never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -297,12 +298,13 @@ def _ingest_problems(path: str, report, out, *, stale: bool) -> None:  # ingest.
         click.echo(f"{path}:{line}: {reason}", err=True)
     if not report.bad_rows_total:
         if stale:
-            out.path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # a read-only directory: leave it be
+                out.path.unlink(missing_ok=True)
         return
     more = report.bad_rows_total - min(len(report.bad_rows), _SHOWN_BAD_LINES)
     where = f"; cannot write the list: {out.error}" if out.error else f"; all listed in {out.path}"
     click.echo(
-        f"{path}: {report.bad_rows_total} lines not stored"
+        f"{path}: {report.bad_rows_total} line{'s' if report.bad_rows_total > 1 else ''} not stored"
         + (f" ({more} more than shown)" if more > 0 else "")
         + where,
         err=True,

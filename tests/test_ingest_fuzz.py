@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -313,3 +314,35 @@ def test_the_checks_catch_a_lost_row_or_a_wrongly_named_line(tmp_path):
     ):
         with pytest.raises(AssertionError):
             _check(store, report, wrong)
+
+
+@FUZZ
+@given(
+    st.lists(
+        _CELL_TEXT
+        | st.sampled_from([c for c, _, _ in TEMP_CELLS])
+        | st.from_regex(r"\A[ +\-.0-9eE_xXinfatyINFATY()]{1,9}\Z"),  # number-like text
+        min_size=1,
+    )
+)
+def test_a_cell_reads_the_same_whatever_its_neighbours(cells):
+    """pyarrow takes a clean column whole and ``_NUMBER`` judges a dirty one cell by cell: both
+    must read a cell alike, or a value would depend on the other cells of its chunk."""
+    from gpuwarden._ingest_cells import _parse
+
+    text = pa.array(cells, pa.string())
+    trimmed = pc.if_else(
+        pc.equal(pc.utf8_trim_whitespace(text), ""), None, pc.utf8_trim_whitespace(text)
+    )
+    slow, unreadable = _parse(trimmed)
+    for k, cell in enumerate(cells):
+        try:
+            alone = pc.cast(pa.array([cell or None], pa.string()), pa.float64())[0].as_py()
+        except pa.ArrowInvalid:
+            continue  # not a clean cell: only the cell-by-cell reading applies
+        assert not unreadable[k], cell
+        assert (
+            (alone is None and math.isnan(slow[k]))
+            or alone == slow[k]
+            or (math.isnan(alone) and math.isnan(slow[k]))
+        ), cell

@@ -305,3 +305,18 @@ def test_readings_are_finite_after_any_load(store, tmp_path):
     values = store.read_samples()[["gpu_temp_c", "pcie_replay_total"]].to_numpy(dtype=float)
     assert not np.isinf(values).any()
     assert [v for v in values[:, 1] if not math.isnan(v)] == [12.0]
+
+
+def test_a_report_that_cannot_be_written_does_not_stop_the_load(tmp_path):
+    path = _write(tmp_path / "t.csv", [_line(0), _line(1, gpu="x"), _line(2)])
+    db = tmp_path / "s.db"
+    nowhere = tmp_path / "no-such-dir" / "bad.txt"
+    result = _cli(
+        "--store", f"sqlite:///{db}", "--telemetry", str(path), "--bad-lines", str(nowhere)
+    )
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert (
+        f"{path}: 1 line not stored; cannot write the list: cannot write {nowhere}" in result.output
+    )
+    with SqliteStore(db) as store:
+        assert len(store.read_samples()) == 2
