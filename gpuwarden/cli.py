@@ -7,6 +7,7 @@ becomes one line on stderr and exit status 1, never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -200,6 +201,14 @@ def exporter(
     default=None,
     help="Boot time of a --kernel-log with dmesg seconds-since-boot stamps (RFC 3339 or Unix s).",
 )
+@click.option(
+    "--bad-lines",
+    "bad_lines",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write every line not stored to this file, as FILE:LINE: reason (default: beside each "
+    "input, as INPUT.bad-lines.txt, when it has any).",
+)
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 @click.pass_context
 def ingest(
@@ -212,12 +221,16 @@ def ingest(
     smi_csvs: tuple[str, ...],
     host: str | None,
     boot_time: str | None,
+    bad_lines: str | None,
     progress: bool,
 ) -> None:
     """Load history exported from Prometheus, InfluxDB or a spreadsheet, nvidia-smi's own CSV
     logs, or kernel logs, into a store.
 
-    Good rows are stored; bad rows are listed with their line numbers and the exit status is 1.
+    Every good line is stored. A line whose time, host or GPU does not read is not stored: the
+    first few are shown, all of them are written to the bad-lines report, and the exit status
+    is 1. An impossible reading is stored as missing and counted; it alone does not make the
+    exit status non-zero.
     """
     from gpuwarden import ingest as ing
 
@@ -227,6 +240,7 @@ def ingest(
         )
     boot = ing.parse_time(boot_time, "--boot-time") if boot_time else None
     store = open_store(store_url, settings(ctx))
+    named = ing.BadLineReport(bad_lines, always=True) if bad_lines else None
     bad = 0
     try:
         jobs: list[tuple[str, str]] = [(f, "telemetry") for f in telemetry_files]
@@ -235,36 +249,69 @@ def ingest(
         jobs += [(f, "smi") for f in smi_csvs]
         jobs += [(f, "kernel") for f in kernel_logs]
         for path, kind in jobs:
-            if kind == "telemetry":
-                report, what = ing.ingest_telemetry(store, path, progress=progress), "samples"
-            elif kind == "xids":
-                report, what = ing.ingest_xids(store, path), "Xid events"
-            elif kind == "smi":
-                report = ing.ingest_smi_csv(store, path, host=host)
-                what = f"samples (nvidia-smi CSV, {report.lines_read} rows, host {host or _here()})"
-            elif kind == "kernel":
-                report = ing.ingest_kernel_log(store, path, host=host, boot_time=boot)
-                what = _kernel_log_summary(path, report)
-            else:
-                report, what = ing.ingest_failures(store, path), "failures"
+            out = named or ing.BadLineReport(ing.report_path(path))
+            sink = out.sink(path)
+            try:
+                if kind == "telemetry":
+                    report = ing.ingest_telemetry(store, path, progress=progress, on_bad_line=sink)
+                    what = "samples"
+                elif kind == "xids":
+                    report, what = ing.ingest_xids(store, path, on_bad_line=sink), "Xid events"
+                elif kind == "smi":
+                    report = ing.ingest_smi_csv(store, path, host=host, on_bad_line=sink)
+                    what = f"samples (nvidia-smi CSV, {report.lines_read} rows, host {host or _here()})"
+                elif kind == "kernel":
+                    report = ing.ingest_kernel_log(
+                        store, path, host=host, boot_time=boot, on_bad_line=sink
+                    )
+                    what = _kernel_log_summary(path, report)
+                else:
+                    report = ing.ingest_failures(store, path, on_bad_line=sink)
+                    what = "failures"
+            finally:
+                if out is not named:
+                    out.close()
             click.echo(f"{path}: stored {report.rows_stored} {what}")
-            if report.rejected:
-                said = ", ".join(f"{n} {f} ({r})" for (f, r), n in sorted(report.rejected.items()))
-                click.echo(f"{path}: impossible readings stored as missing: {said}", err=True)
-            if report.unknown_columns:
-                click.echo(
-                    f"{path}: ignored unknown columns: {', '.join(report.unknown_columns)}",
-                    err=True,
-                )
-            for line, reason in report.bad_rows[:50]:
-                click.echo(f"{path}:{line}: {reason}", err=True)
-            if report.bad_rows_total > 50:
-                click.echo(f"{path}: ... and {report.bad_rows_total - 50} more bad rows", err=True)
+            _ingest_problems(path, report, out, stale=out is not named)
             bad += report.bad_rows_total
     finally:
         store.close()
+        if named is not None:
+            named.close()
     if bad:
         raise click.ClickException(f"{bad} bad rows skipped (the good rows were stored)")
+
+
+#: Bad lines shown on the terminal per file; the report file has them all.
+_SHOWN_BAD_LINES = 10
+
+
+def _ingest_problems(path: str, report, out, *, stale: bool) -> None:  # ingest.IngestReport
+    """Say on stderr what a file's load left out: impossible readings, unknown columns, and
+    the bad lines (the first few, then where the rest are). ``stale``: a report of our own
+    from an earlier load of ``path`` that found none now is removed."""
+    if report.rejected:
+        said = ", ".join(f"{n} {f} ({r})" for (f, r), n in sorted(report.rejected.items()))
+        click.echo(f"{path}: impossible readings stored as missing: {said}", err=True)
+    if report.unknown_columns:
+        click.echo(
+            f"{path}: ignored unknown columns: {', '.join(report.unknown_columns)}", err=True
+        )
+    for line, reason in report.bad_rows[:_SHOWN_BAD_LINES]:
+        click.echo(f"{path}:{line}: {reason}", err=True)
+    if not report.bad_rows_total:
+        if stale:
+            with contextlib.suppress(OSError):  # a read-only directory: leave it be
+                out.path.unlink(missing_ok=True)
+        return
+    more = report.bad_rows_total - min(len(report.bad_rows), _SHOWN_BAD_LINES)
+    where = f"; cannot write the list: {out.error}" if out.error else f"; all listed in {out.path}"
+    click.echo(
+        f"{path}: {report.bad_rows_total} line{'s' if report.bad_rows_total > 1 else ''} not stored"
+        + (f" ({more} more than shown)" if more > 0 else "")
+        + where,
+        err=True,
+    )
 
 
 def _here() -> str:

@@ -31,7 +31,7 @@ import httpx
 from gpuwarden.collectors._promtext import ParseResult, PromSample, parse_text
 from gpuwarden.config import redact_url
 from gpuwarden.errors import ConfigError
-from gpuwarden.readings import screen
+from gpuwarden.readings import gpu_index, screen
 from gpuwarden.telemetry import (
     DCGM_HEALTH_METRIC,
     DCGM_XID_COUNT_METRIC,
@@ -231,8 +231,10 @@ class DcgmCollector:
             name = s.name
             special = _SPECIAL.get(name)
             field = FIELD_BY_DCGM.get(name)
-            if (field is None and special is None) or math.isnan(s.value) or math.isinf(s.value):
+            if (field is None and special is None) or math.isnan(s.value):
                 continue
+            if special is not None and math.isinf(s.value):
+                continue  # an infinite field reading goes on, to be screened out and counted
             labels = s.labels
             gpu = _gpu_from_labels(labels, endpoint_host)
             if gpu is None:
@@ -367,11 +369,9 @@ def _known_metric(line: str) -> bool:
 def _gpu_from_labels(labels: Mapping[str, str], endpoint_host: str) -> GpuId | None:
     """GPU identity from dcgm-exporter's labels; the host falls back to the endpoint's."""
     get = labels.get
-    index_text = get("gpu") or get("device", "").removeprefix("nvidia")
-    try:
-        index = int(index_text)
-    except ValueError:
-        return None  # a series not about one GPU (dcgm-exporter has none today)
+    index = gpu_index(get("gpu") or get("device", "").removeprefix("nvidia"))
+    if index is None:  # a series not about one GPU (dcgm-exporter has none today), or no index
+        return None
     return GpuId(
         hostname=get("Hostname") or get("hostname") or endpoint_host,
         index=index,
