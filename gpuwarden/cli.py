@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -25,6 +26,9 @@ from gpuwarden.cliutil import (
 )
 from gpuwarden.cliutil import collector_url as _collector_url  # noqa: F401  (tests/test_cli.py)
 from gpuwarden.config import SETTINGS, load_settings, parse_listen
+
+if TYPE_CHECKING:
+    from gpuwarden.collectors.memory_errors import EventWriter
 
 
 @click.group(cls=DomainErrorGroup)
@@ -187,6 +191,14 @@ def exporter(
     "(a header row; times read as UTC); repeatable. Its GPUs belong to --host.",
 )
 @click.option(
+    "--memory-errors",
+    "memory_error_files",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="Per-address HBM error log in the Calchas format (Datacenter,Server,Name,Stack,SID,"
+    "PcId,BankGroup,BankArray,Col,Row,Time,EccType), stored as memory_error events; repeatable.",
+)
+@click.option(
     "--host",
     default=None,
     help="Host of an --smi-csv log (default: this machine) and of a --kernel-log's lines "
@@ -207,6 +219,7 @@ def ingest(
     failure_files: tuple[str, ...],
     kernel_logs: tuple[str, ...],
     smi_csvs: tuple[str, ...],
+    memory_error_files: tuple[str, ...],
     host: str | None,
     boot_time: str | None,
     progress: bool,
@@ -218,9 +231,12 @@ def ingest(
     """
     from gpuwarden import ingest as ing
 
-    if not (telemetry_files or xid_files or failure_files or kernel_logs or smi_csvs):
+    if not (telemetry_files or xid_files or failure_files or kernel_logs or smi_csvs) and not (
+        memory_error_files
+    ):
         raise click.UsageError(
-            "give at least one of --telemetry, --xids, --failures, --kernel-log, --smi-csv"
+            "give at least one of --telemetry, --xids, --failures, --kernel-log, --smi-csv, "
+            "--memory-errors"
         )
     boot = ing.parse_time(boot_time, "--boot-time") if boot_time else None
     store = open_store(store_url, settings(ctx))
@@ -258,10 +274,35 @@ def ingest(
             if report.bad_rows_total > 50:
                 click.echo(f"{path}: ... and {report.bad_rows_total - 50} more bad rows", err=True)
             bad += report.bad_rows_total
+        for path in memory_error_files:
+            bad += _ingest_memory_errors(store, path)
     finally:
         store.close()
     if bad:
         raise click.ClickException(f"{bad} bad rows skipped (the good rows were stored)")
+
+
+def _ingest_memory_errors(store: EventWriter, path: str) -> int:
+    """Load one Calchas HBM error log; say what it held. Returns its bad lines."""
+    from gpuwarden.collectors.memory_errors import ingest_memory_errors
+
+    log = ingest_memory_errors(store, path)
+    kinds = ", ".join(f"{n} {t}" for t, n in log.counts().items())
+    gpus = len({e.gpu.uuid for e in log.errors})
+    click.echo(f"{path}: stored {len(log.errors)} memory errors ({kinds}) of {gpus} accelerators")
+    if log.repeats:
+        click.echo(
+            f"{path}: {log.repeats} repeated lines (same accelerator, time, type and "
+            "address) stored once",
+            err=True,
+        )
+    for note in log.notes:
+        click.echo(f"{path}: {note}", err=True)
+    for line, reason in log.bad_rows[:50]:
+        click.echo(f"{path}:{line}: {reason}", err=True)
+    if log.bad_rows_total > 50:
+        click.echo(f"{path}: ... and {log.bad_rows_total - 50} more bad rows", err=True)
+    return log.bad_rows_total
 
 
 def _here() -> str:
