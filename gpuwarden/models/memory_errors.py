@@ -34,6 +34,8 @@ from gpuwarden.collectors.memory_errors import BANK_FIELDS
 
 DAY_S = 86400.0
 HORIZON_S = 7 * DAY_S
+#: The share of the observation days that trains (the paper's time-ordered 70/30 split).
+TRAIN_SHARE = 0.7
 LEVELS = ("device", "bank")
 #: Calchas's published predictors, precision / recall / F1, means of the runs in their
 #: repository (openeuler-mirror/hbm-predictor, data/processed_data/result/).
@@ -194,7 +196,7 @@ def observation_table(
     return table[columns].sort_values(["t", "key"], kind="stable").reset_index(drop=True)
 
 
-def time_split(table: pd.DataFrame, share: float = 0.7, horizon_s: float = HORIZON_S):
+def time_split(table: pd.DataFrame, share: float = TRAIN_SHARE, horizon_s: float = HORIZON_S):
     """(train, test, cut): rows before the cut (``share`` of the observation days) whose
     horizon ends by the cut, and the rows from the cut on."""
     days = np.unique(table["t"])
@@ -415,7 +417,7 @@ def evaluate_level(
     level: str,
     *,
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4),
-    share: float = 0.7,
+    share: float = TRAIN_SHARE,
 ) -> list[Score]:
     """Model, rule and the published recipe on one level's ``observation_table``, three ways:
 

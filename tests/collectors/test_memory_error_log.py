@@ -211,3 +211,14 @@ def test_detail_round_trips_a_datacenter_with_spaces_and_equals_signs():
         "row": 0x3FFF,
         "col": 0x7C,
     }
+
+
+def test_the_dashboard_names_them_among_a_gpus_events():
+    from gpuwarden.dashboard.data import recent_events
+
+    store = SqliteStore()
+    ingest_memory_errors(store, SLICE)
+    ev = recent_events(store, 0, 2e9, uuid=accelerator_gpu("0.108.38.22", "DSA3").uuid)
+    assert len(ev) == 2 and set(ev["kind"]) == {KIND}
+    assert set(ev["name"]) == {"HBM error from a per-address log (ingest --memory-errors)"}
+    store.close()
