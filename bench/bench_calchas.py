@@ -21,6 +21,7 @@ import warnings
 from pathlib import Path
 
 from gpuwarden.collectors.memory_errors import KIND, ingest_memory_errors, memory_error_frame
+from gpuwarden.models import memory_error_eval as E
 from gpuwarden.models import memory_errors as M
 from gpuwarden.store.sqlite import SqliteStore
 
@@ -40,7 +41,7 @@ def load(path: Path):
     return log, errors
 
 
-def coverage_table(rows: list[M.Coverage]) -> str:
+def coverage_table(rows: list[E.Coverage]) -> str:
     lines = [
         "| level | test-period UE episodes | any earlier error on the unit | one in the 7 days "
         "before | a CE in the 7 days before | positive test rows with any history |",
@@ -58,7 +59,7 @@ def _f(x: float) -> str:
     return "-" if x != x else f"{x:.2f}"
 
 
-def score_table(scores: list[M.Score]) -> str:
+def score_table(scores: list[E.Score]) -> str:
     lines = [
         "| level | test set | predictor | precision | recall | F1 | rows (positive) | chosen on train |",
         "|---|---|---|---:|---:|---:|---:|---|",
@@ -96,8 +97,8 @@ def main() -> None:
         for level in M.LEVELS:
             table = M.observation_table(errors, level, progress=True)
             _, test, cut = M.time_split(table)
-            covers.append(M.coverage(table, errors, level, cut))
-            scores += M.evaluate_level(table, level, seeds=seeds)
+            covers.append(E.coverage(table, errors, level, cut))
+            scores += E.evaluate_level(table, level, seeds=seeds)
     print(f"cut (70% of the observation days): {test['t'].min():.0f}\n")
     print(coverage_table(covers), "\n")
     print(score_table(scores))

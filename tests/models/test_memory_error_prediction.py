@@ -18,6 +18,7 @@ from gpuwarden.collectors.memory_errors import (
     ingest_memory_errors,
     memory_error_frame,
 )
+from gpuwarden.models import memory_error_eval as E
 from gpuwarden.models import memory_errors as M
 from gpuwarden.store.sqlite import SqliteStore
 
@@ -76,7 +77,7 @@ def test_the_split_keeps_training_labels_out_of_the_test_period(errors):
 def test_the_pipeline_runs_end_to_end_on_the_slice(errors):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        scores = M.evaluate_level(M.observation_table(errors, "device"), "device", seeds=(0,))
+        scores = E.evaluate_level(M.observation_table(errors, "device"), "device", seeds=(0,))
     got = {(s.protocol, s.predictor) for s in scores}
     assert got == {
         (p, q)
@@ -102,7 +103,7 @@ def test_prf_and_the_rule_by_hand():
 def test_coverage_counts_episodes_and_what_came_before(errors):
     table = M.observation_table(errors, "device")
     _, _, cut = M.time_split(table)
-    c = M.coverage(table, errors, "device", cut)
+    c = E.coverage(table, errors, "device", cut)
     # by hand from the slice: UE episodes starting at or after the cut, per device
     n = 0
     for _, g in errors[errors["uncorrectable"]].groupby("uuid"):
