@@ -11,6 +11,7 @@ import contextlib
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -26,6 +27,9 @@ from gpuwarden.cliutil import (
 )
 from gpuwarden.cliutil import collector_url as _collector_url  # noqa: F401  (tests/test_cli.py)
 from gpuwarden.config import SETTINGS, load_settings, parse_listen, redact_url
+
+if TYPE_CHECKING:
+    from gpuwarden.collectors.memory_errors import EventWriter
 
 
 @click.group(cls=DomainErrorGroup)
@@ -191,6 +195,14 @@ def exporter(
     "(a header row; times read as UTC); repeatable. Its GPUs belong to --host.",
 )
 @click.option(
+    "--memory-errors",
+    "memory_error_files",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="Per-address HBM error log in the Calchas format (Datacenter,Server,Name,Stack,SID,"
+    "PcId,BankGroup,BankArray,Col,Row,Time,EccType), stored as memory_error events; repeatable.",
+)
+@click.option(
     "--host",
     default=None,
     help="Host of an --smi-csv log (default: this machine) and of a --kernel-log's lines "
@@ -219,6 +231,7 @@ def ingest(
     failure_files: tuple[str, ...],
     kernel_logs: tuple[str, ...],
     smi_csvs: tuple[str, ...],
+    memory_error_files: tuple[str, ...],
     host: str | None,
     boot_time: str | None,
     bad_lines: str | None,
@@ -234,9 +247,12 @@ def ingest(
     """
     from gpuwarden import ingest as ing
 
-    if not (telemetry_files or xid_files or failure_files or kernel_logs or smi_csvs):
+    if not (telemetry_files or xid_files or failure_files or kernel_logs or smi_csvs) and not (
+        memory_error_files
+    ):
         raise click.UsageError(
-            "give at least one of --telemetry, --xids, --failures, --kernel-log, --smi-csv"
+            "give at least one of --telemetry, --xids, --failures, --kernel-log, --smi-csv, "
+            "--memory-errors"
         )
     boot = ing.parse_time(boot_time, "--boot-time") if boot_time else None
     store = open_store(store_url, settings(ctx))
@@ -274,6 +290,8 @@ def ingest(
             click.echo(f"{path}: stored {report.rows_stored} {what}")
             _ingest_problems(path, report, out, stale=out is not named)
             bad += report.bad_rows_total
+        for path in memory_error_files:
+            bad += _ingest_memory_errors(store, path)
     finally:
         store.close()
         if named is not None:
@@ -312,6 +330,30 @@ def _ingest_problems(path: str, report, out, *, stale: bool) -> None:  # ingest.
         + where,
         err=True,
     )
+
+
+def _ingest_memory_errors(store: EventWriter, path: str) -> int:
+    """Load one Calchas HBM error log; say what it held. Returns its bad lines."""
+    from gpuwarden.collectors.memory_errors import ingest_memory_errors
+
+    log = ingest_memory_errors(store, path)
+    kinds = ", ".join(f"{n} {t}" for t, n in log.counts().items())
+    gpus = len({e.gpu.uuid for e in log.errors})
+    click.echo(f"{path}: stored {len(log.errors)} memory errors ({kinds}) of {gpus} accelerators")
+    if log.repeats:
+        click.echo(
+            f"{path}: {log.repeats} repeated lines (same accelerator, time, type and "
+            "address) stored once",
+            err=True,
+        )
+    for note in log.notes:
+        click.echo(f"{path}: {note}", err=True)
+    for line, reason in log.bad_rows[:_SHOWN_BAD_LINES]:
+        click.echo(f"{path}:{line}: {reason}", err=True)
+    if log.bad_rows_total > _SHOWN_BAD_LINES:
+        more = log.bad_rows_total - _SHOWN_BAD_LINES
+        click.echo(f"{path}: ... and {more} more bad lines", err=True)
+    return log.bad_rows_total
 
 
 def _here() -> str:
