@@ -111,7 +111,8 @@ class InfluxStore:
     # -- plumbing ------------------------------------------------------------------------
 
     def _mask(self, text: str) -> str:
-        return text.replace(self._token, "***") if self._token else text
+        # a token too short to be secret would garble the message it is masked in
+        return text.replace(self._token, "***") if len(self._token) >= 6 else text
 
     def _error(self, what: str, exc: Exception, *, writing: bool = False) -> StoreError | InputError:
         """One line for what went wrong, the token masked; a write the server refuses as
