@@ -9,13 +9,15 @@ keeps numbers, to the millisecond; text fields it stores as 0, so they are not c
 - the conformance suite's data, written through the fake InfluxDB 2 server that also forwards
   every write to VictoriaMetrics, is what VictoriaMetrics stored, for every numeric field: the
   fake, which answers the Flux reads, serves the points a real server parsed;
-- VictoriaMetrics stopped is one clear error, and started again takes the writes.
+- VictoriaMetrics stopped is one clear error, and started again takes the writes;
+- verdicts written as series are all the Grafana risk panels need.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -27,8 +29,9 @@ import pytest
 
 from gpuwarden.collectors.sim import SimCollector
 from gpuwarden.errors import StoreError
+from gpuwarden.health import GpuState, Verdict
 from gpuwarden.store.influxdb import InfluxStore
-from gpuwarden.telemetry import Batch
+from gpuwarden.telemetry import Batch, GpuId
 
 if TYPE_CHECKING:
     from conftest import Daemon
@@ -40,6 +43,7 @@ from influx2_fake import FakeInflux  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
+DASHBOARDS = sorted((Path(__file__).resolve().parents[2] / "grafana" / "dashboards").glob("*.json"))
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], dict[int, float]]
 
 
@@ -137,9 +141,7 @@ def test_the_fake_serves_what_victoriametrics_parsed(victoria_metrics: Daemon) -
 
 
 def _text_field(fake: FakeInflux, name: str) -> bool:
-    return any(
-        f"{m}_{f}" == name and kind == "string" for (_, m, f), kind in fake.types.items()
-    )
+    return any(f"{m}_{f}" == name and kind == "string" for (_, m, f), kind in fake.types.items())
 
 
 def test_victoriametrics_down_is_one_line_and_back_up_takes_writes(
@@ -171,4 +173,51 @@ def test_a_whole_batch_is_one_request_when_it_fits(victoria_metrics: Daemon) -> 
     store.write_batch(batch)  # would raise on any refused line
     got = settled(lambda: export(victoria_metrics, '{__name__="gpuwarden_sample_power_w"}'), 8)
     assert len(got) == 8
+    store.close()
+
+
+VERDICT_SERIES = re.compile(r"gpuwarden_(risk_score|gpu_state|gpu_transition|decisions_total)\b")
+
+
+def test_the_grafana_risk_panels_read_verdicts_written_to_victoriametrics(
+    victoria_metrics: Daemon,
+) -> None:
+    """serve writing verdicts into a time-series store is enough for the risk panels: no
+    Prometheus scraping serve. Every query of theirs returns data from VictoriaMetrics."""
+    from test_grafana_queries import _result, dashboard_queries, substitute
+
+    now = time.time()
+    a, b = GpuId("node1", 0, "GPU-a"), GpuId("node1", 1, "GPU-b")
+    ok, at_risk, unhealthy = GpuState.OK, GpuState("at-risk"), GpuState("unhealthy")
+    store = InfluxStore(influx_url(victoria_metrics.url), token="")
+    store.write_verdicts(
+        [
+            Verdict(now - 600, a, ok, risk=0.2, threshold=0.7),
+            Verdict(now - 600, b, ok, risk=0.3, threshold=0.7),
+            Verdict(now - 300, a, at_risk, risk=0.8, since=now - 300, changed_from=ok),
+            Verdict(now - 120, b, unhealthy, cause="hard-signal", since=now - 120, changed_from=ok),
+        ]
+    )
+    settled(lambda: export(victoria_metrics, '{__name__="gpuwarden_gpu_state"}'), 4 * 3)
+    values = {
+        "datasource": "gpuwarden-victoriametrics",
+        "Hostname": "node1",
+        "gpu": "0",
+        "modelName": ".*",
+        "__rate_interval": "5m",
+        "__interval": "1m",
+    }
+    checked, failures = 0, []
+    for path in DASHBOARDS:
+        board = json.loads(path.read_text())
+        for where, expr, instant in dashboard_queries(board):
+            if not VERDICT_SERIES.search(expr):
+                continue
+            checked += 1
+            promql = substitute(expr, values)
+            ok_, why = _result(victoria_metrics, promql, instant=instant)
+            if not ok_:
+                failures.append(f"{path.name} {where}: {why}\n    {promql}")
+    assert checked >= 6, checked
+    assert not failures, "\n".join(failures)
     store.close()

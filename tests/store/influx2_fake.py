@@ -216,7 +216,7 @@ def _tokens(text: str) -> list[tuple[str, str]]:
             break
         m = _TOKEN.match(text, i)
         if not m or m.end() == i:
-            raise FluxError(f"compilation failed: unexpected {text[i:i + 20].strip()!r}")
+            raise FluxError(f"compilation failed: unexpected {text[i : i + 20].strip()!r}")
         kind = m.lastgroup
         assert kind is not None
         out.append((kind, m.group(kind)))
@@ -552,13 +552,19 @@ class Flux:
             tables = self.stage(stage, tables)
         return [t for t in tables if t.rows]
 
-    def args(self, call: Call, required: tuple[str, ...], optional: dict[str, Any]) -> dict[str, Any]:
+    def args(
+        self, call: Call, required: tuple[str, ...], optional: dict[str, Any]
+    ) -> dict[str, Any]:
         unknown = set(call.args) - set(required) - set(optional)
         if unknown:
-            raise FluxError(f"error calling function {call.name!r}: unknown argument(s) {sorted(unknown)}")
+            raise FluxError(
+                f"error calling function {call.name!r}: unknown argument(s) {sorted(unknown)}"
+            )
         missing = [a for a in required if a not in call.args]
         if missing:
-            raise FluxError(f"error calling function {call.name!r}: missing required argument {missing[0]!r}")
+            raise FluxError(
+                f"error calling function {call.name!r}: missing required argument {missing[0]!r}"
+            )
         env = {"mean": "mean", "last": "last", "first": "first", "max": "max", "min": "min",
                "sum": "sum", "count": "count"}  # fmt: skip
         out = dict(optional)
@@ -595,14 +601,18 @@ class Flux:
                 return int(v)
             if isinstance(v, int) and not isinstance(v, bool):
                 return v * 10**9  # an integer is Unix seconds
-            raise FluxError(f"error calling function \"range\": bad bound {v!r}")
+            raise FluxError(f'error calling function "range": bad bound {v!r}')
 
         lo = bound(a["start"])
         hi = now if a["stop"] is None else bound(a["stop"])
         out = []
         for t in tables:
             key = {"_start": Time(lo), "_stop": Time(hi), **t.key}
-            rows = [{**r, "_start": Time(lo), "_stop": Time(hi)} for r in t.rows if lo <= r["_time"] < hi]
+            rows = [
+                {**r, "_start": Time(lo), "_stop": Time(hi)}
+                for r in t.rows
+                if lo <= r["_time"] < hi
+            ]
             out.append(Table(key, rows))
         return out
 
@@ -621,7 +631,10 @@ class Flux:
     def fn_keep(self, call: Call, tables: list[Table]) -> list[Table]:
         cols = self.args(call, ("columns",), {})["columns"]
         kept = [
-            Table({k: v for k, v in t.key.items() if k in cols}, [{k: v for k, v in r.items() if k in cols} for r in t.rows])
+            Table(
+                {k: v for k, v in t.key.items() if k in cols},
+                [{k: v for k, v in r.items() if k in cols} for r in t.rows],
+            )
             for t in tables
         ]
         return _regroup(kept, lambda t: list(t.key))
@@ -629,7 +642,10 @@ class Flux:
     def fn_drop(self, call: Call, tables: list[Table]) -> list[Table]:
         cols = self.args(call, ("columns",), {})["columns"]
         kept = [
-            Table({k: v for k, v in t.key.items() if k not in cols}, [{k: v for k, v in r.items() if k not in cols} for r in t.rows])
+            Table(
+                {k: v for k, v in t.key.items() if k not in cols},
+                [{k: v for k, v in r.items() if k not in cols} for r in t.rows],
+            )
             for t in tables
         ]
         return _regroup(kept, lambda t: list(t.key))
@@ -673,11 +689,15 @@ class Flux:
              "timeDst": "_time", "createEmpty": True, "location": None},
         )  # fmt: skip
         if a["period"] is not None or a["offset"] is not None or a["location"] is not None:
-            raise FluxError('error calling function "aggregateWindow": period, offset and location are not supported here')
+            raise FluxError(
+                'error calling function "aggregateWindow": period, offset and location are not supported here'
+            )
         every = int(a["every"])
         fn = _AGGREGATES.get(a["fn"]) if isinstance(a["fn"], str) else None
         if fn is None:
-            raise FluxError('error calling function "aggregateWindow": fn must be mean, last, first, max, min, sum or count here')
+            raise FluxError(
+                'error calling function "aggregateWindow": fn must be mean, last, first, max, min, sum or count here'
+            )
         if a["timeSrc"] not in ("_start", "_stop", "_time"):
             raise FluxError('error calling function "aggregateWindow": bad timeSrc')
         column = a["column"]
@@ -702,14 +722,20 @@ class Flux:
     def fn_window(self, call: Call, tables: list[Table]) -> list[Table]:
         a = self.args(call, ("every",), {"period": None, "offset": None, "createEmpty": False})
         if a["period"] is not None or a["offset"] is not None:
-            raise FluxError('error calling function "window": period and offset are not supported here')
+            raise FluxError(
+                'error calling function "window": period and offset are not supported here'
+            )
         every = int(a["every"])
         out = []
         for t in tables:
             lo, hi = int(t.key["_start"]), int(t.key["_stop"])
             for w_lo, w_hi in _windows(lo, hi, every):
                 key = {**t.key, "_start": Time(w_lo), "_stop": Time(w_hi)}
-                rows = [{**r, "_start": Time(w_lo), "_stop": Time(w_hi)} for r in t.rows if w_lo <= r["_time"] < w_hi]
+                rows = [
+                    {**r, "_start": Time(w_lo), "_stop": Time(w_hi)}
+                    for r in t.rows
+                    if w_lo <= r["_time"] < w_hi
+                ]
                 if rows or a["createEmpty"]:
                     out.append(Table(key, rows))
         return out
@@ -734,7 +760,11 @@ class Flux:
                 continue
             if fn.selector:  # type: ignore[attr-defined]
                 target = fn(rows, column)
-                pick = next(r for r in (rows if name != "last" else reversed(rows)) if r.get(column) == target)
+                pick = next(
+                    r
+                    for r in (rows if name != "last" else reversed(rows))
+                    if r.get(column) == target
+                )
                 out.append(Table(dict(t.key), [dict(pick)]))
             else:
                 out.append(Table(dict(t.key), [{**t.key, column: fn(rows, column)}]))
@@ -892,7 +922,9 @@ class FakeInflux:
             timeout=30,
         )
         if got.status_code // 100 != 2:
-            raise LineError(f"the real server refused the write ({got.status_code}): {got.text[:300]}")
+            raise LineError(
+                f"the real server refused the write ({got.status_code}): {got.text[:300]}"
+            )
 
     def query(self, org: str, text: str) -> str:
         with self._lock:
@@ -933,10 +965,20 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass
 
-    def _reply(self, status: int, body: bytes = b"", content_type: str = "application/json", headers: dict[str, str] | None = None) -> None:
+    def _reply(
+        self,
+        status: int,
+        body: bytes = b"",
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.server.fake.requests.append((self.command, urlsplit(self.path).path, status))
         self.send_response(status)
-        if body and "gzip" in self.headers.get("Accept-Encoding", "") and content_type.startswith("text/csv"):
+        if (
+            body
+            and "gzip" in self.headers.get("Accept-Encoding", "")
+            and content_type.startswith("text/csv")
+        ):
             body = gzip.compress(body)
             self.send_header("Content-Encoding", "gzip")
         self.send_header("Content-Type", content_type)
@@ -958,7 +1000,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
         if path == "/health":
-            self._reply(200, json.dumps({"name": "influxdb", "status": "pass", "version": "v2-fake"}).encode())
+            self._reply(
+                200,
+                json.dumps({"name": "influxdb", "status": "pass", "version": "v2-fake"}).encode(),
+            )
         elif path == "/ping":
             self._reply(204)
         else:
@@ -973,7 +1018,11 @@ class _Handler(BaseHTTPRequestHandler):
         if failure is not None:
             status, retry_after = failure
             headers = {"Retry-After": retry_after} if retry_after else {}
-            self._reply(status, json.dumps({"code": "unavailable", "message": "injected failure"}).encode(), headers=headers)
+            self._reply(
+                status,
+                json.dumps({"code": "unavailable", "message": "injected failure"}).encode(),
+                headers=headers,
+            )
             return
         if self.headers.get("Authorization") != f"Token {fake.token}":
             self._error(401, "unauthorized", "unauthorized access")

@@ -41,7 +41,9 @@ def writes(fake: FakeInflux) -> list[int]:
 
 def test_opens_by_url_with_its_parameters(monkeypatch):
     monkeypatch.setenv("GPUWARDEN_INFLUX_TOKEN", "tok")
-    store = open_store("influxdb://influx.example:9999?org=ops&bucket=gpu&timeout=5&retries=0&batch=10&chunk=6h")
+    store = open_store(
+        "influxdb://influx.example:9999?org=ops&bucket=gpu&timeout=5&retries=0&batch=10&chunk=6h"
+    )
     assert isinstance(store, InfluxStore)
     c = store.config
     assert (c.base, c.org, c.bucket, c.timeout_s, c.retries, c.batch_lines, c.chunk_s) == (
@@ -113,7 +115,9 @@ def test_a_server_that_is_not_there_is_one_line():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens
-    store = InfluxStore(f"influxdb://127.0.0.1:{port}?org=o&bucket=b&retries=1&timeout=2", token="t")
+    store = InfluxStore(
+        f"influxdb://127.0.0.1:{port}?org=o&bucket=b&retries=1&timeout=2", token="t"
+    )
     with pytest.raises(StoreError, match="cannot reach http://127.0.0.1") as err:
         store.write_batch(Batch(T0, (Sample(T0, A, {"gpu_temp_c": 40.0}),)))
     assert "\n" not in str(err.value) and "Connection refused" in str(err.value)
@@ -199,7 +203,9 @@ def test_text_with_commas_spaces_quotes_and_backslashes_round_trips(fake):
         Batch(T0, (Sample(T0, odd, {"gpu_temp_c": 1.5}),), (Event(T0, odd, "xid", 13, detail),))
     )
     ev = store.read_events()
-    assert ev[["hostname", "gpu", "uuid", "code"]].values.tolist() == [["node 1,a=b", 2, "GPU=odd,1 x", 13]]
+    assert ev[["hostname", "gpu", "uuid", "code"]].values.tolist() == [
+        ["node 1,a=b", 2, "GPU=odd,1 x", 13]
+    ]
     assert ev["detail"].item() == detail.replace("\n", " ")  # a line break is stored as a space
     assert store.gpus()["model"].tolist() == ["H100 80GB"]
     assert store.read_samples(uuids=[odd.uuid])["gpu_temp_c"].tolist() == [1.5]
@@ -208,7 +214,9 @@ def test_text_with_commas_spaces_quotes_and_backslashes_round_trips(fake):
 
 def test_lines_parse_as_the_line_protocol_reference_says():
     m, tags, fields, ts = parse_line(
-        _lines.line("m x", {"t,1": "a b=c", "empty": ""}, {"f": _lines.string('q"\\'), "n": "3i"}, 1.5)
+        _lines.line(
+            "m x", {"t,1": "a b=c", "empty": ""}, {"f": _lines.string('q"\\'), "n": "3i"}, 1.5
+        )
     )
     assert (m, tags, fields, ts) == ("m x", {"t,1": "a b=c"}, {"f": 'q"\\', "n": 3}, 1_500_000)
 
@@ -302,4 +310,7 @@ def test_an_error_table_in_the_answer_is_a_store_error():
 
 def test_flux_literals_are_escaped():
     assert _flux.string('a"b\\c${x}') == '"a\\"b\\\\c\\${x}"'
-    assert _flux.time(T0) == "2024-05-01T12:00:00Z" and _flux.time(T0 + 0.25) == "2024-05-01T12:00:00.250000Z"
+    assert (
+        _flux.time(T0) == "2024-05-01T12:00:00Z"
+        and _flux.time(T0 + 0.25) == "2024-05-01T12:00:00.250000Z"
+    )
