@@ -309,7 +309,7 @@ def test_a_kill_9_in_the_middle_of_a_replay_loses_no_acknowledged_batch(tmp_path
         flag.touch()
         proc = _writer(tmp_path, "write", str(first), "100000")
         reader = _acks(proc, acked)
-        _wait_for(lambda: sum(n >= first for n in acked) >= 80)  # queued while down
+        _wait_for(lambda f=first: sum(n >= f for n in acked) >= 80)  # queued while down
         flag.unlink()  # the store is back: the writer replays as it writes
         time.sleep(kill_after)
         os.kill(proc.pid, signal.SIGKILL)
