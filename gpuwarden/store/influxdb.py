@@ -114,7 +114,9 @@ class InfluxStore:
         # a token too short to be secret would garble the message it is masked in
         return text.replace(self._token, "***") if len(self._token) >= 6 else text
 
-    def _error(self, what: str, exc: Exception, *, writing: bool = False) -> StoreError | InputError:
+    def _error(
+        self, what: str, exc: Exception, *, writing: bool = False
+    ) -> StoreError | InputError:
         """One line for what went wrong, the token masked; a write the server refuses as
         malformed is an ``InputError`` (sending it again cannot help)."""
         status = getattr(exc, "status", None)

@@ -47,7 +47,7 @@ from gpuwarden.telemetry import Batch, Event, Failure, Rejection
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_BYTES = 512 * 1024 * 1024
+DEFAULT_MAX_BYTES = 512_000_000  # 512 MB
 DEFAULT_MAX_AGE_S = 7 * 86400.0
 
 #: kind -> (encode, the store's method, decode)

@@ -221,3 +221,44 @@ def test_the_grafana_risk_panels_read_verdicts_written_to_victoriametrics(
     assert checked >= 6, checked
     assert not failures, "\n".join(failures)
     store.close()
+
+
+def test_collect_spools_while_victoriametrics_is_stopped_and_catches_up(
+    victoria_metrics: Daemon, daemons: list[Daemon], tmp_path: Path
+) -> None:
+    """``gpuwarden collect --spool`` into a real VictoriaMetrics that is stopped halfway and
+    started again: every collection arrives, in order, none twice."""
+    from click.testing import CliRunner
+    from conftest import launch_victoria_metrics
+
+    from gpuwarden.cli import main
+
+    start = 1_767_225_600.0
+    spool = tmp_path / "spool"
+
+    def collect(vm: Daemon, resume: float, n: int) -> str:
+        sim = f"sim://?nodes=1&gpus=2&seed=4&step=60&start={start}&resume={resume}"
+        args = ["collect", "--collector", sim, "--store", influx_url(vm.url), "--spool", str(spool),
+                "--spool-max-age", "36500d", "--iterations", str(n), "--interval", "0.01"]  # fmt: skip
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    assert f"spool {spool}: 0 waiting" in collect(victoria_metrics, start, 2)
+    victoria_metrics.stop()
+    assert f"spool {spool}: 3 waiting, 3 spooled, 0 replayed" in collect(
+        victoria_metrics, start + 120, 3
+    )
+    again = launch_victoria_metrics(victoria_metrics.workdir, port=victoria_metrics.port)
+    daemons.append(again)
+    assert f"spool {spool}: 0 waiting, 1 spooled, 4 replayed" in collect(again, start + 300, 2)
+    got = settled(lambda: export(again, '{__name__="gpuwarden_sample_gpu_temp_c"}'), 2 * 7)
+    assert len(got) == 2
+    for points in got.values():
+        assert sorted(points) == [round((start + 60 * k) * 1000) for k in range(7)]
+    raw = httpx.get(
+        f"{again.url}/api/v1/export",
+        params={"match[]": '{__name__="gpuwarden_sample_gpu_temp_c"}', "start": "0"},
+        timeout=30,
+    ).text.splitlines()
+    assert sum(len(json.loads(line)["timestamps"]) for line in raw) == 2 * 7  # none twice

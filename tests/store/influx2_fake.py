@@ -879,6 +879,11 @@ class FakeInflux:
         with self._lock:
             self._fail += [(status, retry_after)] * n
 
+    def recover(self) -> None:
+        """Stop answering with injected failures."""
+        with self._lock:
+            self._fail.clear()
+
     def write(self, bucket: str, body: str, precision: str) -> None:
         scale = _PRECISION.get(precision)
         if scale is None:

@@ -334,3 +334,41 @@ def test_a_kill_9_in_the_middle_of_a_replay_loses_no_acknowledged_batch(tmp_path
     assert len(temps_) == len(set(temps_)) and len(details) == len(set(details))  # once each
     assert set(details) == {f"batch {int(t)}" for t in temps_}
     assert len(acked) >= 4 * 80
+
+
+# -- gpuwarden collect --spool ------------------------------------------------------------
+
+
+def test_collect_spools_while_the_store_is_down_and_catches_up(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+    from influx2_fake import FakeInflux
+    from test_conformance_influxdb import open_influx
+
+    from gpuwarden.cli import main
+
+    fake = FakeInflux().start()
+    monkeypatch.setenv("GPUWARDEN_INFLUX_TOKEN", fake.token)
+    url = f"influxdb://{fake.url.removeprefix('http://')}?org=gpuwarden&bucket=gpu&retries=0"
+    spool = tmp_path / "spool"
+
+    def collect(resume: float, n: int) -> str:
+        sim = f"sim://?nodes=1&gpus=2&seed=3&step=60&start={T0}&resume={resume}"
+        args = ["collect", "--collector", sim, "--store", url, "--spool", str(spool),
+                "--spool-max-mb", "5", "--spool-max-age", "36500d", "--iterations", str(n), "--interval", "0.01"]  # fmt: skip
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    fake.fail(10**6, 503)
+    out = collect(T0, 3)
+    assert (
+        f"3 collections: 6 samples, 0 events, 0 collector errors, 0 store errors; spool {spool}: 3 waiting"
+        in out
+    )
+    fake.recover()
+    out = collect(T0 + 180, 2)
+    assert f"spool {spool}: 0 waiting, 1 spooled, 4 replayed, 0 dropped" in out  # then direct
+    with open_influx(fake) as store:
+        got = store.read_samples(fields=["gpu_temp_c"])
+    assert sorted(set(got["ts"])) == [T0 + 60 * k for k in range(5)] and len(got) == 10
+    fake.stop()
