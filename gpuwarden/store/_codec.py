@@ -10,21 +10,15 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import fields
+from typing import Any, TypeVar
 
 from gpuwarden.errors import InputError
 from gpuwarden.health import GpuState, Reason, Verdict
-from gpuwarden.telemetry import (
-    Assignment,
-    Batch,
-    Event,
-    Failure,
-    GpuId,
-    NodeInfo,
-    Rejection,
-    Sample,
-)
+from gpuwarden.telemetry import Assignment, Batch, Event, GpuId, NodeInfo, Rejection, Sample
+
+R = TypeVar("R")
 
 
 class _Gpus:
@@ -94,17 +88,37 @@ def verdict_from_json(text: str) -> Verdict:
         raise InputError(f"a stored verdict is not one gpuwarden wrote: {exc}") from exc
 
 
+def _rows(items: Sequence[Any], g: _Gpus) -> list[list[Any]]:
+    """Records that start (ts, gpu, ...) as rows: ts, the GPU's position, the other fields."""
+    return [[x.ts, g.ref(x.gpu), *(getattr(x, f.name) for f in fields(x)[2:])] for x in items]
+
+
+def _records(
+    cls: Callable[..., R], rows: Sequence[Sequence[Any]], gpus: Sequence[GpuId]
+) -> list[R]:
+    return [cls(ts, gpus[i], *rest) for ts, i, *rest in rows]
+
+
+def records_to_dict(items: Sequence[Any]) -> dict[str, Any]:
+    """Events, failures or rejections (any records that start with ts and gpu)."""
+    g = _Gpus()
+    rows = _rows(items, g)
+    return {"gpus": g.table(), "rows": rows}
+
+
+def records_from_dict(cls: Callable[..., R], d: dict[str, Any]) -> list[R]:
+    return _records(cls, d["rows"], _gpus(d["gpus"]))
+
+
 def batch_to_dict(b: Batch) -> dict[str, Any]:
     g = _Gpus()
     out = {
         "ts": b.ts,
         "samples": [[s.ts, g.ref(s.gpu), dict(s.values)] for s in b.samples],
-        "events": [[e.ts, g.ref(e.gpu), e.kind, e.code, e.detail] for e in b.events],
-        "assignments": [
-            [a.ts, g.ref(a.gpu), a.namespace, a.pod, a.container] for a in b.assignments
-        ],
+        "events": _rows(b.events, g),
+        "assignments": _rows(b.assignments, g),
         "nodes": [[n.ts, n.hostname, n.driver_version, n.cuda_driver_version] for n in b.nodes],
-        "rejected": [[r.ts, g.ref(r.gpu), r.field, r.reason, r.value] for r in b.rejected],
+        "rejected": _rows(b.rejected, g),
         "problems": list(b.problems),
         "screened": b.screened,
     }
@@ -117,46 +131,13 @@ def batch_from_dict(d: dict[str, Any]) -> Batch:
     return Batch(
         ts=d["ts"],
         samples=tuple(Sample(ts, gpus[i], values) for ts, i, values in d["samples"]),
-        events=tuple(Event(ts, gpus[i], k, c, det) for ts, i, k, c, det in d["events"]),
+        events=tuple(_records(Event, d["events"], gpus)),
         problems=tuple(d["problems"]),
-        assignments=tuple(Assignment(ts, gpus[i], *who) for ts, i, *who in d["assignments"]),
+        assignments=tuple(_records(Assignment, d["assignments"], gpus)),
         nodes=tuple(NodeInfo(*n) for n in d["nodes"]),
-        rejected=tuple(Rejection(ts, gpus[i], f, r, v) for ts, i, f, r, v in d["rejected"]),
+        rejected=tuple(_records(Rejection, d["rejected"], gpus)),
         screened=d["screened"],
     )
-
-
-def events_to_dict(events: Sequence[Event]) -> dict[str, Any]:
-    g = _Gpus()
-    rows = [[e.ts, g.ref(e.gpu), e.kind, e.code, e.detail] for e in events]
-    return {"gpus": g.table(), "rows": rows}
-
-
-def events_from_dict(d: dict[str, Any]) -> list[Event]:
-    gpus = _gpus(d["gpus"])
-    return [Event(ts, gpus[i], k, c, det) for ts, i, k, c, det in d["rows"]]
-
-
-def failures_to_dict(failures: Sequence[Failure]) -> dict[str, Any]:
-    g = _Gpus()
-    rows = [[f.ts, g.ref(f.gpu), f.kind, f.precursor_start_ts, f.repair_s, f.xid] for f in failures]
-    return {"gpus": g.table(), "rows": rows}
-
-
-def failures_from_dict(d: dict[str, Any]) -> list[Failure]:
-    gpus = _gpus(d["gpus"])
-    return [Failure(ts, gpus[i], k, p, r, x) for ts, i, k, p, r, x in d["rows"]]
-
-
-def rejections_to_dict(rejections: Sequence[Rejection]) -> dict[str, Any]:
-    g = _Gpus()
-    rows = [[r.ts, g.ref(r.gpu), r.field, r.reason, r.value] for r in rejections]
-    return {"gpus": g.table(), "rows": rows}
-
-
-def rejections_from_dict(d: dict[str, Any]) -> list[Rejection]:
-    gpus = _gpus(d["gpus"])
-    return [Rejection(ts, gpus[i], f, r, v) for ts, i, f, r, v in d["rows"]]
 
 
 def verdicts_to_dict(verdicts: Sequence[Verdict]) -> dict[str, Any]:

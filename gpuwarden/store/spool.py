@@ -36,6 +36,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +54,17 @@ DEFAULT_MAX_AGE_S = 7 * 86400.0
 #: kind -> (encode, the store's method, decode)
 _KINDS: dict[str, tuple[Callable[[Any], dict[str, Any]], str, Callable[[dict[str, Any]], Any]]] = {
     "batch": (_codec.batch_to_dict, "write_batch", _codec.batch_from_dict),
-    "events": (_codec.events_to_dict, "write_events", _codec.events_from_dict),
-    "failures": (_codec.failures_to_dict, "write_failures", _codec.failures_from_dict),
-    "rejections": (_codec.rejections_to_dict, "write_rejections", _codec.rejections_from_dict),
+    "events": (_codec.records_to_dict, "write_events", partial(_codec.records_from_dict, Event)),
+    "failures": (
+        _codec.records_to_dict,
+        "write_failures",
+        partial(_codec.records_from_dict, Failure),
+    ),
+    "rejections": (
+        _codec.records_to_dict,
+        "write_rejections",
+        partial(_codec.records_from_dict, Rejection),
+    ),
     "verdicts": (_codec.verdicts_to_dict, "write_verdicts", _codec.verdicts_from_dict),
 }
 
