@@ -169,6 +169,7 @@ SeriesKey = tuple[str, tuple[tuple[str, str], ...], str]  # measurement, tags, f
 class Table:
     key: dict[str, Any]
     rows: list[dict[str, Any]] = field(default_factory=list)
+    points: dict[int, Any] | None = None  # from(): a series' points, before range()
 
     def columns(self) -> list[str]:
         seen: dict[str, None] = dict.fromkeys(self.key)
@@ -454,6 +455,17 @@ def _value(expr: Any, env: dict[str, Any]) -> Any:
     raise FluxError(f"compilation failed: cannot evaluate {expr!r}")
 
 
+def _columns_read(expr: Any) -> set[str]:
+    """The columns of ``r`` an expression reads."""
+    if isinstance(expr, tuple):
+        if expr[0] == "member" and expr[1] == ("ident", "r"):
+            return {expr[2]}
+        return set().union(*(_columns_read(e) for e in expr[1:]))
+    if isinstance(expr, list):
+        return set().union(*(_columns_read(e) for e in expr))
+    return set()
+
+
 def _truthy(v: Any) -> bool:
     if not isinstance(v, bool):
         raise FluxError(f"runtime error: expected a boolean, got {v!r}")
@@ -580,8 +592,7 @@ class Flux:
         tables = []
         for (measurement, tags, fld), points in self.server.snapshot(bucket).items():
             key = {"_measurement": measurement, **dict(tags), "_field": fld}
-            rows = [{**key, "_time": Time(ts), "_value": v} for ts, v in sorted(points.items())]
-            tables.append(Table(key, rows))
+            tables.append(Table(key, points=points))  # rows are made by range(), in its bounds
         return tables
 
     def stage(self, call: Call, tables: list[Table]) -> list[Table]:
@@ -609,9 +620,9 @@ class Flux:
         for t in tables:
             key = {"_start": Time(lo), "_stop": Time(hi), **t.key}
             rows = [
-                {**r, "_start": Time(lo), "_stop": Time(hi)}
-                for r in t.rows
-                if lo <= r["_time"] < hi
+                {**key, "_time": Time(ts), "_value": v}
+                for ts, v in sorted((t.points or {}).items())
+                if lo <= ts < hi
             ]
             out.append(Table(key, rows))
         return out
@@ -621,9 +632,13 @@ class Flux:
         fn = a["fn"]
         if not isinstance(fn, Lambda) or fn.params != ["r"]:
             raise FluxError('error calling function "filter": fn must be (r) => ...')
+        used = _columns_read(fn.body)
         out = []
         for t in tables:
-            rows = [r for r in t.rows if _truthy(_value(fn.body, {"r": r}))]
+            if used <= set(t.key):  # a test of the group key only: once per table, as pushed down
+                rows = t.rows if _truthy(_value(fn.body, {"r": t.key})) else []
+            else:
+                rows = [r for r in t.rows if _truthy(_value(fn.body, {"r": r}))]
             if rows or a["onEmpty"] == "keep":
                 out.append(Table(dict(t.key), rows))
         return out

@@ -314,3 +314,27 @@ def test_flux_literals_are_escaped():
         _flux.time(T0) == "2024-05-01T12:00:00Z"
         and _flux.time(T0 + 0.25) == "2024-05-01T12:00:00.250000Z"
     )
+
+
+def test_the_model_scores_the_same_from_influxdb_as_from_sqlite(fake):
+    """The shipped model over the same simulated history, read through Flux from the fake or
+    from SQLite: the same states, the same risks (to 1e-9: server-side means)."""
+    from gpuwarden.collectors.sim import SimCollector
+    from gpuwarden.models._assess import assess
+    from gpuwarden.store.sqlite import SqliteStore
+
+    influx, sqlite = open_influx(fake), SqliteStore(":memory:")
+    sim = SimCollector.from_url("sim://?nodes=2&gpus=2&seed=7&step=600&accel=50")
+    for _ in range(144):  # a day
+        batch = sim.collect()
+        influx.write_batch(batch)
+        sqlite.write_batch(batch)
+    want = {a.gpu.uuid: a for a in assess(sqlite, batch.ts + 1)}
+    got = {a.gpu.uuid: a for a in assess(influx, batch.ts + 1)}
+    assert got.keys() == want.keys() and len(got) == 4
+    for uuid, a in want.items():
+        assert got[uuid].state == a.state and got[uuid].risk == pytest.approx(a.risk, abs=1e-9)
+        assert got[uuid].reasons == a.reasons
+    assert len({round(a.risk, 3) for a in want.values()}) > 1  # not all alike
+    influx.close()
+    sqlite.close()
