@@ -118,28 +118,35 @@ def frame_samples(
     gpus: Sequence[int],
     names: Sequence[str],
     values: Sequence[np.ndarray],
+    *,
+    chunk: int = 5000,
 ) -> Iterator[str]:
-    """Lines of a checked wide frame, column-wise (``_frames.frame_rows``); NaN is left out."""
-    keys = [tag(n) for n in names]
-    tagsets: dict[tuple[str, str, int], str] = {}
-    columns = [v.tolist() for v in values]
+    """Lines of a checked wide frame, column-wise (``_frames.frame_rows``); NaN is left out.
+    Formatted a column at a time, ``chunk`` rows at a time (a row at a time is twice as slow)."""
     for c, column in zip(names, values, strict=True):
         bad = np.isinf(column)
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
             raise InputError(f"frame column {c!r} is infinite in row {row}")
-    for i, t in enumerate(ts.tolist()):
-        ident = (uuids[i], hostnames[i], gpus[i])
-        head = tagsets.get(ident)
-        if head is None:
-            head = tagsets[ident] = series_key(
-                SAMPLE, _gpu_tags(GpuId(ident[1], ident[2], ident[0]))
-            )
-        fields = ",".join(
-            f"{k}={col[i]!r}" for k, col in zip(keys, columns, strict=True) if col[i] == col[i]
-        )
-        if fields:
-            yield f"{head} {fields} {micros(t)}"
+    keys = [tag(n) + "=" for n in names]
+    heads: dict[tuple[str, str, int], str] = {}
+    for lo in range(0, len(ts), chunk):
+        hi = min(lo + chunk, len(ts))
+        parts = [
+            [k + repr(v) if v == v else "" for v in column[lo:hi].tolist()]
+            for k, column in zip(keys, values, strict=True)
+        ]
+        stamps = np.round(ts[lo:hi] * 1e6).astype(np.int64).tolist()
+        for i, row in enumerate(zip(*parts, strict=True)):
+            fields = ",".join(p for p in row if p)
+            if not fields:
+                continue
+            ident = (uuids[lo + i], hostnames[lo + i], gpus[lo + i])
+            head = heads.get(ident)
+            if head is None:
+                gpu = GpuId(ident[1], ident[2], ident[0])
+                head = heads[ident] = series_key(SAMPLE, _gpu_tags(gpu))
+            yield f"{head} {fields} {stamps[i]}"
 
 
 def seen(sightings: Iterable[tuple[float, GpuId]]) -> list[str]:

@@ -11,7 +11,7 @@ connections, timeouts, 5xx and 429, honouring ``Retry-After``), ``batch`` (lines
 request, default 5000), ``chunk`` (the longest time span one query reads, default 1d).
 
 Writes are line protocol (``_lines`` names the measurements) through influxdb-client's
-synchronous write API, gzip-compressed. Every record of a call is checked before the first line
+write service, gzip-compressed. Every record of a call is checked before the first line
 is sent, so a bad record stores nothing; a call that fails partway may leave the requests already
 accepted, and writing it again is safe (a point written twice is one point). Reads are Flux
 (``_flux``): rollups are computed by the server at read time with ``aggregateWindow`` (counters
@@ -22,6 +22,7 @@ policy drops old data). docs/store.md lists where this differs from SQLite.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -78,8 +79,7 @@ class InfluxStore:
                 raise ConfigError(f"{self.url}: {name} must be positive")
         self._token = token_from_env() if token is None else token
         try:
-            from influxdb_client import InfluxDBClient
-            from influxdb_client.client.write_api import SYNCHRONOUS
+            from influxdb_client import InfluxDBClient, WriteService
             from urllib3.util.retry import Retry
         except ImportError as exc:  # an extra, as the dashboard's streamlit is
             raise ConfigError(
@@ -98,10 +98,12 @@ class InfluxStore:
             token=self._token,
             org=self.config.org,
             timeout=int(self.config.timeout_s * 1000),
-            enable_gzip=True,
             retries=retry,
         )
-        self._write_api = self._client.write_api(write_options=SYNCHRONOUS)
+        # the client's own gzip is level 9, several times slower than sending: writes are
+        # compressed here at level 1, and query answers asked for gzipped (urllib3 inflates them)
+        self._client.api_client.default_headers["Accept-Encoding"] = "gzip"
+        self._writes = WriteService(self._client.api_client)
         self._query_api = self._client.query_api()
 
     @classmethod
@@ -147,31 +149,32 @@ class InfluxStore:
         self, lines: Iterable[str], what: str, *, progress: Callable[[int], Any] | None = None
     ) -> int:
         """Write ``lines`` in requests of ``batch_lines``; returns how many were sent."""
-        from influxdb_client import WritePrecision
-
         self._api()
         sent = 0
         chunk: list[str] = []
         for text in lines:
             chunk.append(text)
             if len(chunk) >= self.config.batch_lines:
-                sent += self._post(chunk, what, WritePrecision.US)
+                sent += self._post(chunk, what)
                 if progress is not None:
                     progress(len(chunk))
                 chunk = []
         if chunk:
-            sent += self._post(chunk, what, WritePrecision.US)
+            sent += self._post(chunk, what)
             if progress is not None:
                 progress(len(chunk))
         return sent
 
-    def _post(self, chunk: list[str], what: str, precision: Any) -> int:
+    def _post(self, chunk: list[str], what: str) -> int:
+        body = gzip.compress("\n".join(chunk).encode(), compresslevel=1)
         try:
-            self._write_api.write(
-                bucket=self.config.bucket,
+            self._writes.post_write(
                 org=self.config.org,
-                record="\n".join(chunk),
-                write_precision=precision,
+                bucket=self.config.bucket,
+                body=body,
+                precision="us",
+                content_encoding="gzip",
+                content_type="text/plain; charset=utf-8",
             )
         except Exception as exc:  # the client raises urllib3's and its own errors
             raise self._error(what, exc, writing=True) from exc
@@ -742,7 +745,6 @@ class InfluxStore:
         """Close the client; a second close does nothing."""
         if self._client is not None:
             client, self._client = self._client, None
-            self._write_api.close()
             client.close()
 
     def __enter__(self) -> InfluxStore:
