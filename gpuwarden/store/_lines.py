@@ -137,8 +137,8 @@ def frame_samples(
             for k, column in zip(keys, values, strict=True)
         ]
         stamps = np.round(ts[lo:hi] * 1e6).astype(np.int64).tolist()
-        for i, row in enumerate(zip(*parts, strict=True)):
-            fields = ",".join(p for p in row if p)
+        for i, cells in enumerate(zip(*parts, strict=True)):
+            fields = ",".join(p for p in cells if p)
             if not fields:
                 continue
             ident = (uuids[lo + i], hostnames[lo + i], gpus[lo + i])
