@@ -22,23 +22,21 @@ policy drops old data). docs/store.md lists where this differs from SQLite.
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
-import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from gpuwarden.errors import ConfigError, InputError, StoreError
+from gpuwarden.errors import ConfigError, InputError
 from gpuwarden.health import VERDICT_COLUMNS, Verdict
-from gpuwarden.store import _flux, _lines
+from gpuwarden.store import _assignments, _flux, _lines, window
 from gpuwarden.store._codec import verdict_from_json
 from gpuwarden.store._frames import check_fields, frame_rows
+from gpuwarden.store._influx_http import InfluxHttp
 from gpuwarden.store._schema import ROLLUP_FIELDS, SAMPLE_FIELDS, rollup_agg
-from gpuwarden.store._url import INFLUX_TOKEN_ENV, InfluxUrl, parse_influx_url
+from gpuwarden.store._url import InfluxUrl, parse_influx_url
 from gpuwarden.telemetry import (
     FIELDS_BY_NAME,
     FRAME_ID_COLUMNS,
@@ -50,21 +48,10 @@ from gpuwarden.telemetry import (
     mig_parent,
 )
 
-if TYPE_CHECKING:
-    from influxdb_client import InfluxDBClient
-
 #: uuids per query: equality tests joined by ``or`` stay short enough to push down
 UUIDS_PER_QUERY = 200
 _GPU_COLUMNS = ["hostname", "gpu", "uuid", "pci_bus_id", "model", "rack", "first_ts", "last_ts"]
 _MAX = "_max"
-
-
-def token_from_env() -> str:
-    """The first of ``INFLUX_TOKEN_ENV`` that is set, or ""."""
-    for name in INFLUX_TOKEN_ENV:
-        if os.environ.get(name):
-            return os.environ[name]
-    return ""
 
 
 class InfluxStore:
@@ -77,34 +64,7 @@ class InfluxStore:
         for name in ("timeout_s", "chunk_s", "batch_lines"):
             if not getattr(self.config, name) > 0:
                 raise ConfigError(f"{self.url}: {name} must be positive")
-        self._token = token_from_env() if token is None else token
-        try:
-            from influxdb_client import InfluxDBClient, WriteService
-            from urllib3.util.retry import Retry
-        except ImportError as exc:  # an extra, as the dashboard's streamlit is
-            raise ConfigError(
-                f"{self.url} needs influxdb-client: pip install 'gpuwarden[influx]'"
-            ) from exc
-        retry = Retry(
-            total=self.config.retries,
-            backoff_factor=0.5,
-            status_forcelist=(429, 500, 502, 503, 504),
-            allowed_methods=None,  # writes are idempotent: a point written twice is one point
-            respect_retry_after_header=True,
-            raise_on_status=False,
-        )
-        self._client: InfluxDBClient | None = InfluxDBClient(
-            url=self.config.base,
-            token=self._token,
-            org=self.config.org,
-            timeout=int(self.config.timeout_s * 1000),
-            retries=retry,
-        )
-        # the client's own gzip is level 9, several times slower than sending: writes are
-        # compressed here at level 1, and query answers asked for gzipped (urllib3 inflates them)
-        self._client.api_client.default_headers["Accept-Encoding"] = "gzip"
-        self._writes = WriteService(self._client.api_client)
-        self._query_api = self._client.query_api()
+        self._http = InfluxHttp(self.config, token)
 
     @classmethod
     def from_url(cls, url: str) -> InfluxStore:
@@ -112,83 +72,13 @@ class InfluxStore:
 
     # -- plumbing ------------------------------------------------------------------------
 
-    def _mask(self, text: str) -> str:
-        # a token too short to be secret would garble the message it is masked in
-        return text.replace(self._token, "***") if len(self._token) >= 6 else text
-
-    def _error(
-        self, what: str, exc: Exception, *, writing: bool = False
-    ) -> StoreError | InputError:
-        """One line for what went wrong, the token masked; a write the server refuses as
-        malformed is an ``InputError`` (sending it again cannot help)."""
-        status = getattr(exc, "status", None)
-        message = _server_message(exc)
-        where = f"{what} on {self.url}"
-        if status in (401, 403):
-            text = (
-                f"{where}: the server refused the token ({status}); set "
-                f"${INFLUX_TOKEN_ENV[0]} to a token for org {self.config.org!r} that may "
-                f"use bucket {self.config.bucket!r}"
-            )
-        elif status in (400, 413, 422) and writing:
-            return InputError(
-                self._mask(f"{where}: the server refused the points ({status}): {message}")
-            )
-        elif isinstance(status, int) and status >= 400:
-            text = f"{where}: the server answered {status}: {message}"
-        else:
-            text = f"{where}: cannot reach {self.config.base}: {message}"
-        return StoreError(self._mask(text))
-
-    def _api(self) -> InfluxDBClient:
-        if self._client is None:
-            raise StoreError(f"the store {self.url} is closed")
-        return self._client
-
     def _send(
         self, lines: Iterable[str], what: str, *, progress: Callable[[int], Any] | None = None
     ) -> int:
-        """Write ``lines`` in requests of ``batch_lines``; returns how many were sent."""
-        self._api()
-        sent = 0
-        chunk: list[str] = []
-        for text in lines:
-            chunk.append(text)
-            if len(chunk) >= self.config.batch_lines:
-                sent += self._post(chunk, what)
-                if progress is not None:
-                    progress(len(chunk))
-                chunk = []
-        if chunk:
-            sent += self._post(chunk, what)
-            if progress is not None:
-                progress(len(chunk))
-        return sent
-
-    def _post(self, chunk: list[str], what: str) -> int:
-        body = gzip.compress("\n".join(chunk).encode(), compresslevel=1)
-        try:
-            self._writes.post_write(
-                org=self.config.org,
-                bucket=self.config.bucket,
-                body=body,
-                precision="us",
-                content_encoding="gzip",
-                content_type="text/plain; charset=utf-8",
-            )
-        except Exception as exc:  # the client raises urllib3's and its own errors
-            raise self._error(what, exc, writing=True) from exc
-        return len(chunk)
+        return self._http.send(lines, what, progress=progress)
 
     def _query(self, flux: str, what: str) -> pd.DataFrame:
-        try:
-            self._api()
-            rows = self._query_api.query_csv(flux, org=self.config.org)
-            return _flux.read_csv(rows)
-        except StoreError as exc:
-            raise StoreError(self._mask(f"{what} on {self.url}: {exc}")) from exc
-        except Exception as exc:
-            raise self._error(what, exc) from exc
+        return self._http.query(flux, what)
 
     def _select(self, measurement: str, **kw: Any) -> str:
         return _flux.select(self.config.bucket, measurement, **kw)
@@ -433,7 +323,7 @@ class InfluxStore:
                     parts.append(self._rolled(a, b, wanted, group, res))
         frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
         if frame.empty:
-            return _empty(wanted)
+            return window.empty(wanted)
         if chosen is None:  # a whole-fleet read counts no MIG instance as one more GPU
             frame = frame[[mig_parent(u) == "" for u in frame["uuid"]]]
         frame = frame.drop_duplicates(["uuid", "ts"], keep="last")
@@ -690,7 +580,7 @@ class InfluxStore:
             ["namespace", "pod", "container", "held"],
             "read_assignments",
         )
-        rows = _intervals(got) if len(got) else []
+        rows = _assignments.intervals(got) if len(got) else []
         out = pd.DataFrame.from_records(
             rows, columns=["uuid", "namespace", "pod", "container", "ts_from", "ts_to", "last_seen"]
         )
@@ -743,9 +633,7 @@ class InfluxStore:
 
     def close(self) -> None:
         """Close the client; a second close does nothing."""
-        if self._client is not None:
-            client, self._client = self._client, None
-            client.close()
+        self._http.close()
 
     def __enter__(self) -> InfluxStore:
         return self
@@ -755,26 +643,6 @@ class InfluxStore:
 
     def __repr__(self) -> str:
         return f"InfluxStore({self.url!r})"
-
-
-def _server_message(exc: Exception) -> str:
-    """What the server (or the connection) said, on one line."""
-    body = getattr(exc, "body", None)
-    if body:
-        try:
-            parsed = json.loads(body)
-            if isinstance(parsed, dict) and parsed.get("message"):
-                return str(parsed["message"]).splitlines()[0][:300]
-        except ValueError:
-            pass
-        return str(body).splitlines()[0][:300]
-    reason = getattr(exc, "reason", None)
-    text = str(reason if reason is not None else exc).strip()
-    # urllib3 wraps the socket error: "<...HTTPConnection object at 0x..>: Failed to establish
-    # a new connection: [Errno 111] Connection refused"
-    text = text.rpartition("Failed to establish a new connection: ")[2]
-    first = text.splitlines()[0] if text else type(exc).__name__
-    return first[:300]
 
 
 def _by_field(last: pd.DataFrame, key: str) -> pd.DataFrame:
@@ -810,35 +678,6 @@ def _far(inv: pd.DataFrame) -> float:
     return float(newest) + 1.0 if math.isfinite(newest) else 0.0
 
 
-def _intervals(got: pd.DataFrame) -> list[tuple[Any, ...]]:
-    """Readings of who held each GPU -> intervals, applied in time order as the SQLite store
-    applies them when they are written (``_assignments.write``)."""
-    got = got.assign(
-        namespace=got["namespace"].fillna("").astype(str),
-        pod=got["pod"].fillna("").astype(str),
-        container=got["container"].fillna("").astype(str),
-    ).sort_values(["uuid", "ts"], kind="stable")
-    out: list[list[Any]] = []
-    for uuid, rows in got.groupby("uuid", sort=True):
-        open_rows: dict[tuple[str, str, str], list[Any]] = {}
-        for ts, readings in rows.groupby("ts", sort=True):
-            held = {
-                (r.namespace, r.pod, r.container)
-                for r in readings.itertuples()
-                if r.held == 1 and (r.namespace or r.pod or r.container)
-            }
-            for who in list(open_rows):
-                if who in held:
-                    open_rows[who][6] = ts
-                else:
-                    open_rows.pop(who)[5] = ts
-            for who in sorted(held - set(open_rows)):
-                row = [uuid, *who, ts, math.nan, ts]
-                open_rows[who] = row
-                out.append(row)
-    return [tuple(r) for r in out]
-
-
 def _typed(frame: pd.DataFrame, *, ints: Sequence[str]) -> pd.DataFrame:
     for c in frame.columns:
         if c in ("hostname", "uuid", "kind", "detail", "field", "reason"):
@@ -850,16 +689,3 @@ def _typed(frame: pd.DataFrame, *, ints: Sequence[str]) -> pd.DataFrame:
         elif c != "count":
             frame[c] = frame[c].astype(np.float64)
     return frame
-
-
-def _empty(fields: list[str]) -> pd.DataFrame:
-    dtypes = {
-        "hostname": object,
-        "uuid": object,
-        "model": object,
-        "pci_bus_id": object,
-        "gpu": np.int64,
-    }
-    return pd.DataFrame(
-        {c: pd.Series(dtype=dtypes.get(c, np.float64)) for c in [*FRAME_ID_COLUMNS, *fields]}
-    )

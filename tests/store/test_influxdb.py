@@ -91,9 +91,8 @@ def test_the_token_comes_from_the_environment(fake, monkeypatch):
 
 def test_a_refused_token_is_one_line_and_never_shown(fake, caplog):
     caplog.set_level(logging.DEBUG)
-    store = open_influx(fake)
-    store._token = "sup3r-secret-token"  # what the server refuses
-    store._client.api_client.default_headers["Authorization"] = "Token sup3r-secret-token"
+    url = f"influxdb://{fake.url.removeprefix('http://')}?org=gpuwarden&bucket=gpu"
+    store = InfluxStore(url, token="sup3r-secret-token")  # what the server refuses
     with pytest.raises(StoreError) as err:
         store.write_batch(Batch(T0, (Sample(T0, A, {"gpu_temp_c": 40.0}),)))
     text = str(err.value)
@@ -188,7 +187,7 @@ def test_an_infinite_reading_is_refused_before_anything_is_sent(fake):
 def test_a_malformed_query_is_a_store_error_not_a_crash(fake):
     store = open_influx(fake)
     with pytest.raises(StoreError, match="compilation failed"):
-        store._query('from(bucket: "gpu") |> range(start: 0) |> frobnicate()', "a test")
+        store._http.query('from(bucket: "gpu") |> range(start: 0) |> frobnicate()', "a test")
     store.close()
 
 
