@@ -23,6 +23,9 @@ from gpuwarden.cliutil import (
     open_collector,
     open_store,
     settings,
+    spool_options,
+    spool_summary,
+    spooled,
     store_option,
 )
 from gpuwarden.cliutil import collector_url as _collector_url  # noqa: F401  (tests/test_cli.py)
@@ -92,6 +95,7 @@ def show_config(ctx: click.Context) -> None:
 @click.option(
     "--iterations", type=int, default=None, help="Stop after N collections (default: run forever)."
 )
+@spool_options
 @click.pass_context
 def collect(
     ctx: click.Context,
@@ -99,13 +103,21 @@ def collect(
     store_url: str | None,
     interval_s: float | None,
     iterations: int | None,
+    spool_dir: str | None,
+    spool_max_mb: float,
+    spool_max_age: str,
 ) -> None:
-    """Run a collector into a store on an interval; survives collector errors."""
+    """Run a collector into a store on an interval; survives collector errors, and with
+    --spool keeps every batch on disk while the store is down."""
     from gpuwarden.collect import CollectLoop
 
     cfg = settings(ctx)
     collector = open_collector(collector_url, cfg)
-    store = open_store(store_url, cfg)
+    try:
+        store = spooled(open_store(store_url, cfg), spool_dir, spool_max_mb, spool_max_age)
+    except BaseException:
+        collector.close()
+        raise
     loop = CollectLoop(
         collector,
         store,
@@ -122,6 +134,7 @@ def collect(
     click.echo(
         f"{stats.ticks} collections: {stats.samples} samples, {stats.events} events, "
         f"{stats.collect_errors} collector errors, {stats.store_errors} store errors"
+        + spool_summary(store)
     )
 
 

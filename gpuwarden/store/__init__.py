@@ -3,8 +3,9 @@
     open_store("sqlite:////var/lib/gpuwarden/gpuwarden.db")   the default: one file, no server
     open_store("sqlite:///relative/path.db")                   three slashes: relative (as SQLAlchemy)
     open_store("sqlite:///:memory:")                          for tests
+    open_store("influxdb://influx:8086?org=ops&bucket=gpu")   InfluxDB 2.x (token: $GPUWARDEN_INFLUX_TOKEN)
 
-InfluxDB and Prometheus-compatible backends plug in the same way. Third-party stores register a
+Prometheus-compatible backends plug in the same way. Third-party stores register a
 ``gpuwarden.stores`` entry point naming a callable ``(url: str) -> Store``.
 """
 
@@ -15,6 +16,8 @@ from gpuwarden.store.base import Store
 
 BUILTIN: dict[str, str] = {
     "sqlite": "gpuwarden.store.sqlite:SqliteStore.from_url",
+    "influxdb": "gpuwarden.store.influxdb:InfluxStore.from_url",
+    "influxdb+https": "gpuwarden.store.influxdb:InfluxStore.from_url",
 }
 
 
