@@ -121,7 +121,7 @@ def collect(
     loop = CollectLoop(
         collector,
         store,
-        interval_s=interval_s or cfg["interval_s"],
+        interval_s=cfg["interval_s"] if interval_s is None else interval_s,
         compact_every_s=cfg["compact_every_s"],
     )
     try:

@@ -104,6 +104,32 @@ def test_collect_sim_into_store(tmp_path):
     assert len(frame) == 6 and frame["uuid"].nunique() == 2
 
 
+def test_collect_interval_zero_is_zero_not_the_default(tmp_path, monkeypatch):
+    from gpuwarden.collect import CollectLoop
+
+    intervals: list[float] = []
+    real_run = CollectLoop.run
+
+    def run_and_note(self, iterations=None):
+        intervals.append(self.interval_s)
+        return real_run(self, iterations)
+
+    monkeypatch.setattr(CollectLoop, "run", run_and_note)
+    result = run(
+        "collect",
+        "--collector",
+        "sim://?nodes=1&gpus=1&seed=3",
+        "--store",
+        f"sqlite:///{tmp_path / 's.db'}",
+        "--iterations",
+        "2",
+        "--interval",
+        "0",
+    )
+    assert result.exit_code == 0, result.output
+    assert intervals == [0.0]  # 0 asked for: no wait, not the 15 s setting
+
+
 def test_ingest_needs_a_file(tmp_path):
     result = run("ingest", "--store", str(tmp_path / "s.db"))
     assert result.exit_code == 2
