@@ -147,7 +147,7 @@ def _text_field(fake: FakeInflux, name: str) -> bool:
 def test_victoriametrics_down_is_one_line_and_back_up_takes_writes(
     victoria_metrics: Daemon, daemons: list[Daemon]
 ) -> None:
-    from conftest import launch_victoria_metrics
+    from alerting_daemons import launch_victoria_metrics  # this folder's conftest, by path
 
     sim = SimCollector.from_url("sim://?nodes=1&gpus=2&seed=2&step=60")
     first, second = sim.collect(), sim.collect()
@@ -229,7 +229,7 @@ def test_collect_spools_while_victoriametrics_is_stopped_and_catches_up(
     """``gpuwarden collect --spool`` into a real VictoriaMetrics that is stopped halfway and
     started again: every collection arrives, in order, none twice."""
     from click.testing import CliRunner
-    from conftest import launch_victoria_metrics
+    from alerting_daemons import launch_victoria_metrics  # this folder's conftest, by path
 
     from gpuwarden.cli import main
 
