@@ -208,6 +208,14 @@ def exporter(
     "(a header row; times read as UTC); repeatable. Its GPUs belong to --host.",
 )
 @click.option(
+    "--smi-q",
+    "smi_qs",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="nvidia-smi -q output, one or a log of -q -l N (times read as UTC); repeatable. "
+    "Its GPUs belong to --host.",
+)
+@click.option(
     "--memory-errors",
     "memory_error_files",
     multiple=True,
@@ -218,7 +226,7 @@ def exporter(
 @click.option(
     "--host",
     default=None,
-    help="Host of an --smi-csv log (default: this machine) and of a --kernel-log's lines "
+    help="Host of an --smi-csv or --smi-q log (default: this machine) and of a --kernel-log's lines "
     "without one.",
 )
 @click.option(
@@ -244,6 +252,7 @@ def ingest(
     failure_files: tuple[str, ...],
     kernel_logs: tuple[str, ...],
     smi_csvs: tuple[str, ...],
+    smi_qs: tuple[str, ...],
     memory_error_files: tuple[str, ...],
     host: str | None,
     boot_time: str | None,
@@ -261,11 +270,11 @@ def ingest(
     from gpuwarden import ingest as ing
 
     if not (telemetry_files or xid_files or failure_files or kernel_logs or smi_csvs) and not (
-        memory_error_files
+        memory_error_files or smi_qs
     ):
         raise click.UsageError(
             "give at least one of --telemetry, --xids, --failures, --kernel-log, --smi-csv, "
-            "--memory-errors"
+            "--smi-q, --memory-errors"
         )
     boot = ing.parse_time(boot_time, "--boot-time") if boot_time else None
     store = open_store(store_url, settings(ctx))
@@ -276,6 +285,7 @@ def ingest(
         jobs += [(f, "xids") for f in xid_files]
         jobs += [(f, "failures") for f in failure_files]
         jobs += [(f, "smi") for f in smi_csvs]
+        jobs += [(f, "smi-q") for f in smi_qs]
         jobs += [(f, "kernel") for f in kernel_logs]
         for path, kind in jobs:
             out = named or ing.BadLineReport(ing.report_path(path))
@@ -289,6 +299,12 @@ def ingest(
                 elif kind == "smi":
                     report = ing.ingest_smi_csv(store, path, host=host, on_bad_line=sink)
                     what = f"samples (nvidia-smi CSV, {report.lines_read} rows, host {host or _here()})"
+                elif kind == "smi-q":
+                    report = ing.ingest_smi_query_text(store, path, host=host, on_bad_line=sink)
+                    what = (
+                        f"samples (nvidia-smi -q, {report.lines_read} outputs, "
+                        f"host {host or _here()})"
+                    )
                 elif kind == "kernel":
                     report = ing.ingest_kernel_log(
                         store, path, host=host, boot_time=boot, on_bad_line=sink

@@ -484,6 +484,59 @@ def ingest_smi_csv(
     )
 
 
+#: The line each ``nvidia-smi -q`` output starts with; a log of ``nvidia-smi -q -l N`` repeats it.
+_Q_START = "==============NVSMI LOG=============="
+
+
+def ingest_smi_query_text(
+    store: Store,
+    path: str | os.PathLike[str],
+    *,
+    host: str | None = None,
+    tz: tzinfo = UTC,
+    on_bad_line: BadLineSink | None = None,
+) -> IngestReport:
+    """Load ``nvidia-smi -q`` output (one, or a log of ``-q -l N``: many; plain or gzip)
+    through ``collectors.smi_text``: one sample per GPU per output, timed by its ``Timestamp``
+    (read in ``tz``), the driver and CUDA versions as the node's.
+
+    An output whose time does not read is a bad line (named by the line of its header) and is
+    not stored; impossible readings are stored as rejected. A file with no ``NVSMI LOG`` header
+    raises ``InputError`` and stores nothing."""
+    import socket
+
+    from gpuwarden.collectors.smi_text import read_query_text
+
+    lines = _kernel_log_lines(path)
+    starts = [i for i, line in enumerate(lines) if line.strip() == _Q_START]
+    if not starts:
+        raise InputError(f"{path}: no {_Q_START!r} line: not nvidia-smi -q output")
+    hostname = host or socket.gethostname()
+    stored = 0
+    bad: list[tuple[int, str]] = []
+    rejected: Counter[tuple[str, str]] = Counter()
+    for n, first in enumerate(starts):
+        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
+        batch = read_query_text("\n".join(lines[first:end]), hostname=hostname, tz=tz)
+        untimed = [p for p in batch.problems if "time 0" in p]
+        if untimed:
+            bad.append((first + 1, f"nvidia-smi -q output without a readable time: {untimed[0]}"))
+            continue
+        store.write_batch(batch)
+        stored += len(batch.samples)
+        rejected.update((r.field, r.reason) for r in batch.rejected)
+    if on_bad_line is not None:
+        for line, why in bad:
+            on_bad_line(line, why)
+    return IngestReport(
+        stored,
+        bad[:MAX_BAD_ROWS],
+        bad_rows_total=len(bad),
+        lines_read=len(starts),
+        rejected=dict(rejected),
+    )
+
+
 def parse_time(text: str, name: str = "time") -> float:
     """RFC 3339 (without an offset: UTC) or Unix seconds -> Unix seconds; ``InputError``
     naming ``name`` (the option) otherwise."""

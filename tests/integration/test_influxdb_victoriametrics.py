@@ -228,8 +228,8 @@ def test_collect_spools_while_victoriametrics_is_stopped_and_catches_up(
 ) -> None:
     """``gpuwarden collect --spool`` into a real VictoriaMetrics that is stopped halfway and
     started again: every collection arrives, in order, none twice."""
-    from click.testing import CliRunner
     from alerting_daemons import launch_victoria_metrics  # this folder's conftest, by path
+    from click.testing import CliRunner
 
     from gpuwarden.cli import main
 
