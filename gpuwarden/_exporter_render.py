@@ -132,9 +132,16 @@ class ExporterState:
             self._state_for(r.gpu).rejected[r.field, r.reason] += 1
         h = self.health
         h.attempts += 1
-        h.last_ok, h.last_error = True, ""
-        h.last_success_ts, h.last_duration_s = now, duration_s
-        h.last_problems = len(batch.problems)
+        h.last_duration_s, h.last_problems = duration_s, len(batch.problems)
+        if batch.problems and not (batch.samples or batch.events or batch.nodes):
+            # nothing but problems: every part of the source failed (its only endpoint is
+            # unreachable), so the source is down although collect() returned
+            h.errors_total += 1
+            h.last_ok = False
+            h.last_error = "nothing could be read: " + "; ".join(batch.problems[:3])
+        else:
+            h.last_ok, h.last_error = True, ""
+            h.last_success_ts = now
 
     def record_failure(self, error: str, duration_s: float) -> None:
         """collect() raised: count it and keep the last good values."""
@@ -191,13 +198,15 @@ class ExporterState:
         h = self.health
         c = f'collector="{escape_label(h.collector_url)}"'
         out = [
-            "# HELP gpuwarden_collector_errors_total Collections that raised instead of "
-            "returning a batch.\n# TYPE gpuwarden_collector_errors_total counter\n"
+            "# HELP gpuwarden_collector_errors_total Collections that failed: raised, or read "
+            "nothing (every part of the source unreachable).\n"
+            "# TYPE gpuwarden_collector_errors_total counter\n"
             f"gpuwarden_collector_errors_total{{{c}}} {h.errors_total}\n"
         ]
         if h.attempts:
             out.append(
-                "# HELP gpuwarden_collector_up 1 if the last collection returned a batch.\n"
+                "# HELP gpuwarden_collector_up 1 if the last collection read its source, 0 if "
+                "it raised or read nothing (every part of the source unreachable).\n"
                 "# TYPE gpuwarden_collector_up gauge\n"
                 f"gpuwarden_collector_up{{{c}}} {int(h.last_ok)}\n"
                 "# HELP gpuwarden_collector_problems Parts of the source that could not be read "
@@ -214,7 +223,7 @@ class ExporterState:
         if h.last_success_ts is not None:
             out.append(
                 "# HELP gpuwarden_collector_last_success_timestamp_seconds Unix time of the last "
-                "collection that returned a batch.\n"
+                "collection that read its source.\n"
                 "# TYPE gpuwarden_collector_last_success_timestamp_seconds gauge\n"
                 f"gpuwarden_collector_last_success_timestamp_seconds{{{c}}} "
                 f"{h.last_success_ts!r}\n"

@@ -7,9 +7,11 @@ becomes one line on stderr and exit status 1, never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -21,10 +23,16 @@ from gpuwarden.cliutil import (
     open_collector,
     open_store,
     settings,
+    spool_options,
+    spool_summary,
+    spooled,
     store_option,
 )
 from gpuwarden.cliutil import collector_url as _collector_url  # noqa: F401  (tests/test_cli.py)
-from gpuwarden.config import SETTINGS, load_settings, parse_listen
+from gpuwarden.config import SETTINGS, load_settings, parse_listen, redact_url
+
+if TYPE_CHECKING:
+    from gpuwarden.collectors.memory_errors import EventWriter
 
 
 @click.group(cls=DomainErrorGroup)
@@ -71,10 +79,13 @@ def fields() -> None:
 @main.command("config")
 @click.pass_context
 def show_config(ctx: click.Context) -> None:
-    """Show every setting, its effective value and where to set it."""
+    """Show every setting, its effective value and where to set it (passwords in URLs
+    masked, as in logs and /metrics)."""
     values = settings(ctx)
     for s in SETTINGS:
-        click.echo(f"{s.name} = {values[s.name]!r}    # {s.help} [{s.env}]")
+        value = values[s.name]
+        shown = redact_url(value) if isinstance(value, str) else value
+        click.echo(f"{s.name} = {shown!r}    # {s.help} [{s.env}]")
 
 
 @main.command()
@@ -84,6 +95,7 @@ def show_config(ctx: click.Context) -> None:
 @click.option(
     "--iterations", type=int, default=None, help="Stop after N collections (default: run forever)."
 )
+@spool_options
 @click.pass_context
 def collect(
     ctx: click.Context,
@@ -91,17 +103,25 @@ def collect(
     store_url: str | None,
     interval_s: float | None,
     iterations: int | None,
+    spool_dir: str | None,
+    spool_max_mb: float,
+    spool_max_age: str,
 ) -> None:
-    """Run a collector into a store on an interval; survives collector errors."""
+    """Run a collector into a store on an interval; survives collector errors, and with
+    --spool keeps every batch on disk while the store is down."""
     from gpuwarden.collect import CollectLoop
 
     cfg = settings(ctx)
     collector = open_collector(collector_url, cfg)
-    store = open_store(store_url, cfg)
+    try:
+        store = spooled(open_store(store_url, cfg), spool_dir, spool_max_mb, spool_max_age)
+    except BaseException:
+        collector.close()
+        raise
     loop = CollectLoop(
         collector,
         store,
-        interval_s=interval_s or cfg["interval_s"],
+        interval_s=cfg["interval_s"] if interval_s is None else interval_s,
         compact_every_s=cfg["compact_every_s"],
     )
     try:
@@ -114,6 +134,7 @@ def collect(
     click.echo(
         f"{stats.ticks} collections: {stats.samples} samples, {stats.events} events, "
         f"{stats.collect_errors} collector errors, {stats.store_errors} store errors"
+        + spool_summary(store)
     )
 
 
@@ -187,15 +208,39 @@ def exporter(
     "(a header row; times read as UTC); repeatable. Its GPUs belong to --host.",
 )
 @click.option(
+    "--smi-q",
+    "smi_qs",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="nvidia-smi -q output, one or a log of -q -l N (times read as UTC); repeatable. "
+    "Its GPUs belong to --host.",
+)
+@click.option(
+    "--memory-errors",
+    "memory_error_files",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="Per-address HBM error log in the Calchas format (Datacenter,Server,Name,Stack,SID,"
+    "PcId,BankGroup,BankArray,Col,Row,Time,EccType), stored as memory_error events; repeatable.",
+)
+@click.option(
     "--host",
     default=None,
-    help="Host of an --smi-csv log (default: this machine) and of a --kernel-log's lines "
+    help="Host of an --smi-csv or --smi-q log (default: this machine) and of a --kernel-log's lines "
     "without one.",
 )
 @click.option(
     "--boot-time",
     default=None,
     help="Boot time of a --kernel-log with dmesg seconds-since-boot stamps (RFC 3339 or Unix s).",
+)
+@click.option(
+    "--bad-lines",
+    "bad_lines",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write every line not stored to this file, as FILE:LINE: reason (default: beside each "
+    "input, as INPUT.bad-lines.txt, when it has any).",
 )
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
 @click.pass_context
@@ -207,61 +252,137 @@ def ingest(
     failure_files: tuple[str, ...],
     kernel_logs: tuple[str, ...],
     smi_csvs: tuple[str, ...],
+    smi_qs: tuple[str, ...],
+    memory_error_files: tuple[str, ...],
     host: str | None,
     boot_time: str | None,
+    bad_lines: str | None,
     progress: bool,
 ) -> None:
     """Load history exported from Prometheus, InfluxDB or a spreadsheet, nvidia-smi's own CSV
     logs, or kernel logs, into a store.
 
-    Good rows are stored; bad rows are listed with their line numbers and the exit status is 1.
+    Every good line is stored. A line whose time, host or GPU does not read is not stored: the
+    first few are shown, all of them are written to the bad-lines report, and the exit status
+    is 1. An impossible reading is stored as missing and counted; it alone does not make the
+    exit status non-zero.
     """
     from gpuwarden import ingest as ing
 
-    if not (telemetry_files or xid_files or failure_files or kernel_logs or smi_csvs):
+    if not (telemetry_files or xid_files or failure_files or kernel_logs or smi_csvs) and not (
+        memory_error_files or smi_qs
+    ):
         raise click.UsageError(
-            "give at least one of --telemetry, --xids, --failures, --kernel-log, --smi-csv"
+            "give at least one of --telemetry, --xids, --failures, --kernel-log, --smi-csv, "
+            "--smi-q, --memory-errors"
         )
     boot = ing.parse_time(boot_time, "--boot-time") if boot_time else None
     store = open_store(store_url, settings(ctx))
+    named = ing.BadLineReport(bad_lines, always=True) if bad_lines else None
     bad = 0
     try:
         jobs: list[tuple[str, str]] = [(f, "telemetry") for f in telemetry_files]
         jobs += [(f, "xids") for f in xid_files]
         jobs += [(f, "failures") for f in failure_files]
         jobs += [(f, "smi") for f in smi_csvs]
+        jobs += [(f, "smi-q") for f in smi_qs]
         jobs += [(f, "kernel") for f in kernel_logs]
         for path, kind in jobs:
-            if kind == "telemetry":
-                report, what = ing.ingest_telemetry(store, path, progress=progress), "samples"
-            elif kind == "xids":
-                report, what = ing.ingest_xids(store, path), "Xid events"
-            elif kind == "smi":
-                report = ing.ingest_smi_csv(store, path, host=host)
-                what = f"samples (nvidia-smi CSV, {report.lines_read} rows, host {host or _here()})"
-            elif kind == "kernel":
-                report = ing.ingest_kernel_log(store, path, host=host, boot_time=boot)
-                what = _kernel_log_summary(path, report)
-            else:
-                report, what = ing.ingest_failures(store, path), "failures"
+            out = named or ing.BadLineReport(ing.report_path(path))
+            sink = out.sink(path)
+            try:
+                if kind == "telemetry":
+                    report = ing.ingest_telemetry(store, path, progress=progress, on_bad_line=sink)
+                    what = "samples"
+                elif kind == "xids":
+                    report, what = ing.ingest_xids(store, path, on_bad_line=sink), "Xid events"
+                elif kind == "smi":
+                    report = ing.ingest_smi_csv(store, path, host=host, on_bad_line=sink)
+                    what = f"samples (nvidia-smi CSV, {report.lines_read} rows, host {host or _here()})"
+                elif kind == "smi-q":
+                    report = ing.ingest_smi_query_text(store, path, host=host, on_bad_line=sink)
+                    what = (
+                        f"samples (nvidia-smi -q, {report.lines_read} outputs, "
+                        f"host {host or _here()})"
+                    )
+                elif kind == "kernel":
+                    report = ing.ingest_kernel_log(
+                        store, path, host=host, boot_time=boot, on_bad_line=sink
+                    )
+                    what = _kernel_log_summary(path, report)
+                else:
+                    report = ing.ingest_failures(store, path, on_bad_line=sink)
+                    what = "failures"
+            finally:
+                if out is not named:
+                    out.close()
             click.echo(f"{path}: stored {report.rows_stored} {what}")
-            if report.rejected:
-                said = ", ".join(f"{n} {f} ({r})" for (f, r), n in sorted(report.rejected.items()))
-                click.echo(f"{path}: impossible readings stored as missing: {said}", err=True)
-            if report.unknown_columns:
-                click.echo(
-                    f"{path}: ignored unknown columns: {', '.join(report.unknown_columns)}",
-                    err=True,
-                )
-            for line, reason in report.bad_rows[:50]:
-                click.echo(f"{path}:{line}: {reason}", err=True)
-            if report.bad_rows_total > 50:
-                click.echo(f"{path}: ... and {report.bad_rows_total - 50} more bad rows", err=True)
+            _ingest_problems(path, report, out, stale=out is not named)
             bad += report.bad_rows_total
+        for path in memory_error_files:
+            bad += _ingest_memory_errors(store, path)
     finally:
         store.close()
+        if named is not None:
+            named.close()
     if bad:
         raise click.ClickException(f"{bad} bad rows skipped (the good rows were stored)")
+
+
+#: Bad lines shown on the terminal per file; the report file has them all.
+_SHOWN_BAD_LINES = 10
+
+
+def _ingest_problems(path: str, report, out, *, stale: bool) -> None:  # ingest.IngestReport
+    """Say on stderr what a file's load left out: impossible readings, unknown columns, and
+    the bad lines (the first few, then where the rest are). ``stale``: a report of our own
+    from an earlier load of ``path`` that found none now is removed."""
+    if report.rejected:
+        said = ", ".join(f"{n} {f} ({r})" for (f, r), n in sorted(report.rejected.items()))
+        click.echo(f"{path}: impossible readings stored as missing: {said}", err=True)
+    if report.unknown_columns:
+        click.echo(
+            f"{path}: ignored unknown columns: {', '.join(report.unknown_columns)}", err=True
+        )
+    for line, reason in report.bad_rows[:_SHOWN_BAD_LINES]:
+        click.echo(f"{path}:{line}: {reason}", err=True)
+    if not report.bad_rows_total:
+        if stale:
+            with contextlib.suppress(OSError):  # a read-only directory: leave it be
+                out.path.unlink(missing_ok=True)
+        return
+    more = report.bad_rows_total - min(len(report.bad_rows), _SHOWN_BAD_LINES)
+    where = f"; cannot write the list: {out.error}" if out.error else f"; all listed in {out.path}"
+    click.echo(
+        f"{path}: {report.bad_rows_total} line{'s' if report.bad_rows_total > 1 else ''} not stored"
+        + (f" ({more} more than shown)" if more > 0 else "")
+        + where,
+        err=True,
+    )
+
+
+def _ingest_memory_errors(store: EventWriter, path: str) -> int:
+    """Load one Calchas HBM error log; say what it held. Returns its bad lines."""
+    from gpuwarden.collectors.memory_errors import ingest_memory_errors
+
+    log = ingest_memory_errors(store, path)
+    kinds = ", ".join(f"{n} {t}" for t, n in log.counts().items())
+    gpus = len({e.gpu.uuid for e in log.errors})
+    click.echo(f"{path}: stored {len(log.errors)} memory errors ({kinds}) of {gpus} accelerators")
+    if log.repeats:
+        click.echo(
+            f"{path}: {log.repeats} repeated lines (same accelerator, time, type and "
+            "address) stored once",
+            err=True,
+        )
+    for note in log.notes:
+        click.echo(f"{path}: {note}", err=True)
+    for line, reason in log.bad_rows[:_SHOWN_BAD_LINES]:
+        click.echo(f"{path}:{line}: {reason}", err=True)
+    if log.bad_rows_total > _SHOWN_BAD_LINES:
+        more = log.bad_rows_total - _SHOWN_BAD_LINES
+        click.echo(f"{path}: ... and {more} more bad lines", err=True)
+    return log.bad_rows_total
 
 
 def _here() -> str:

@@ -31,6 +31,71 @@ collector_option = click.option(
 )
 
 
+def spool_options(command: Any) -> Any:
+    """``--spool DIR``, ``--spool-max-mb``, ``--spool-max-age`` (``collect``, ``serve``)."""
+    for option in reversed(
+        [
+            click.option(
+                "--spool",
+                "spool_dir",
+                type=click.Path(file_okay=False),
+                default=None,
+                help="Directory where writes wait on disk while the store is down; they are "
+                "replayed in order once it is back (default: no spool, a failed write is retried "
+                "from memory).",
+            ),
+            click.option(
+                "--spool-max-mb",
+                type=float,
+                default=512.0,
+                show_default=True,
+                help="Most disk the spool may use (MB); beyond it the oldest writes are dropped.",
+            ),
+            click.option(
+                "--spool-max-age",
+                default="7d",
+                show_default=True,
+                help="Spooled writes older than this are dropped (e.g. 36h, 7d).",
+            ),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+def spooled(store: Any, directory: str | None, max_mb: float, max_age: str) -> Any:
+    """``store`` behind a ``Spool`` in ``directory``; ``store`` itself when there is none."""
+    if not directory:
+        return store
+    from gpuwarden.config import parse_duration
+    from gpuwarden.store.spool import Spool
+
+    if not max_mb > 0:
+        raise click.BadParameter(f"must be positive, not {max_mb!r}", param_hint="--spool-max-mb")
+    try:
+        return Spool(
+            store,
+            directory,
+            max_bytes=int(max_mb * 1_000_000),
+            max_age_s=parse_duration(max_age, "--spool-max-age"),
+        )
+    except BaseException:
+        store.close()
+        raise
+
+
+def spool_summary(store: Any) -> str:
+    """ "; spool DIR: N waiting, ..." for a command's last line ("" without a spool)."""
+    stats = getattr(store, "stats", None)
+    if stats is None or not hasattr(store, "directory"):
+        return ""
+    dropped = stats.dropped_size + stats.dropped_age + stats.rejected
+    return (
+        f"; spool {store.directory}: {stats.pending} waiting, {stats.spooled} spooled, "
+        f"{stats.replayed} replayed, {dropped} dropped"
+    )
+
+
 @contextmanager
 def domain_errors() -> Iterator[None]:
     """``GpuwardenError`` -> ``click.ClickException``; a ``with`` block or a decorator."""
@@ -115,6 +180,9 @@ __all__ = [
     "open_collector",
     "open_store",
     "settings",
+    "spool_options",
+    "spool_summary",
+    "spooled",
     "store_option",
     "store_url",
 ]

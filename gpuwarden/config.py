@@ -5,7 +5,8 @@ the defaults below, a TOML file (``--config FILE``, ``$GPUWARDEN_CONFIG``, or
 ``/etc/gpuwarden/gpuwarden.toml`` when it exists), then ``GPUWARDEN_<NAME>`` environment
 variables (``GPUWARDEN_STORE=sqlite:///data/gpu.db``). Command-line options override all three.
 Secrets (tokens, webhook URLs) are read from the environment only, never from the TOML file.
-``parse_listen`` and ``parse_duration`` read the values settings, options and URLs take.
+``parse_listen`` and ``parse_duration`` read the values settings, options and URLs take;
+``redact_url`` masks the passwords a URL may carry wherever one is shown.
 """
 
 from __future__ import annotations
@@ -52,6 +53,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("retention_rollup_days", 400.0, "Days of downsampled rollups kept."),
     Setting(
         "compact_every_s", 3600.0, "Seconds between two roll-up / retention passes of `collect`."
+    ),
+    Setting(
+        "hook_allow",
+        "public,private",
+        "Where a job's checkpoint hook URL may reach, from the node agent: public, private, "
+        "loopback, link-local and networks (10.0.0.0/8); cloud metadata never. docs/security.md.",
     ),
     Setting(
         "xid_severity",
@@ -116,6 +123,29 @@ def parse_listen(listen: str) -> tuple[str, int]:
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ConfigError(f"listen address {listen!r} must look like HOST:PORT")
     return host.strip("[]") or "0.0.0.0", int(port)
+
+
+#: Query parameters whose value is a secret (an InfluxDB token, a password).
+_SECRET_PARAMS = re.compile(r"(?i)([?&](?:token|password|passwd|secret|api_key)=)[^&#]*")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the password of each ``user:password@`` and the value of each ``token=``
+    or ``password=`` parameter shown as ``***``, for logs, ``/metrics`` and ``gpuwarden
+    config``. A comma-separated list of endpoints (``dcgm+http://a,user:pw@b``) is masked
+    endpoint by endpoint; anything else is returned as given."""
+    parts = []
+    for part in _SECRET_PARAMS.sub(r"\1***", url).split(","):
+        scheme, sep, rest = part.partition("://")
+        if not sep:
+            scheme, rest = "", part
+        authority_end = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
+        userinfo, at, host = rest[:authority_end].rpartition("@")
+        if at and ":" in userinfo:
+            user = userinfo.partition(":")[0]
+            rest = f"{user}:***@{host}{rest[authority_end:]}"
+        parts.append(f"{scheme}{sep}{rest}")
+    return ",".join(parts)
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smhd]?)\s*$")

@@ -12,6 +12,7 @@
     │   └── StoreRejected      a store's server refused a request (credentials, a bad query)
     ├── InputError             a user's file or payload is malformed; names the problem
     └── HookError              a scheduler hook or notifier failed (Slurm, Kubernetes, Slack)
+        └── OutboundRefused    a hook's URL leads to an address ``hook_allow`` refuses
 
 Backend errors are translated where they are caught and re-raised ``from exc``; the CLI turns
 any ``GpuwardenError`` into one line on stderr and a non-zero exit.
@@ -69,4 +70,8 @@ class InputError(GpuwardenError):
 
 
 class HookError(GpuwardenError):
+    pass
+
+
+class OutboundRefused(HookError):
     pass

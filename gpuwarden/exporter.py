@@ -123,7 +123,8 @@ class Exporter:
             return self._gzipped
 
     def health(self) -> tuple[bool, str]:
-        """(healthy, reason) for /healthz: unhealthy while the last collection raised."""
+        """(healthy, reason) for /healthz: unhealthy while the last collection raised or read
+        nothing (its only source unreachable)."""
         with self._lock:
             h = self._state.health
             if not h.attempts:

@@ -12,13 +12,23 @@ Also nvidia-smi's own CSV log (``ingest_smi_csv``, read by ``collectors.smi_csv`
 logs (``ingest_kernel_log``).
 
 ``timestamp`` is RFC 3339 (``2024-05-01T12:00:00Z``; without an offset it is taken as UTC) or
-Unix seconds. Column names match case-insensitively. An empty cell is missing (NaN), never 0,
-and so is an impossible reading (a DCGM blank sentinel such as 9223372036854775794, a memory
-temperature on a GDDR board, a value outside the field's plausible range, a negative counter):
-it is stored as a rejected reading (``gpuwarden.readings``) and the rest of its row is kept.
-Bad rows are reported with their line number (the header is line 1) and skipped; the good rows
-are stored. A file that cannot be read at all raises ``InputError`` and stores nothing. Writes
-are idempotent, so loading a fixed file again after an error is safe.
+Unix seconds. Column names match case-insensitively. Every cell is judged against the field
+catalogue, with the rules of ``gpuwarden.readings``:
+
+- A line whose time, host, GPU or UUID does not read (empty; a GPU index that is no integer in
+  0..2^32-1; a time that is neither RFC 3339 nor Unix seconds, or lies outside 2000..2100; a
+  boolean or a list where a time belongs; too few or too many cells) is no record: it is
+  reported with its line number in the file (the header is line 1) and not stored.
+- A metric cell that is empty is missing (NaN), never 0. One that is no number (``hot``, a
+  list) or an impossible reading (infinity, a DCGM blank sentinel such as 9223372036854775794,
+  a memory temperature on a GDDR board, a value outside the field's range, a negative counter)
+  is missing too, and counted as a rejected reading with its reason; the rest of the line is
+  stored.
+
+Every good line is stored, whatever comes after it. ``on_bad_line(line, reason)`` hears of each
+bad line as it is found (the report keeps the first ``MAX_BAD_ROWS``). A file that cannot be
+read at all raises ``InputError`` and stores nothing. Writes are idempotent, so loading a fixed
+file again after an error is safe.
 """
 
 from __future__ import annotations
@@ -36,9 +46,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from gpuwarden._ingest_read import Chunk, FileChunks
+from gpuwarden._ingest_cells import Cells
+from gpuwarden._ingest_read import FileChunks
+from gpuwarden._ingest_report import BadLineReport, report_path
 from gpuwarden.errors import InputError
-from gpuwarden.readings import check_columns
+from gpuwarden.readings import NOT_A_NUMBER, check_columns
 from gpuwarden.store.base import Store
 from gpuwarden.telemetry import (
     FIELD_BY_DCGM,
@@ -56,6 +68,9 @@ if TYPE_CHECKING:
 #: Bad rows kept in a report; ``bad_rows_total`` counts them all.
 MAX_BAD_ROWS = 1000
 CHUNK_ROWS = 100_000
+
+#: Told of each bad line as it is found: (line number, reason).
+BadLineSink = Callable[[int, str], None]
 
 
 @dataclass(frozen=True)
@@ -94,19 +109,21 @@ _ROLES = {
     "kind": ("kind",),
     "repair_s": ("repair_s",),
 }
-_TEXT = ("hostname", "uuid", "model", "pci_bus_id", "rack", "kind")
 _SHOWN = {"uuid": "UUID"}  # as the file formats spell it
 _ID = ("timestamp", "hostname", "gpu", "uuid")
 _PLACE = ("model", "pci_bus_id", "rack")
 _FIELD_BY_LOWER = {k.lower(): v for k, v in FIELD_BY_DCGM.items()} | {
     name.lower(): name for name in FIELDS_BY_NAME
 }
+_GPU_INDEX = "a GPU index (an integer 0..4294967295)"
+_XID = "an Xid number (an integer 0..4294967295)"
 
 
 @dataclass
 class _Columns:
-    roles: dict[str, str]  # role -> file column
-    fields: dict[str, list[str]]  # field name -> file columns (a name and its legacy alias)
+    names: list[str]  # the file's columns, in order
+    roles: dict[str, int]  # role -> column position
+    fields: dict[str, list[int]]  # field name -> columns (a name and its legacy alias)
     unknown: list[str]
 
 
@@ -118,18 +135,18 @@ def _resolve(
     metrics: bool,
 ) -> _Columns:
     by_name = {alias: role for role in (*required, *optional) for alias in _ROLES[role]}
-    out = _Columns({}, defaultdict(list), [])
-    for col in columns:
+    out = _Columns(columns, {}, defaultdict(list), [])
+    for i, col in enumerate(columns):
         key = col.strip().lower()
         if key in by_name:
             role = by_name[key]
             if role in out.roles:
                 raise InputError(
-                    f"{path}: columns {out.roles[role]!r} and {col!r} both give {role}"
+                    f"{path}: columns {columns[out.roles[role]]!r} and {col!r} both give {role}"
                 )
-            out.roles[role] = col
+            out.roles[role] = i
         elif metrics and key in _FIELD_BY_LOWER:
-            out.fields[_FIELD_BY_LOWER[key]].append(col)
+            out.fields[_FIELD_BY_LOWER[key]].append(i)
         else:
             out.unknown.append(col)
     missing = [_SHOWN.get(r, r) for r in required if r not in out.roles]
@@ -147,133 +164,37 @@ def _resolve(
     return out
 
 
-def _show(cell: object) -> str:
-    """A cell as the user typed it, quoted: '1.5', 'hot', '7'."""
-    if isinstance(cell, float) and cell.is_integer():
-        cell = int(cell)
-    return repr(str(cell))
+def _gpus(cells: Cells, cols: _Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """ts, hostname, gpu index, uuid of every row (checked)."""
+    r = cols.roles
+    ts = cells.time(r["timestamp"])
+    hostname = cells.text(r["hostname"], cols.names[r["hostname"]])
+    gpu = cells.index(r["gpu"], _GPU_INDEX)
+    uuid = cells.text(r["uuid"], cols.names[r["uuid"]])
+    return ts, hostname, gpu, uuid
 
 
-def _text(col: pd.Series) -> pd.Series:
-    return col.astype("string").str.strip().fillna("")
+def _field_values(cells: Cells, name: str, columns: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """One field's values, and which cells were no number. A name and its legacy alias are
+    merged (an export that spans a dcgm-exporter upgrade has both, each filled in part)."""
+    flag = FIELDS_BY_NAME[name].bounds.allowed == {0.0, 1.0}  # a boolean column reads 0/1
+    merged, unreadable = cells.number(columns[0], bools=flag)
+    first = cells.names[columns[0]]
+    for i in columns[1:]:
+        values, other_unreadable = cells.number(i, bools=flag)
+        clash = ~np.isnan(merged) & ~np.isnan(values) & (merged != values)
+        cells.flag(clash, _disagree(f"{first} and {cells.names[i]}", merged, values))
+        merged = np.where(np.isnan(merged), values, merged)
+        unreadable = unreadable | other_unreadable
+    return merged, unreadable & np.isnan(merged)
 
 
-class _Rows:
-    """One chunk's cells parsed column by column; each problem is noted against its row."""
-
-    def __init__(self, chunk: Chunk) -> None:
-        self.frame, self.lines = chunk.frame, chunk.lines
-        self.reasons: dict[int, list[str]] = defaultdict(list)
-        # A blank line: every cell empty. It is no record, so it is neither stored nor reported.
-        self.blank = np.ones(len(self.frame), dtype=bool)
-        for _, c in self.frame.items():
-            empty = c.isna() if pd.api.types.is_numeric_dtype(c) else c.isna() | (c == "")
-            self.blank &= empty.to_numpy(dtype=bool)
-
-    def flag(self, mask: np.ndarray, reason: Callable[[int], str]) -> None:
-        mask = mask & ~self.blank
-        for pos in np.flatnonzero(mask).tolist():
-            self.reasons[pos].append(reason(pos))
-
-    def text(self, col: str, label: str) -> np.ndarray:
-        values = _text(self.frame[col]).to_numpy(dtype=object)
-        self.flag(values == "", lambda _: f"missing {label}")
-        return values
-
-    def optional_text(self, col: str | None) -> np.ndarray:
-        if col is None:
-            return np.full(len(self.frame), "", dtype=object)
-        return _text(self.frame[col]).to_numpy(dtype=object)
-
-    def number(self, col: str, *, empty_ok: bool = True, what: str = "a number") -> np.ndarray:
-        raw = self.frame[col]
-        if pd.api.types.is_numeric_dtype(raw) or pd.api.types.is_bool_dtype(raw):
-            return raw.to_numpy(dtype=np.float64, na_value=np.nan)
-        text = _text(raw)
-        values = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-        empty = ((text == "") | (text.str.lower() == "nan")).to_numpy(bool)
-        self.flag(np.isnan(values) & ~empty, lambda i: f"{col} {_show(text.iloc[i])} is not {what}")
-        if not empty_ok:
-            self.flag(empty, lambda _: f"missing {col}")
-        return values
-
-    def index(self, col: str, what: str, *, required: bool = True) -> np.ndarray:
-        """Non-negative integers; -1 where the cell is empty (and ``required`` is False)."""
-        values = self.number(col, empty_ok=not required, what=what)
-        bad = np.isfinite(values) & ((values < 0) | (values != np.floor(values)))
-        self.flag(bad, lambda i: f"{col} {_show(self.frame[col].iloc[i])} is not {what}")
-        return np.where(np.isfinite(values), values, -1).astype(np.int64)
-
-    def time(self, col: str) -> np.ndarray:
-        raw = self.frame[col]
-        if pd.api.types.is_datetime64_any_dtype(raw):
-            stamps = pd.to_datetime(raw, utc=True)
-            ts = ((stamps - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1)).to_numpy(
-                dtype=np.float64, na_value=np.nan
-            )
-            self.flag(np.isnan(ts), lambda _: f"missing {col}")
-            return ts
-        if pd.api.types.is_numeric_dtype(raw):
-            ts = raw.to_numpy(dtype=np.float64, na_value=np.nan)
-            empty = np.isnan(ts)
-        else:
-            text = _text(raw)
-            empty = (text == "").to_numpy(bool)
-            ts = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-            iso = np.isnan(ts) & ~empty
-            if iso.any():
-                stamps = pd.to_datetime(text[iso], utc=True, format="ISO8601", errors="coerce")
-                ts[iso] = ((stamps - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1)).to_numpy(
-                    dtype=np.float64, na_value=np.nan
-                )
-            self.flag(
-                np.isnan(ts) & ~empty,
-                lambda i: f"{col} {_show(text.iloc[i])} is neither RFC 3339 nor Unix seconds",
-            )
-        self.flag(empty, lambda _: f"missing {col}")
-        self.flag(
-            np.abs(ts) > 1e11,  # year 5138: an export in milliseconds, not seconds
-            lambda i: f"{col} {ts[i]:.0f} looks like milliseconds; expected Unix seconds",
-        )
-        return ts
-
-    def gpus(self, cols: _Columns) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """ts, hostname, gpu index, uuid of every row (checked)."""
-        r = cols.roles
-        ts = self.time(r["timestamp"])
-        hostname = self.text(r["hostname"], r["hostname"])
-        gpu = self.index(r["gpu"], "a GPU index (a non-negative integer)")
-        uuid = self.text(r["uuid"], r["uuid"])
-        return ts, hostname, gpu, uuid
-
-    def good(self) -> np.ndarray:
-        bad = np.zeros(len(self.frame), dtype=bool)
-        bad[list(self.reasons)] = True
-        return ~bad & ~self.blank
-
-    def bad_rows(self) -> list[tuple[int, str]]:
-        return [(int(self.lines[pos]), "; ".join(why)) for pos, why in sorted(self.reasons.items())]
+def _disagree(names: str, a: np.ndarray, b: np.ndarray) -> Callable[[int], str]:
+    return lambda p: f"{names} disagree ({a[p]:g} vs {b[p]:g})"
 
 
-def _field_values(rows: _Rows, name: str, columns: list[str]) -> np.ndarray:
-    """One field's values; a name and its legacy alias are merged (an export that spans a
-    dcgm-exporter upgrade has both, each filled in part)."""
-    merged = rows.number(columns[0])
-    for other in columns[1:]:
-        merged = _merge(rows, columns[0], merged, other, rows.number(other))
-    return merged
-
-
-def _merge(
-    rows: _Rows, name: str, merged: np.ndarray, other: str, values: np.ndarray
-) -> np.ndarray:
-    clash = ~np.isnan(merged) & ~np.isnan(values) & (merged != values)
-    rows.flag(clash, lambda i: f"{name} and {other} disagree ({merged[i]:g} vs {values[i]:g})")
-    return np.where(np.isnan(merged), values, merged)
-
-
-def _place(rows: _Rows, cols: _Columns, good: np.ndarray) -> dict[str, np.ndarray]:
-    return {p: rows.optional_text(cols.roles.get(p))[good] for p in _PLACE}
+def _place(cells: Cells, cols: _Columns, good: np.ndarray) -> dict[str, np.ndarray]:
+    return {p: cells.optional_text(cols.roles.get(p))[good] for p in _PLACE}
 
 
 def _run(
@@ -281,9 +202,11 @@ def _run(
     required: tuple[str, ...],
     optional: tuple[str, ...],
     metrics: bool,
-    store_rows: Callable[[_Rows, _Columns, Counter[tuple[str, str]]], int],
-    progress: bool,
-    chunk_rows: int,
+    store_rows: Callable[[Cells, _Columns, Counter[tuple[str, str]]], int],
+    *,
+    progress: bool = False,
+    chunk_rows: int = CHUNK_ROWS,
+    on_bad_line: BadLineSink | None = None,
 ) -> IngestReport:
     from tqdm import tqdm
 
@@ -294,13 +217,16 @@ def _run(
     rejected: Counter[tuple[str, str]] = Counter()
     with tqdm(unit="rows", disable=not progress, desc=os.path.basename(path)) as bar:
         try:
-            for chunk in chunks.chunks(text=[cols.roles[r] for r in _TEXT if r in cols.roles]):
-                rows = _Rows(chunk)
-                stored += store_rows(rows, cols, rejected)
-                found = sorted(chunk.malformed + rows.bad_rows())
+            for chunk in chunks.chunks():
+                cells = Cells(chunk, cols.names)
+                stored += store_rows(cells, cols, rejected)
+                found = sorted(chunk.malformed + cells.bad_rows())
                 total += len(found)
                 bad.extend(found[: max(MAX_BAD_ROWS - len(bad), 0)])
-                bar.update(len(chunk.frame))
+                if on_bad_line is not None:
+                    for line, reason in found:
+                        on_bad_line(line, reason)
+                bar.update(len(chunk))
         except InputError as exc:
             raise InputError(
                 f"{exc}; {stored} rows before it were stored (loading the fixed file again is safe)"
@@ -314,15 +240,19 @@ def ingest_telemetry(
     *,
     progress: bool = False,
     chunk_rows: int = CHUNK_ROWS,
+    on_bad_line: BadLineSink | None = None,
 ) -> IngestReport:
     """Load a telemetry file (one row per GPU per timestamp) into ``store``, ``chunk_rows``
     rows at a time; ``progress`` shows a tqdm bar counting rows."""
 
-    def store_rows(rows: _Rows, cols: _Columns, rejected: Counter[tuple[str, str]]) -> int:
-        ts, hostname, gpu, uuid = rows.gpus(cols)
-        values = {name: _field_values(rows, name, c) for name, c in cols.fields.items()}
-        good = rows.good()
-        found = _reject(rows, cols, good, ts, hostname, gpu, uuid, values)
+    def store_rows(cells: Cells, cols: _Columns, rejected: Counter[tuple[str, str]]) -> int:
+        ts, hostname, gpu, uuid = _gpus(cells, cols)
+        values: dict[str, np.ndarray] = {}
+        unreadable: dict[str, np.ndarray] = {}
+        for name, c in cols.fields.items():
+            values[name], unreadable[name] = _field_values(cells, name, c)
+        good = cells.good()
+        found = _reject(cells, cols, good, (ts, hostname, gpu, uuid), values, unreadable)
         if found:
             rejected.update((r.field, r.reason) for r in found)
             store.write_rejections(found)
@@ -332,52 +262,82 @@ def ingest_telemetry(
                 "hostname": hostname[good],
                 "gpu": gpu[good],
                 "uuid": uuid[good],
-                **_place(rows, cols, good),
+                **_place(cells, cols, good),
                 **{n: v[good] for n, v in values.items()},
             }
         )
         return store.write_frame(frame) if len(frame) else 0
 
-    return _run(path, _ID, _PLACE, True, store_rows, progress, chunk_rows)
+    return _run(
+        path,
+        _ID,
+        _PLACE,
+        True,
+        store_rows,
+        progress=progress,
+        chunk_rows=chunk_rows,
+        on_bad_line=on_bad_line,
+    )
 
 
 def _reject(
-    rows: _Rows,
+    cells: Cells,
     cols: _Columns,
     good: np.ndarray,
-    ts: np.ndarray,
-    hostname: np.ndarray,
-    gpu: np.ndarray,
-    uuid: np.ndarray,
+    ids: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     values: dict[str, np.ndarray],
+    unreadable: dict[str, np.ndarray],
 ) -> list[Rejection]:
-    """Impossible readings of the good rows, set to NaN in ``values``; one ``Rejection`` each."""
-    model = rows.optional_text(cols.roles.get("model"))
+    """The good rows' cells that are no number or an impossible reading, set to NaN in
+    ``values``; one ``Rejection`` each."""
+    model = cells.optional_text(cols.roles.get("model"))
     codes = check_columns({n: v[good] for n, v in values.items()}, model[good])
+    where = np.flatnonzero(good)
+    nan_code = np.int8(REJECT_REASONS.index(NOT_A_NUMBER) + 1)
+    for name, cells_bad in unreadable.items():
+        mask = cells_bad[good]
+        if mask.any():
+            code = codes.get(name, np.zeros(len(where), dtype=np.int8))
+            code[mask] = nan_code
+            codes[name] = code
     if not codes:
         return []
-    ids = _gpu_ids(rows, cols, good, hostname, gpu, uuid)
-    where = np.flatnonzero(good)
+    ts, hostname, gpu, uuid = ids
+    place = {p: cells.optional_text(cols.roles.get(p)) for p in _PLACE}
+    gpu_at: dict[int, GpuId] = {}
+
+    def gpu_id(i: int) -> GpuId:
+        if i not in gpu_at:
+            gpu_at[i] = GpuId(
+                str(hostname[i]),
+                int(gpu[i]),
+                str(uuid[i]),
+                pci_bus_id=str(place["pci_bus_id"][i]),
+                model=str(place["model"][i]),
+                rack=str(place["rack"][i]),
+            )
+        return gpu_at[i]
+
     found: list[Rejection] = []
     for name, code in codes.items():
         for k in np.flatnonzero(code).tolist():
-            i = where[k]
+            i = int(where[k])
             reason = REJECT_REASONS[code[k] - 1]
-            found.append(Rejection(float(ts[i]), ids[k], name, reason, float(values[name][i])))
+            found.append(Rejection(float(ts[i]), gpu_id(i), name, reason, float(values[name][i])))
         values[name] = col = values[name].copy()  # may be a read-only view of the file's chunk
         col[where[code > 0]] = np.nan
     return found
 
 
 def _gpu_ids(
-    rows: _Rows,
+    cells: Cells,
     cols: _Columns,
     good: np.ndarray,
     hostname: np.ndarray,
     gpu: np.ndarray,
     uuid: np.ndarray,
 ) -> list[GpuId]:
-    place = _place(rows, cols, good)
+    place = _place(cells, cols, good)
     return [
         GpuId(h, int(g), u, pci_bus_id=p, model=m, rack=k)
         for h, g, u, p, m, k in zip(
@@ -393,15 +353,19 @@ def _gpu_ids(
 
 
 def ingest_xids(
-    store: Store, path: str | os.PathLike[str], *, chunk_rows: int = CHUNK_ROWS
+    store: Store,
+    path: str | os.PathLike[str],
+    *,
+    chunk_rows: int = CHUNK_ROWS,
+    on_bad_line: BadLineSink | None = None,
 ) -> IngestReport:
     """Load an Xid events file (``timestamp,hostname,gpu,UUID,xid``) as ``xid`` events."""
 
-    def store_rows(rows: _Rows, cols: _Columns, _: object) -> int:
-        ts, hostname, gpu, uuid = rows.gpus(cols)
-        xid = rows.index(cols.roles["xid"], "an Xid number")
-        good = rows.good()
-        ids = _gpu_ids(rows, cols, good, hostname, gpu, uuid)
+    def store_rows(cells: Cells, cols: _Columns, _: object) -> int:
+        ts, hostname, gpu, uuid = _gpus(cells, cols)
+        xid = cells.index(cols.roles["xid"], _XID)
+        good = cells.good()
+        ids = _gpu_ids(cells, cols, good, hostname, gpu, uuid)
         events = [
             Event(float(t), g, "xid", code=int(x))
             for t, g, x in zip(ts[good], ids, xid[good], strict=True)
@@ -409,28 +373,40 @@ def ingest_xids(
         store.write_events(events)
         return len(events)
 
-    return _run(path, (*_ID, "xid"), _PLACE, False, store_rows, False, chunk_rows)
+    return _run(
+        path,
+        (*_ID, "xid"),
+        _PLACE,
+        False,
+        store_rows,
+        chunk_rows=chunk_rows,
+        on_bad_line=on_bad_line,
+    )
 
 
 def ingest_failures(
-    store: Store, path: str | os.PathLike[str], *, chunk_rows: int = CHUNK_ROWS
+    store: Store,
+    path: str | os.PathLike[str],
+    *,
+    chunk_rows: int = CHUNK_ROWS,
+    on_bad_line: BadLineSink | None = None,
 ) -> IngestReport:
     """Load a failures file (``timestamp,hostname,gpu,UUID,kind``, optionally ``repair_s``
     and ``xid``): the ground truth a model is scored against."""
 
-    def store_rows(rows: _Rows, cols: _Columns, _: object) -> int:
-        ts, hostname, gpu, uuid = rows.gpus(cols)
-        kind = rows.text(cols.roles["kind"], cols.roles["kind"])
-        nan = np.full(len(ts), np.nan)
-        repair = rows.number(cols.roles["repair_s"]) if "repair_s" in cols.roles else nan
-        rows.flag(repair < 0, lambda i: f"repair_s {repair[i]:g} is negative")
-        xid = (
-            rows.index(cols.roles["xid"], "an Xid number", required=False)
-            if "xid" in cols.roles
-            else None
-        )
-        good = rows.good()
-        ids = _gpu_ids(rows, cols, good, hostname, gpu, uuid)
+    def store_rows(cells: Cells, cols: _Columns, _: object) -> int:
+        ts, hostname, gpu, uuid = _gpus(cells, cols)
+        kind = cells.text(cols.roles["kind"], cols.names[cols.roles["kind"]])
+        repair = np.full(len(ts), np.nan)
+        if "repair_s" in cols.roles:
+            i = cols.roles["repair_s"]
+            repair, unreadable = cells.number(i)
+            cells.flag(unreadable, lambda p: f"repair_s {cells.shown(i, p)} is not a number")
+            bad = (repair < 0) | np.isinf(repair)
+            cells.flag(bad, lambda p: f"repair_s {repair[p]:g} is not a duration in seconds")
+        xid = cells.index(cols.roles["xid"], _XID, required=False) if "xid" in cols.roles else None
+        good = cells.good()
+        ids = _gpu_ids(cells, cols, good, hostname, gpu, uuid)
         failures = [
             Failure(
                 float(ts[i]),
@@ -445,7 +421,15 @@ def ingest_failures(
         return len(failures)
 
     optional = (*_PLACE, "repair_s", "xid")
-    return _run(path, (*_ID, "kind"), optional, False, store_rows, False, chunk_rows)
+    return _run(
+        path,
+        (*_ID, "kind"),
+        optional,
+        False,
+        store_rows,
+        chunk_rows=chunk_rows,
+        on_bad_line=on_bad_line,
+    )
 
 
 def ingest_smi_csv(
@@ -455,6 +439,7 @@ def ingest_smi_csv(
     host: str | None = None,
     tz: tzinfo = UTC,
     chunk_rows: int = CHUNK_ROWS,
+    on_bad_line: BadLineSink | None = None,
 ) -> IngestReport:
     """Load nvidia-smi's own CSV log (``--query-gpu=timestamp,uuid,...`` ``--format=csv``, with
     or without ``nounits``; plain or gzip) through ``collectors.smi_csv``: one sample per row,
@@ -487,11 +472,67 @@ def ingest_smi_csv(
             )
         )
     rejected = Counter((r.field, r.reason) for r in batch.rejected)
+    if on_bad_line is not None:
+        for line, why in got.bad_rows:
+            on_bad_line(line, why)
     return IngestReport(
         len(batch.samples),
         got.bad_rows[:MAX_BAD_ROWS],
         bad_rows_total=len(got.bad_rows),
         lines_read=got.rows_read,
+        rejected=dict(rejected),
+    )
+
+
+#: The line each ``nvidia-smi -q`` output starts with; a log of ``nvidia-smi -q -l N`` repeats it.
+_Q_START = "==============NVSMI LOG=============="
+
+
+def ingest_smi_query_text(
+    store: Store,
+    path: str | os.PathLike[str],
+    *,
+    host: str | None = None,
+    tz: tzinfo = UTC,
+    on_bad_line: BadLineSink | None = None,
+) -> IngestReport:
+    """Load ``nvidia-smi -q`` output (one, or a log of ``-q -l N``: many; plain or gzip)
+    through ``collectors.smi_text``: one sample per GPU per output, timed by its ``Timestamp``
+    (read in ``tz``), the driver and CUDA versions as the node's.
+
+    An output whose time does not read is a bad line (named by the line of its header) and is
+    not stored; impossible readings are stored as rejected. A file with no ``NVSMI LOG`` header
+    raises ``InputError`` and stores nothing."""
+    import socket
+
+    from gpuwarden.collectors.smi_text import read_query_text
+
+    lines = _kernel_log_lines(path)
+    starts = [i for i, line in enumerate(lines) if line.strip() == _Q_START]
+    if not starts:
+        raise InputError(f"{path}: no {_Q_START!r} line: not nvidia-smi -q output")
+    hostname = host or socket.gethostname()
+    stored = 0
+    bad: list[tuple[int, str]] = []
+    rejected: Counter[tuple[str, str]] = Counter()
+    for n, first in enumerate(starts):
+        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
+        batch = read_query_text("\n".join(lines[first:end]), hostname=hostname, tz=tz)
+        untimed = [p for p in batch.problems if "time 0" in p]
+        if untimed:
+            bad.append((first + 1, f"nvidia-smi -q output without a readable time: {untimed[0]}"))
+            continue
+        store.write_batch(batch)
+        stored += len(batch.samples)
+        rejected.update((r.field, r.reason) for r in batch.rejected)
+    if on_bad_line is not None:
+        for line, why in bad:
+            on_bad_line(line, why)
+    return IngestReport(
+        stored,
+        bad[:MAX_BAD_ROWS],
+        bad_rows_total=len(bad),
+        lines_read=len(starts),
         rejected=dict(rejected),
     )
 
@@ -534,6 +575,7 @@ def ingest_kernel_log(
     boot_time: float | None = None,
     tz: tzinfo = UTC,
     now: float | None = None,
+    on_bad_line: BadLineSink | None = None,
 ) -> IngestReport:
     """Load the ``NVRM: Xid`` and ``SXid`` lines of a kernel log (dmesg, dmesg -T, syslog,
     journalctl -k, a copy of /dev/kmsg; plain or gzip) as events.
@@ -592,6 +634,9 @@ def ingest_kernel_log(
         events.append(event)
     if events:
         store.write_events(events)
+    if on_bad_line is not None:
+        for n, why in bad:
+            on_bad_line(n, why)
     return IngestReport(
         len(events),
         bad[:MAX_BAD_ROWS],
@@ -604,6 +649,8 @@ def ingest_kernel_log(
 
 
 __all__ = [
+    "BadLineReport",
+    "BadLineSink",
     "IngestReport",
     "IngestWarning",
     "ingest_failures",
@@ -612,4 +659,5 @@ __all__ = [
     "ingest_telemetry",
     "ingest_xids",
     "parse_time",
+    "report_path",
 ]

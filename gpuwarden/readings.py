@@ -16,11 +16,20 @@ NaN in a frame; never 0), counted as a ``telemetry.Rejection`` with its reason:
     dcgm-exporter reports as 0 (a Tesla T4 at 74 C reads ``DCGM_FI_DEV_MEMORY_TEMP 0``).
 ``out_of_range``
     Outside the field's ``Bounds`` in the catalogue: a temperature of 255 C, a utilisation of
-    120 %, power above twice the board's TDP, a negative counter, a PCIe width of 3.
+    120 %, power above twice the board's TDP, a negative counter, a PCIe width of 3; and
+    infinity, which no sensor or counter reads (a field with no upper bound still has no
+    infinite reading).
+``not_a_number``
+    A cell of a file that is no number at all (``hot``, ``NA``, a list in a Parquet column).
+    Only ingest meets these: a collector's readings are numbers by the time they are judged.
 
 NaN readings are missing without being counted (nothing was read). Every collector screens its
 batch (``screen``), ingest screens its columns (``check_columns``), and the exporter screens what
 it re-exports, so no sentinel reaches a store, a frame or ``/metrics``.
+
+Which GPU and when a reading belongs to is judged here too, for ingest and for the collectors
+that read a GPU index or a time from text (``gpu_index``, ``bad_gpu_indices``, ``bad_times``):
+a record whose GPU index or time is impossible is not stored at all.
 """
 
 from __future__ import annotations
@@ -92,6 +101,10 @@ BLANK_FROM: Mapping[DcgmType, float] = {
     "int64": 2.0**63 * (1 - 1e-9),
     "fp64": DCGM_FP64_BLANK,
 }
+
+
+#: Why a cell of a file was not stored: it is no number (``REJECT_REASONS``' last entry).
+NOT_A_NUMBER = REJECT_REASONS[3]
 
 
 def is_blank(value: float, dcgm_type: DcgmType) -> bool:
@@ -196,7 +209,8 @@ def reason(f: Field, value: float, model: str = "") -> str | None:
     if f.sensor == "hbm" and not has_memory_sensor(model):
         return "no_sensor"
     b = f.bounds
-    if not b.lo <= value <= _high(f, model) or (b.allowed and value not in b.allowed):
+    inside = b.lo <= value <= _high(f, model) and not math.isinf(value)
+    if not inside or (b.allowed and value not in b.allowed):
         return "out_of_range"
     return None
 
@@ -256,7 +270,7 @@ def check_columns(values: Mapping[str, np.ndarray], models: np.ndarray) -> dict[
             code[(code == 0) & read & lacking[row_model]] = 2
         b = f.bounds
         hi = np.array([_high(f, m) for m in names])[row_model] if b.per_tdp else b.hi
-        outside = (col < b.lo) | (col > hi)
+        outside = (col < b.lo) | (col > hi) | np.isinf(col)
         if b.allowed:
             outside |= ~np.isin(col, list(b.allowed))
         code[(code == 0) & read & outside] = 3
@@ -265,15 +279,74 @@ def check_columns(values: Mapping[str, np.ndarray], models: np.ndarray) -> dict[
     return out
 
 
+# -- which GPU, when ---------------------------------------------------------------------------
+
+#: NVML numbers a GPU with an unsigned int (``nvmlDeviceGetIndex``), so an index is
+#: 0 .. 2**32 - 1; 2**32 and above (or 1e30) is no GPU. Xid numbers are bounded the same way.
+MAX_GPU_INDEX = 2**32 - 1
+#: The times a record can carry, Unix seconds: from 2000-01-01 (before any GPU that NVML or DCGM
+#: can read) up to 2100-01-01 UTC. A time of -5 or 0 is no time; 1.7e12 is milliseconds.
+TS_RANGE: tuple[float, float] = (946_684_800.0, 4_102_444_800.0)
+
+
+def gpu_index(text: str) -> int | None:
+    """A GPU index written as decimal digits (``"3"``), None for anything else: a sign, a
+    fraction, an exponent, or a number above ``MAX_GPU_INDEX``."""
+    text = text.strip()
+    if not text.isascii() or not text.isdigit():
+        return None
+    value = int(text)
+    return value if value <= MAX_GPU_INDEX else None
+
+
+def bad_gpu_indices(values: np.ndarray, most: int = MAX_GPU_INDEX) -> np.ndarray:
+    """Which of ``values`` (float64; NaN is missing, judged elsewhere) are no index: negative,
+    fractional, infinite or above ``most``."""
+    finite = np.isfinite(values)
+    with np.errstate(invalid="ignore"):
+        inside = (values >= 0) & (values <= most) & (values == np.floor(values))
+    return ~np.isnan(values) & ~(finite & inside)
+
+
+def is_time(ts: float) -> bool:
+    """``ts`` (Unix seconds) lies within ``TS_RANGE``."""
+    return TS_RANGE[0] <= ts < TS_RANGE[1]
+
+
+def bad_times(ts: np.ndarray) -> np.ndarray:
+    """Which of ``ts`` (Unix seconds, float64; NaN is missing) lie outside ``TS_RANGE``."""
+    with np.errstate(invalid="ignore"):
+        return ~np.isnan(ts) & ~((ts >= TS_RANGE[0]) & (ts < TS_RANGE[1]))
+
+
+def time_problem(ts: float) -> str:
+    """Why ``ts`` (one of ``bad_times``) is no time, in words for a report line; a time in
+    TS_RANGE once divided by 10^3, 10^6 or 10^9 is said to be in that unit (InfluxDB exports
+    nanoseconds, Prometheus' API milliseconds)."""
+    if math.isinf(ts):
+        return "is no time"
+    for unit, scale in (("milliseconds", 1e3), ("microseconds", 1e6), ("nanoseconds", 1e9)):
+        if TS_RANGE[0] * scale <= ts < TS_RANGE[1] * scale:
+            return f"looks like {unit}; expected Unix seconds"
+    return "is outside 2000-01-01..2100-01-01"
+
+
 __all__ = [
     "BLANK_FROM",
     "DEFAULT_TDP_W",
+    "MAX_GPU_INDEX",
+    "NOT_A_NUMBER",
     "NO_MEMORY_SENSOR",
     "REJECT_REASONS",
     "SENTINELS",
     "TDP_W",
+    "TS_RANGE",
+    "bad_gpu_indices",
+    "bad_times",
     "check",
     "check_columns",
+    "gpu_index",
+    "is_time",
     "has_memory_sensor",
     "is_blank",
     "model_key",
@@ -281,4 +354,5 @@ __all__ = [
     "reason",
     "screen",
     "tdp_w",
+    "time_problem",
 ]

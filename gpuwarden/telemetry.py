@@ -689,10 +689,10 @@ class Failure:
     xid: int | None = None
 
 
-RejectReason = Literal["sentinel", "no_sensor", "out_of_range"]
-#: Why a reading was thrown away: a DCGM blank sentinel, a sensor the board does not have, or a
-#: value outside the field's ``Bounds``.
-REJECT_REASONS: tuple[str, ...] = ("sentinel", "no_sensor", "out_of_range")
+RejectReason = Literal["sentinel", "no_sensor", "out_of_range", "not_a_number"]
+#: Why a reading was thrown away: a DCGM blank sentinel, a sensor the board does not have, a
+#: value outside the field's ``Bounds`` (infinity included), or a file's cell that is no number.
+REJECT_REASONS: tuple[str, ...] = ("sentinel", "no_sensor", "out_of_range", "not_a_number")
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(names.split())
     for names in (
         "errors",
-        "telemetry config plugins lifecycle",
+        "telemetry config plugins lifecycle httpguard outbound",
         "health counters readings",
         "xid signals",
         "sim",
@@ -44,7 +44,12 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
 )
 TOP = len(LAYERS) - 1
 #: Private helpers of a top-level module: part of that module's package.
-OWNERS = {"_ingest_read": "ingest", "_exporter_render": "exporter"}
+OWNERS = {
+    "_ingest_read": "ingest",
+    "_ingest_cells": "ingest",
+    "_ingest_report": "ingest",
+    "_exporter_render": "exporter",
+}
 
 #: Modules run as commands (``python -m``), in the top layer like ``cli.py``: the screenshot
 #: tool simulates a demo store through ``gpuwarden.demo``.

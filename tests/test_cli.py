@@ -27,6 +27,25 @@ def test_config_shows_environment_override():
     assert "interval_s = 7.0" in result.output
 
 
+def test_config_masks_passwords_in_urls_as_logs_and_metrics_do(tmp_path):
+    from gpuwarden.collectors.dcgm import DcgmCollector
+
+    collector = "dcgm+http://scraper:s3cr3t-pw@n1:9400/metrics,ops:0th3r-pw@n2/metrics"
+    store = "influxdb://db:8086?bucket=gpu&token=t0k3n-value"
+    result = run("config", env={"GPUWARDEN_COLLECTOR": collector, "GPUWARDEN_STORE": store})
+    assert result.exit_code == 0
+    for secret in ("s3cr3t-pw", "0th3r-pw", "t0k3n-value"):
+        assert secret not in result.output
+    assert "collector = 'dcgm+http://scraper:***@n1:9400/metrics,ops:***@n2/metrics'" in (
+        result.output
+    )
+    assert "store = 'influxdb://db:8086?bucket=gpu&token=***'" in result.output
+    # the same masking as the collector's own URL (logs, /metrics' collector label)
+    opened = DcgmCollector.from_url(collector)
+    assert "s3cr3t-pw" not in opened.url and "scraper:***@n1:9400" in opened.url
+    opened.close()
+
+
 def test_broken_config_file_is_one_line(tmp_path):
     bad = tmp_path / "gw.toml"
     bad.write_text("no_such_setting = 1\n")
@@ -83,6 +102,32 @@ def test_collect_sim_into_store(tmp_path):
     frame = store.read_samples()
     store.close()
     assert len(frame) == 6 and frame["uuid"].nunique() == 2
+
+
+def test_collect_interval_zero_is_zero_not_the_default(tmp_path, monkeypatch):
+    from gpuwarden.collect import CollectLoop
+
+    intervals: list[float] = []
+    real_run = CollectLoop.run
+
+    def run_and_note(self, iterations=None):
+        intervals.append(self.interval_s)
+        return real_run(self, iterations)
+
+    monkeypatch.setattr(CollectLoop, "run", run_and_note)
+    result = run(
+        "collect",
+        "--collector",
+        "sim://?nodes=1&gpus=1&seed=3",
+        "--store",
+        f"sqlite:///{tmp_path / 's.db'}",
+        "--iterations",
+        "2",
+        "--interval",
+        "0",
+    )
+    assert result.exit_code == 0, result.output
+    assert intervals == [0.0]  # 0 asked for: no wait, not the 15 s setting
 
 
 def test_ingest_needs_a_file(tmp_path):

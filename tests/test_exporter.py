@@ -304,6 +304,45 @@ def test_healthz_is_503_while_collect_fails(serving: Callable[..., tuple[Exporte
     assert "RuntimeError: boom" in httpx.get(f"{base}/healthz").text
 
 
+def test_healthz_is_503_while_the_only_source_is_unreachable(
+    serving: Callable[..., tuple[Exporter, str]],
+) -> None:
+    """A dcgm-exporter that refuses connections makes collect() return a batch of problems and
+    nothing else: the source is down, not up with no GPUs."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        collector = DcgmCollector([f"http://127.0.0.1:{s.getsockname()[1]}/metrics"], timeout_s=2)
+        exporter, base = serving(collector)
+        try:
+            wait_for(lambda: httpx.get(f"{base}/healthz").status_code == 503, "healthz to fail")
+        finally:
+            collector.close()
+    health = httpx.get(f"{base}/healthz").text
+    assert health.startswith("last collection failed: nothing could be read: http://127.0.0.1:")
+    assert "cannot connect" in health
+    body = httpx.get(f"{base}/metrics").content
+    up = {n: v for (n, _), v in series(body).items() if n.startswith("gpuwarden_collector")}
+    assert up["gpuwarden_collector_up"] == 0 and up["gpuwarden_collector_errors_total"] >= 1
+    assert up["gpuwarden_collector_problems"] == 1
+    assert "gpuwarden_collector_last_success_timestamp_seconds" not in up
+
+
+def test_a_batch_of_only_problems_is_a_failure_but_some_data_is_not() -> None:
+    down = Batch(ts=2.0, problems=("http://n1:9400/metrics: cannot connect",))
+    partly = Batch(ts=3.0, samples=both().samples, problems=("http://n2:9400/metrics: down",))
+    exporter = Exporter(ScriptedCollector(both(), down, partly), clock=lambda: 5.0)
+    exporter.poll_once()
+    exporter.poll_once()
+    assert exporter.health() == (
+        False,
+        "last collection failed: nothing could be read: http://n1:9400/metrics: cannot connect",
+    )
+    body = exporter.render()
+    assert values_of(body, "gpuwarden_gpu_up") == {"GPU-aaaa": 0, "GPU-bbbb": 0}
+    exporter.poll_once()
+    assert exporter.health() == (True, "ok")
+
+
 def test_background_polling_survives_exceptions(
     serving: Callable[..., tuple[Exporter, str]],
 ) -> None:

@@ -65,14 +65,14 @@ def test_telemetry_csv_maps_names_and_keeps_missing_missing(store):
     assert gpus["pci_bus_id"].tolist() == ["00000000:1B:00.0", "00000000:2B:00.0"]
 
 
+GPU_INDEX = "a GPU index (an integer 0..4294967295)"
 BAD_TELEMETRY = [
     (3, "timestamp 'yesterday' is neither RFC 3339 nor Unix seconds"),
-    (5, "DCGM_FI_DEV_GPU_TEMP 'hot' is not a number"),
     (7, "missing UUID"),
     (8, "missing hostname"),
-    (9, "gpu 'x' is not a GPU index (a non-negative integer)"),
+    (9, f"gpu 'x' is not {GPU_INDEX}"),
     (11, "expected 7 fields, saw 8"),
-    (13, "gpu '1.5' is not a GPU index (a non-negative integer)"),
+    (13, f"gpu '1.5' is not {GPU_INDEX}"),
     (14, "timestamp 1714564800000 looks like milliseconds; expected Unix seconds"),
 ]
 
@@ -81,15 +81,19 @@ BAD_TELEMETRY = [
 def test_bad_telemetry_rows_are_reported_by_line_and_good_rows_stored(store, chunk_rows):
     report = ingest_telemetry(store, DATA / "telemetry_bad.csv", chunk_rows=chunk_rows)
     assert report.bad_rows == BAD_TELEMETRY  # line 10 is blank: no record, no report
-    assert report.bad_rows_total == len(BAD_TELEMETRY) and report.rows_stored == 5
+    assert report.bad_rows_total == len(BAD_TELEMETRY) and report.rows_stored == 6
     got = store.read_samples()
-    assert got["ts"].tolist() == [T0, T0 + 10, T0 + 30, T0 + 80, T0 + 100]
-    assert got["gpu_temp_c"].tolist() == [41, 42, 43, 44, 45]
-    # line 6's negative counter is impossible: missing and counted, the rest of its row kept
-    assert _same(got["ecc_sbe_volatile_total"].tolist(), [5, 5, NAN, 6, 7])
-    assert report.rejected == {("ecc_sbe_volatile_total", "out_of_range"): 1}
+    assert got["ts"].tolist() == [T0, T0 + 10, T0 + 20, T0 + 30, T0 + 80, T0 + 100]
+    # line 5's 'hot' and line 6's negative counter: missing and counted, the rest of the row kept
+    assert _same(got["gpu_temp_c"].tolist(), [41, 42, NAN, 43, 44, 45])
+    assert _same(got["ecc_sbe_volatile_total"].tolist(), [5, 5, 5, NAN, 6, 7])
+    assert report.rejected == {
+        ("ecc_sbe_volatile_total", "out_of_range"): 1,
+        ("gpu_temp_c", "not_a_number"): 1,
+    }
     assert store.read_rejections()[["field", "reason", "count"]].values.tolist() == [
-        ["ecc_sbe_volatile_total", "out_of_range", 1]
+        ["ecc_sbe_volatile_total", "out_of_range", 1],
+        ["gpu_temp_c", "not_a_number", 1],
     ]
 
 
@@ -97,7 +101,7 @@ def test_gzip_reads_like_plain_csv(store, tmp_path):
     packed = tmp_path / "telemetry.csv.gz"
     packed.write_bytes(gzip.compress((DATA / "telemetry_bad.csv").read_bytes()))
     report = ingest_telemetry(store, packed)
-    assert report.bad_rows == BAD_TELEMETRY and report.rows_stored == 5
+    assert report.bad_rows == BAD_TELEMETRY and report.rows_stored == 6
 
 
 def _typed(path: Path) -> pd.DataFrame:
@@ -231,9 +235,9 @@ def test_bad_xid_rows(store):
     report = ingest_xids(store, DATA / "xids_bad.csv")
     assert report.bad_rows == [
         (3, "missing xid"),
-        (4, "xid 'seventy' is not an Xid number"),
+        (4, "xid 'seventy' is not an Xid number (an integer 0..4294967295)"),
         (5, "timestamp 'not-a-time' is neither RFC 3339 nor Unix seconds"),
-        (6, "gpu '-1' is not a GPU index (a non-negative integer)"),
+        (6, f"gpu '-1' is not {GPU_INDEX}"),
     ]
     assert store.read_events()["code"].tolist() == [79, 31]
 
@@ -243,8 +247,8 @@ def test_failures(store):
     report = ingest_failures(store, DATA / "failures_bad.csv")
     assert report.bad_rows == [
         (3, "missing kind"),
-        (4, "gpu 'zero' is not a GPU index (a non-negative integer)"),
-        (5, "repair_s -5 is negative"),
+        (4, f"gpu 'zero' is not {GPU_INDEX}"),
+        (5, "repair_s -5 is not a duration in seconds"),
     ]
     got = store.read_failures()
     assert got["kind"].tolist() == ["xid79_fell_off_bus", "dbe_row_remap_failure", "ecc"]
@@ -261,10 +265,12 @@ def test_cells_are_read_as_typed(store, tmp_path):
         "1714564810,007,0,GPU-a,NA,300\n"
     )
     report = ingest_telemetry(store, path)
-    assert report.bad_rows == [(3, "DCGM_FI_DEV_GPU_TEMP 'NA' is not a number")]
+    assert report.bad_rows == []  # 'NA' is no number: missing and counted, the row kept
+    assert report.rejected == {("gpu_temp_c", "not_a_number"): 1}  # 'NaN': missing, uncounted
     got = store.read_samples()
-    assert got["hostname"].tolist() == ["007"]  # a hostname is text, not the number 7
-    assert got["gpu_temp_c"].tolist() == [41.0] and got["power_w"].isna().all()
+    assert got["hostname"].tolist() == ["007", "007"]  # a hostname is text, not the number 7
+    assert _same(got["gpu_temp_c"].tolist(), [41.0, NAN])
+    assert _same(got["power_w"].tolist(), [NAN, 300.0])
 
 
 def test_sentinels_and_impossible_readings_in_a_csv_are_missing_and_counted(store, tmp_path):

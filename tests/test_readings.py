@@ -197,9 +197,10 @@ def test_screen_keeps_the_other_fields_and_is_done_once() -> None:
 
 
 def test_columns_are_judged_as_single_readings_are() -> None:
-    models = np.array(["Tesla T4", "NVIDIA H100 80GB HBM3", "", "NVIDIA L4"] * 4)
+    models = np.array(["Tesla T4", "NVIDIA H100 80GB HBM3", "", "NVIDIA L4"] * 5)
     grid = [0.0, 74.0, -20.0, 600.0, 2.0**63, 140737488355328.0, 2147483632.0, math.nan]
     grid += [16.0, 3.0, 0.5, 1.0, 1e6, -1.0, 5000.0, 99.0]
+    grid += [math.inf, -math.inf, 1e308, math.inf]
     values = {f.name: np.array(grid) for f in FIELDS}
     codes = check_columns(values, models)
     for f in FIELDS:
@@ -212,3 +213,30 @@ def test_columns_are_judged_as_single_readings_are() -> None:
 
 def test_non_negative_is_the_default_bounds() -> None:
     assert F["energy_mj"].bounds == NON_NEGATIVE and F["energy_mj"].sensor == ""
+
+
+def test_infinity_is_out_of_range_even_without_an_upper_bound() -> None:
+    # issue 15: +inf passed the >= 0 test of a counter, and check() dropped it uncounted
+    inf = math.inf
+    values, rejected = check(5.0, H100, {"pcie_replay_total": inf, "gpu_temp_c": -inf})
+    assert values == {}
+    assert [(r.field, r.reason) for r in rejected] == [
+        ("pcie_replay_total", "out_of_range"),
+        ("gpu_temp_c", "out_of_range"),
+    ]
+    codes = check_columns({"pcie_replay_total": np.array([inf, -inf, 3.0])}, np.array([""] * 3))
+    assert codes["pcie_replay_total"].tolist() == [3, 3, 0]
+    assert reason(F["mem_temp_c"], inf, "Tesla T4") == "no_sensor"  # as check_columns says
+
+
+def test_gpu_indices_and_times_have_one_rule() -> None:
+    assert readings.gpu_index("7") == 7 and readings.gpu_index(" 4294967295 ") == 2**32 - 1
+    for text in ("4294967296", "99999999999999999999", "-1", "1e3", "1.0", "", "٣", "+1"):
+        assert readings.gpu_index(text) is None, text
+    got = readings.bad_gpu_indices(np.array([0, 2**32 - 1, 2**32, -1, 1.5, math.inf, math.nan]))
+    assert got.tolist() == [False, False, True, True, True, True, False]
+    ts = np.array([-5, 0, 946684800, 1.7e9, 4102444800, 1.7e12, math.inf, math.nan])
+    assert readings.bad_times(ts).tolist() == [True, True, False, False, True, True, True, False]
+    assert [readings.is_time(t) for t in ts[:4]] == [False, False, True, True]
+    assert readings.time_problem(1.7e12) == "looks like milliseconds; expected Unix seconds"
+    assert readings.time_problem(-5) == "is outside 2000-01-01..2100-01-01"

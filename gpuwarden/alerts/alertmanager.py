@@ -13,7 +13,6 @@ alerts are accepted and ignored, with the reason in the answer.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Literal
@@ -22,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from gpuwarden.errors import InputError
 from gpuwarden.health import GpuState
+from gpuwarden.httpguard import loads_json
 from gpuwarden.telemetry import GpuId
 
 #: alertname -> what a firing alert does to its GPU (see gpuwarden/alerts/rules/).
@@ -81,10 +81,7 @@ class AlertInput:
 
 def parse_webhook(body: bytes) -> AmPayload:
     """Validate a webhook body; InputError names the first problems (the 400's reason)."""
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"body is not JSON: {exc}") from None
+    data = loads_json(body)  # nesting bounded: a RecursionError would be a 500
     if not isinstance(data, dict):
         raise InputError(f"body must be a JSON object, not {type(data).__name__}")
     try:

@@ -194,10 +194,15 @@ class DecisionEngine:
         return out
 
     def restore(self, gpu: GpuId, state: GpuState, *, since: float, source: str) -> None:
-        """Start from a state decided before a restart (read back from the audit log)."""
+        """Start from a state decided before a restart (read back from the audit log). A
+        person's decision (``source`` manual) is pinned again for what is left of
+        ``manual_hold_s`` from when it was made: a restart must not hand it back to the scorer."""
         with self._lock:
             t = self._tracks.setdefault((gpu.hostname, gpu.index), _Track(gpu, since=since))
             t.gpu, t.state, t.since, t.source = gpu, GpuState.parse(state), since, source
+            t.pinned_at = t.pinned_until = None
+            if source == "manual" and self.manual_hold_s > 0:
+                t.pinned_at, t.pinned_until = since, since + self.manual_hold_s
 
     # -- reading -------------------------------------------------------------------------
 

@@ -29,8 +29,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import httpx
 
 from gpuwarden.collectors._promtext import ParseResult, PromSample, parse_text
+from gpuwarden.config import redact_url
 from gpuwarden.errors import ConfigError
-from gpuwarden.readings import screen
+from gpuwarden.readings import gpu_index, screen
 from gpuwarden.telemetry import (
     DCGM_HEALTH_METRIC,
     DCGM_XID_COUNT_METRIC,
@@ -106,15 +107,6 @@ def _normalise_endpoint(endpoint: str, whole: str) -> tuple[str, float | None]:
     return urlunsplit((parts.scheme, netloc, path, urlencode(kept), "")), timeout
 
 
-def _redact(endpoint: str) -> str:
-    """Drop a password from ``http://user:secret@host/...`` before it reaches logs."""
-    parts = urlsplit(endpoint)
-    if parts.password is None:
-        return endpoint
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
-
-
 class DcgmCollector:
     """Scrape dcgm-exporter endpoints; one ``Sample`` per GPU, Xid changes as events.
 
@@ -137,7 +129,7 @@ class DcgmCollector:
         if not endpoints:
             raise ConfigError("dcgm collector needs at least one endpoint")
         self.endpoints = [_normalise_endpoint(e, e)[0] for e in endpoints]
-        self.url = "dcgm+" + ",".join(_redact(e) for e in self.endpoints)
+        self.url = "dcgm+" + ",".join(redact_url(e) for e in self.endpoints)
         self.timeout_s = timeout_s
         self._owns_client = client is None
         self._client = client if client is not None else httpx.Client(timeout=timeout_s)
@@ -167,7 +159,7 @@ class DcgmCollector:
             for endpoint, future in futures.items():
                 result, problem = self._outcome(endpoint, future)
                 if problem:
-                    problems.append(f"{_redact(endpoint)}: {problem}")
+                    problems.append(f"{redact_url(endpoint)}: {problem}")
                 if result is not None:
                     host = urlsplit(endpoint).hostname or ""
                     self._convert(result, host, ts, out)
@@ -239,8 +231,10 @@ class DcgmCollector:
             name = s.name
             special = _SPECIAL.get(name)
             field = FIELD_BY_DCGM.get(name)
-            if (field is None and special is None) or math.isnan(s.value) or math.isinf(s.value):
+            if (field is None and special is None) or math.isnan(s.value):
                 continue
+            if special is not None and math.isinf(s.value):
+                continue  # an infinite field reading goes on, to be screened out and counted
             labels = s.labels
             gpu = _gpu_from_labels(labels, endpoint_host)
             if gpu is None:
@@ -375,11 +369,9 @@ def _known_metric(line: str) -> bool:
 def _gpu_from_labels(labels: Mapping[str, str], endpoint_host: str) -> GpuId | None:
     """GPU identity from dcgm-exporter's labels; the host falls back to the endpoint's."""
     get = labels.get
-    index_text = get("gpu") or get("device", "").removeprefix("nvidia")
-    try:
-        index = int(index_text)
-    except ValueError:
-        return None  # a series not about one GPU (dcgm-exporter has none today)
+    index = gpu_index(get("gpu") or get("device", "").removeprefix("nvidia"))
+    if index is None:  # a series not about one GPU (dcgm-exporter has none today), or no index
+        return None
     return GpuId(
         hostname=get("Hostname") or get("hostname") or endpoint_host,
         index=index,

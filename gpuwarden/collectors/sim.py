@@ -32,6 +32,7 @@ URL_PARAMS: dict[str, tuple[str, Callable[[str], object]]] = {
     "step": ("step_s", int),
     "start": ("start_ts", float),
     "sudden": ("sudden_fraction", float),
+    "hbm_sudden": ("hbm_sudden_fraction", float),
     "rate": ("failure_rate_per_gpu_day", float),
     "lookalikes": ("lookalike_fraction", float),
     "models": ("models", _names),
@@ -60,7 +61,7 @@ def url_params(url: str) -> dict[str, object]:
 
 def spec_from_url(url: str) -> FleetSpec:
     """``sim://?nodes=16&gpus=8&seed=1&accel=1&step=60&models=H100-80GB,A100-80GB&start=<unix>``
-    (also rack, sudden, rate, lookalikes, kinds). Raises ConfigError naming a bad parameter.
+    (also rack, sudden, hbm_sudden, rate, lookalikes, kinds). Raises ConfigError naming a bad parameter.
     ``SimCollector.from_url`` also takes ``resume``."""
     return FleetSpec(**url_params(url))  # type: ignore[arg-type]
 

@@ -6,6 +6,8 @@
 Runs ``nvidia-smi --query-gpu=index,uuid,pci.bus_id,name,<Field.smi...>
 --format=csv,noheader,nounits`` once per ``collect()``. Fields nvidia-smi has no column for
 (energy, PCIe replays, NVLink errors, violation times) are absent; use nvml:// for those.
+The node's ``driver_version`` is asked for beside the fields, and the CUDA version it supports is
+read from ``nvidia-smi -q``'s header once per driver version: both become ``Batch.nodes``.
 
 nvidia-smi hangs on a sick GPU, so it runs under a timeout and is killed after it: the batch
 names the timeout in ``problems`` and the loop goes on. ``[N/A]``, ``[Not Supported]``,
@@ -32,13 +34,17 @@ from urllib.parse import parse_qs, urlsplit
 from gpuwarden.collectors._gpu_state import LOST, OK, GpuStates
 from gpuwarden.errors import CollectorTimeout, CollectorUnavailable, ConfigError
 from gpuwarden.readings import screen
-from gpuwarden.telemetry import FIELDS, Batch, Event, GpuId, Sample
+from gpuwarden.telemetry import FIELDS, Batch, Event, GpuId, NodeInfo, Sample
 
 IDENTITY = ("index", "uuid", "pci.bus_id", "name")
 
 #: Our field -> the nvidia-smi names to ask for, newest first; older drivers get the next one.
 SMI_NAMES: dict[str, tuple[str, ...]] = {f.name: (f.smi,) for f in FIELDS if f.smi}
 SMI_NAMES["clock_event_reasons"] += ("clocks_throttle_reasons.active",)  # before r535
+#: Not a telemetry field: the node's driver version, asked for beside the fields. A driver that
+#: does not know it (none seen) drops it silently; the CUDA version is then not asked for either.
+DRIVER = "@driver_version"
+_CUDA_LINE = re.compile(r"^CUDA Version\s*:\s*(\S.*?)\s*$", re.MULTILINE)
 
 _TRUE = {"yes", "active", "enabled", "true"}
 _FALSE = {"no", "not active", "disabled", "false"}
@@ -101,7 +107,7 @@ def parse_cell(cell: str) -> float | None:
     """
     text = cell.strip()
     low = text.lower()
-    if low in _NOT_AVAILABLE or (low.startswith("[") and low.endswith("]")):
+    if is_no_value(text):
         return None
     if low in _TRUE:
         return 1.0
@@ -110,6 +116,12 @@ def parse_cell(cell: str) -> float | None:
     if low.startswith("0x"):
         return float(int(low, 16))  # clocks_event_reasons.active, e.g. 0x0000000000000004
     return float(text)
+
+
+def is_no_value(text: str) -> bool:
+    """True for nvidia-smi's "no value" cells: ``[N/A]``, ``[Not Supported]``, empty."""
+    low = text.strip().lower()
+    return low in _NOT_AVAILABLE or (low.startswith("[") and low.endswith("]"))
 
 
 def normalise_bus_id(bus_id: str) -> str:
@@ -162,6 +174,9 @@ class SmiCollector:
         self._run = run or run_nvidia_smi
         self._clock = clock
         self._names = {field: list(names) for field, names in SMI_NAMES.items()}
+        self._names[DRIVER] = ["driver_version"]
+        self._driver = ""  # as nvidia-smi printed it in the last run
+        self._cuda: tuple[str, str] | None = None  # (driver, CUDA version) read with -q
         self._states = GpuStates()
         self._known: dict[str, GpuId] = {}  # PCI bus id -> the GPU last seen there
         self._notes: list[str] = []  # said once, in the next batch
@@ -231,6 +246,8 @@ class SmiCollector:
         for field, names in self._names.items():
             if names and names[0] == smi_name:
                 names.pop(0)
+                if field == DRIVER:
+                    return True
                 instead = f"; asking for {names[0]!r} instead" if names else f"; {field} is absent"
                 self._notes.append(f"nvidia-smi does not know the field {smi_name!r}{instead}")
                 return True
@@ -272,9 +289,35 @@ class SmiCollector:
         if out.returncode != 0 and not explained:
             said = (out.stderr.strip() or out.stdout.strip() or "no output").splitlines()[0]
             problems.append(f"nvidia-smi exited with status {out.returncode}: {said}")
+        nodes: tuple[NodeInfo, ...] = ()
+        if self._driver:
+            nodes = (NodeInfo(ts, self.hostname, self._driver, self._cuda_version(problems)),)
         return screen(
-            Batch(ts=ts, samples=tuple(samples), events=tuple(events), problems=tuple(problems))
+            Batch(
+                ts=ts,
+                samples=tuple(samples),
+                events=tuple(events),
+                problems=tuple(problems),
+                nodes=nodes,
+            )
         )
+
+    def _cuda_version(self, problems: list[str]) -> str:
+        """The CUDA version the driver supports, from ``nvidia-smi -q``'s header: read once per
+        driver version (a driver update changes it), "" where it does not print one."""
+        if self._cuda is not None and self._cuda[0] == self._driver:
+            return self._cuda[1]
+        try:
+            out = self._run([self.binary, "-q", "-d", "COMPUTE"], self.timeout_s)
+        except CollectorTimeout as exc:
+            problems.append(f"CUDA version not read: {exc}")
+            return ""  # asked again next time
+        except OSError:
+            return ""
+        match = _CUDA_LINE.search(out.stdout) if out.returncode == 0 else None
+        cuda = match.group(1) if match and not match.group(1).startswith(("N/A", "[")) else ""
+        self._cuda = (self._driver, cuda)
+        return cuda
 
     def _row(
         self,
@@ -301,6 +344,10 @@ class SmiCollector:
         values: dict[str, float] = {}
         for (smi_name, field), cell in zip(columns, cells, strict=True):
             if field is None:
+                continue
+            if field == DRIVER:
+                text = cell.strip()
+                self._driver = "" if is_no_value(text) else text
                 continue
             try:
                 value = parse_cell(cell)

@@ -34,7 +34,7 @@ from datetime import UTC, datetime, tzinfo
 
 from gpuwarden.collectors.smi import normalise_bus_id, parse_cell
 from gpuwarden.errors import InputError
-from gpuwarden.readings import screen
+from gpuwarden.readings import MAX_GPU_INDEX, gpu_index, is_time, screen, time_problem
 from gpuwarden.telemetry import FIELDS, Batch, GpuId, NodeInfo, Sample
 
 #: nvidia-smi header name -> our field. The header shows the canonical name of an alias.
@@ -127,6 +127,11 @@ def read_query_csv_rows(text: str, *, hostname: str, tz: tzinfo = UTC) -> QueryC
         except ValueError as exc:
             bad.append((n + 1, str(exc)))
             continue
+        if not is_time(ts):
+            bad.append(
+                (n + 1, f"timestamp {cells[where['timestamp']].strip()!r} {time_problem(ts)}")
+            )
+            continue
         got = {k: cells[i].strip() for k, i in where.items() if k in _IDENTITY}
         bus_text = got.get("pci.bus_id", "")
         try:
@@ -138,10 +143,11 @@ def read_query_csv_rows(text: str, *, hostname: str, tz: tzinfo = UTC) -> QueryC
         uuid = uuid if uuid.startswith(("GPU-", "MIG-")) else ""
         index_text = got.get("index")
         if index_text is not None:
-            if not index_text.isdigit():
-                bad.append((n + 1, f"index {index_text!r} is not a GPU index"))
+            read = gpu_index(index_text)
+            if read is None:
+                bad.append((n + 1, f"index {index_text!r} is not a GPU index (0..{MAX_GPU_INDEX})"))
                 continue
-            index = int(index_text)
+            index = read
         else:
             index = order.setdefault(uuid or bus or "", len(order))
         model = got.get("name", "")

@@ -31,6 +31,7 @@ EVENT_NAMES = {
     "gpu_recovered": "GPU recovered",
     "gpu_missing": "GPU stopped reporting while its node reports",
     "gpu_reporting": "GPU reporting again",
+    "memory_error": "HBM error from a per-address log (ingest --memory-errors)",
 }
 FATAL_EVENTS = frozenset(health.HARD_EVENTS)
 MISSING_ACTION = (

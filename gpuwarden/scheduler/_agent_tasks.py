@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpuwarden.errors import OutboundRefused
+from gpuwarden.outbound import OutboundPolicy, post_json
 from gpuwarden.scheduler._task_wrapper import claim, write_atomic
 
 logger = logging.getLogger("gpuwarden.scheduler.agent")
@@ -47,6 +49,9 @@ SECRET_ENV = frozenset(
 #: on every change) would otherwise grow with every task the node ever ran.
 ACKED_KEEP_S = 7 * 86400.0
 MAX_LOG_CHUNK = 64 * 1024  # bytes shipped per task per sync, so one chatty job cannot stall it
+#: Log bytes shipped per sync, all tasks together: JSON escaping makes a sync at most six times
+#: this, inside the service's body limit (``api.DEFAULT_MAX_BODY_BYTES``); the rest goes next time.
+MAX_SYNC_LOG_BYTES = 4 << 20
 # by path, not ``-m``: the isolated interpreter (-I -S) sees neither PYTHONPATH nor site-packages
 WRAPPER = str(Path(__file__).resolve().with_name("_task_wrapper.py"))
 
@@ -78,9 +83,18 @@ class Task:
 class TaskTable:
     """The tasks this agent started, and what it must tell the service about them."""
 
-    def __init__(self, workdir: Path, *, kill_after_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        kill_after_s: float = 5.0,
+        hook_policy: OutboundPolicy | None = None,
+    ) -> None:
         self.workdir = workdir
         self.kill_after_s = kill_after_s
+        #: where a checkpoint hook of kind ``url`` may POST (the ``hook_allow`` setting)
+        self.hook_policy = hook_policy or OutboundPolicy()
+        self._log_turn = 0  # the task whose log ships first in the next report
         self.state_path = workdir / "agent-state.json"
         self.tasks: dict[Key, Task] = {}
         self._procs: dict[Key, subprocess.Popen[bytes]] = {}
@@ -155,10 +169,12 @@ class TaskTable:
                                      stdout=out, stderr=subprocess.STDOUT, cwd=task.checkpoint_dir,
                                      start_new_session=True)  # fmt: skip
             elif hook["kind"] == "url":
-                import httpx
-
-                httpx.post(hook["target"], json={"job_id": task.job_id, "attempt": task.attempt,
-                                                 "task": task.task}, timeout=5)  # fmt: skip
+                post_json(hook["target"], {"job_id": task.job_id, "attempt": task.attempt,
+                          "task": task.task}, policy=self.hook_policy, timeout_s=5)  # fmt: skip
+        except OutboundRefused as exc:  # the tenant reads why in the task's log
+            logger.warning("checkpoint hook of %s refused: %s", task.job_id, exc)
+            with open(task.log, "ab") as out:
+                out.write(f"gpuwarden agent: checkpoint hook refused: {exc}\n".encode())
         except Exception as exc:  # a bad signal name, a dead URL: a failing hook stops nothing
             logger.warning("checkpoint hook of %s failed: %s", task.job_id, exc)
 
@@ -191,17 +207,21 @@ class TaskTable:
             self.save()
 
     def report(self) -> dict[str, Any]:
-        """The sync body: every task's state and newest checkpoint, and new log text."""
-        tasks, logs = [], []
-        for t in self.tasks.values():
-            if t.acked or t.state == "launching":
-                continue
-            tasks.append({"job_id": t.job_id, "attempt": t.attempt, "task": t.task,
-                          "state": t.state, "exit_code": t.exit_code, "pid": t.pid,
-                          "started_at": t.started_at, "ended_at": t.ended_at,
-                          "checkpoint_at": _newest_mtime(Path(t.checkpoint_dir))})  # fmt: skip
+        """The sync body: every task's state and newest checkpoint, and new log text (at most
+        ``MAX_SYNC_LOG_BYTES``, starting from a different task each time so none waits long)."""
+        live = [t for t in self.tasks.values() if not t.acked and t.state != "launching"]
+        tasks = [{"job_id": t.job_id, "attempt": t.attempt, "task": t.task, "state": t.state,
+                  "exit_code": t.exit_code, "pid": t.pid, "started_at": t.started_at,
+                  "ended_at": t.ended_at, "checkpoint_at": _newest_mtime(Path(t.checkpoint_dir))}
+                 for t in live]  # fmt: skip
+        logs, budget = [], MAX_SYNC_LOG_BYTES
+        self._log_turn = (self._log_turn + 1) % max(1, len(live))
+        for t in live[self._log_turn :] + live[: self._log_turn]:
+            if budget <= 0:
+                break
             text, size = _read_from(Path(t.log), t.shipped)
             if size:
+                budget -= size
                 logs.append({"job_id": t.job_id, "attempt": t.attempt, "task": t.task,
                              "text": text, "offset": t.shipped, "size": size})  # fmt: skip
         return {"tasks": tasks, "logs": logs}

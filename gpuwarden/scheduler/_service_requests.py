@@ -4,7 +4,8 @@ report a checkpoint.
 A tenant sees only its own jobs: another tenant's job is "not found" (404), not "forbidden",
 so job ids do not leak which jobs exist. The methods that change state run under the service's
 lock inside one open transaction, and end with a placement round (``Nodes.run_round``) so the
-answer shows where the job went.
+answer shows where the job went. A tenant may have at most ``max_queued_tasks`` tasks queued
+(all its queued jobs together); a submission past that is refused (``QueueFullError``, 429).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from gpuwarden.scheduler._service_types import (
     ConflictError,
     NotFoundError,
     Principal,
+    QueueFullError,
     tenant_for,
 )
 from gpuwarden.scheduler.jobs import Job
@@ -46,11 +48,19 @@ class Submission:
 class JobRequests:
     """Jobs as tenants and the admin see and change them."""
 
-    def __init__(self, lifecycle: JobLifecycle, nodes: Nodes, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        lifecycle: JobLifecycle,
+        nodes: Nodes,
+        clock: Callable[[], float],
+        *,
+        max_queued_tasks: int | None = None,
+    ) -> None:
         self.lifecycle = lifecycle
         self.nodes = nodes
         self.db = lifecycle.db
         self.clock = clock
+        self.max_queued_tasks = max_queued_tasks
 
     def check(self, who: Principal, body: Mapping[str, Any]) -> Submission:
         """Check a submission whole; nothing is stored, no lock is needed."""
@@ -60,7 +70,10 @@ class JobRequests:
             check_text("idempotency_key", key, max_chars=200)
         spec = normalise_spec(body)
         job_id = "j-" + uuid.uuid4().hex[:12]
-        return Submission(tenant, key, spec, job_of(job_id, tenant, spec))
+        job = job_of(job_id, tenant, spec)
+        if job.checkpoint is not None:
+            job.checkpoint.check_new()
+        return Submission(tenant, key, spec, job)
 
     def submit(self, who: Principal, sub: Submission) -> tuple[dict[str, Any], bool]:
         """Queue a checked job; returns (job JSON, created). The same ``idempotency_key`` from
@@ -68,6 +81,7 @@ class JobRequests:
         tenant, key, spec, job = sub.tenant, sub.key, sub.spec, sub.job
         if key is not None and (old := self.db.job_by_key(tenant, key)) is not None:
             return job_json(old), False
+        self._check_queue_room(tenant, job.tasks)
         now = self.clock()
         row = JobRow(
             job.job_id, self.db.next_seq(), tenant, spec["name"], spec, "queued", 1, key, now, now
@@ -79,6 +93,19 @@ class JobRequests:
             self.lifecycle.scheduler.submit(job)
             self.nodes.run_round(now, preempt=False)
         return job_json(self._row(job.job_id)), True
+
+    def _check_queue_room(self, tenant: str, tasks: int) -> None:
+        """Refuse a job that would take ``tenant`` past its queued-task limit."""
+        limit = self.max_queued_tasks
+        if limit is None:
+            return
+        queued = self.db.queued_tasks(tenant)
+        if queued + tasks > limit:
+            raise QueueFullError(
+                f"tenant {tenant} has {queued} tasks queued and may have at most {limit}; "
+                f"this job's {tasks} would pass that: wait for queued jobs to start, or cancel "
+                "some"
+            )
 
     def jobs(self, who: Principal, states: Sequence[str] = ()) -> list[dict[str, Any]]:
         tenant = None if who.kind == "admin" else who.name

@@ -23,6 +23,10 @@ class ConflictError(InputError):
     """The job cannot do that in its state (cancelling a finished job): HTTP 409."""
 
 
+class QueueFullError(InputError):
+    """The tenant has as many tasks queued as it may (``max_queued_tasks``): HTTP 429."""
+
+
 @dataclass(frozen=True)
 class Principal:
     """Who is asking: ``kind`` tenant, admin or agent; ``name`` the tenant or node."""
@@ -90,6 +94,7 @@ __all__ = [
     "MAX_QUOTA_GPUS",
     "ConflictError",
     "NotFoundError",
+    "QueueFullError",
     "Principal",
     "quota_of",
     "tenant_for",

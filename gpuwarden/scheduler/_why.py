@@ -38,3 +38,28 @@ def why_not(c: ClusterState, job: Job, room: float, placed_tasks: int) -> str:
         if not ok.any():
             return prefix + reason
     return prefix + "no node has all it needs free at once"
+
+
+def why_too_few(
+    c: ClusterState, job: Job, room: float, counts: tuple[np.ndarray, ...], fit: int
+) -> str:
+    """Why only ``fit`` (at least one, fewer than all) of a gang's tasks fit at once, from the
+    per-node counts of ``ClusterState.fit_counts`` (CPU, memory, GPUs), without placing any:
+    the first constraint, in ``why_not``'s order, under which the nodes together take fewer
+    than all the tasks. What ``why_not`` would say once the first ``fit`` tasks were placed."""
+    prefix = f"job {job.job_id}: only {fit} of {job.tasks} tasks fit at once; "
+    cpu, mem, gpu = counts
+    steps = [("no node has the CPU free", cpu), ("no node has the memory free", mem)]
+    usable = np.ones(c.n_nodes, dtype=bool)
+    if job.kind != "cpu":
+        health = "ok or at-risk" if job.interruptible else "ok"
+        steps.append((f"no node has {job.gpus_per_task} fitting {health} GPU(s) free", gpu))
+        usable = c.model_mask(job.gpu_models) & (c.n_gpus > 0)
+    left = np.where(usable, job.tasks, 0)
+    for reason, count in steps:
+        left = np.minimum(left, count)
+        if left.sum() < job.tasks:
+            return prefix + reason
+    if room != math.inf:
+        return prefix + "the tenant's GPU-memory quota is used up"
+    return prefix + "no node has all it needs free at once"

@@ -6,6 +6,8 @@
 Each sync reports every task's state, exit code and newest checkpoint file, plus new log text,
 and gets back what to start, checkpoint and stop (docs/scheduler.md). The agent survives the
 service being down: its tasks keep running and it retries until the service answers again.
+A token the service refuses (401, 403) is not an outage: ``run`` raises ``ConfigError`` saying
+so, and the command exits non-zero (its tasks keep running, and a restarted agent adopts them).
 Nor does it need to outlive its tasks: each runs under ``_task_wrapper``, which writes the exit
 status under ``WORKDIR/tasks``, so an agent restarted on the same ``--workdir`` adopts them and
 reports how they ended.
@@ -27,6 +29,7 @@ import httpx
 
 from gpuwarden.collectors.base import Collector
 from gpuwarden.errors import CollectorError, ConfigError
+from gpuwarden.outbound import OutboundPolicy
 from gpuwarden.scheduler._agent_tasks import TaskTable
 from gpuwarden.scheduler.resources import GPU_MEMORY_MIB
 
@@ -96,7 +99,8 @@ def hide_environment() -> bool:
 
 
 class Agent:
-    """Registers ``node`` with the service at ``url`` and runs what it says, every ``interval_s``."""
+    """Registers ``node`` with the service at ``url`` and runs what it says, every ``interval_s``.
+    ``hook_policy``: where checkpoint hooks of kind ``url`` may POST (setting ``hook_allow``)."""
 
     def __init__(
         self,
@@ -108,6 +112,7 @@ class Agent:
         token: str | None = None,
         interval_s: float = 1.0,
         kill_after_s: float = 5.0,
+        hook_policy: OutboundPolicy | None = None,
     ) -> None:
         self.node = node or socket.gethostname()
         self.url = url.rstrip("/")
@@ -120,21 +125,26 @@ class Agent:
             base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=10
         )
         workdir.mkdir(parents=True, exist_ok=True)
-        self.tasks = TaskTable(workdir, kill_after_s=kill_after_s)
+        self.tasks = TaskTable(workdir, kill_after_s=kill_after_s, hook_policy=hook_policy)
         self.registered = False
         self._down_since: float | None = None
 
     def run(self, stop: threading.Event | None = None) -> None:
-        """Register and sync until ``stop`` is set (Ctrl-C in the command)."""
+        """Register and sync until ``stop`` is set (Ctrl-C in the command). ``ConfigError``
+        when the service refuses the agent's token: retrying would never help."""
         stop = stop or threading.Event()
         while not stop.is_set():
             began = time.monotonic()
-            self.step()
+            try:
+                self.step()
+            except ConfigError as exc:
+                logger.error("%s", exc)
+                raise
             stop.wait(max(0.0, self.interval_s - (time.monotonic() - began)))
 
     def step(self) -> None:
         """One round: poll processes, sync, carry out the orders. Never raises for the service
-        being away; the next step tries again."""
+        being away; the next step tries again. ``ConfigError`` when the token is refused."""
         self.tasks.poll()
         try:
             if not self.registered:
@@ -171,12 +181,27 @@ class Agent:
             r = self._http.post(path, json=body)
         except httpx.HTTPError as exc:
             raise _ServiceAway(str(exc) or type(exc).__name__) from exc
+        if r.status_code in (401, 403):
+            raise ConfigError(
+                f"the scheduler service at {self.url} refused this agent's token "
+                f"(HTTP {r.status_code}: {_detail(r)}); set {ENV_AGENT_TOKEN} to the token "
+                f"`gpuwarden scheduler agent-token {self.node}` prints on the service host"
+            )
         if r.status_code == 404 and path.endswith("/sync"):
             self.registered = False  # the service lost this node (a new database): register again
         if r.status_code >= 400:
             raise _ServiceAway(f"{path}: HTTP {r.status_code}: {r.text[:200]}")
         result: dict[str, Any] = r.json()
         return result
+
+
+def _detail(r: httpx.Response) -> str:
+    """The service's reason for a refusal (its JSON ``detail``), short."""
+    try:
+        detail = r.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    return str(detail if detail is not None else r.text)[:200]
 
 
 class _ServiceAway(Exception):

@@ -8,8 +8,10 @@
     GET  /v1/billing?since=&until=[&format=csv]     GET /v1/audit?limit=&before_id=&since=&action=
     POST /v1/agents/{node}/register   POST /v1/agents/{node}/sync   (that node's agent token)
 
-Every route but /healthz needs a bearer token (401 without). A tenant sees only its own jobs:
-another tenant's job is 404, so job ids do not leak. An agent route takes only the token of the
+Every route but /healthz needs a bearer token (401 without), and a request with a body is
+refused on its token before the body is read (``httpguard.BodyGuard``, which also bounds the
+body to ``max_body_bytes`` and JSON nesting, and reads every body as JSON). A tenant sees only
+its own jobs: another tenant's job is 404, so job ids do not leak. An agent route takes only the token of the
 node in its path (``_auth``); any other token, the agents' master secret included, is a 403.
 Bad input is a 400 naming the field; handlers run one at a time under the service's lock, so a
 bad request changes nothing. A database failure (disk full, locked) is a 503 and changes nothing
@@ -18,6 +20,7 @@ either: the transaction rolls back and the in-memory scheduler is rebuilt from t
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
@@ -28,6 +31,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpuwarden.errors import GpuwardenError, InputError, StoreError
+from gpuwarden.httpguard import BodyGuard
 from gpuwarden.lifecycle import AppServer
 from gpuwarden.scheduler._auth import NODE_NAME, TokenBook, bearer
 from gpuwarden.scheduler._service_jobs import MAX_INT, MAX_TASKS
@@ -36,6 +40,7 @@ from gpuwarden.scheduler.service import (
     ConflictError,
     NotFoundError,
     Principal,
+    QueueFullError,
     SchedulerService,
 )
 
@@ -57,6 +62,10 @@ NodeName = Annotated[str, Path(pattern=NODE_NAME)]
 
 #: Task reports and log chunks in one sync: far above what a node's tasks send.
 MAX_SYNC_ITEMS = 10_000
+#: Largest request body: an agent ships at most 4 MiB of log bytes per sync, which JSON
+#: escaping can grow sixfold (``_agent_tasks.MAX_SYNC_LOG_BYTES``); everything else is far
+#: smaller. A refused sync would be resent unchanged, so this stays well above what agents send.
+DEFAULT_MAX_BODY_BYTES = 32 << 20
 
 
 class _Strict(BaseModel):
@@ -166,13 +175,28 @@ def _node_agent(request: Request, node: NodeName) -> Principal:
     )
 
 
+_AGENT_PATH = re.compile(r"^/v1/agents/([^/]+)/[^/]+$")
+
+
+def _authenticate(request: Request) -> None:
+    """Whether a request may send a body, from its headers: a tenant's or the admin's token,
+    or on an agent route the agent token of the node it names (the routes check roles)."""
+    agent = _AGENT_PATH.match(request.url.path)
+    if agent:
+        _node_agent(request, agent.group(1))
+    else:
+        _principal(request)
+
+
 # module level: FastAPI resolves these annotations by name (``from __future__ import annotations``)
 Person = Annotated[Principal, Depends(_role("tenant", "admin"))]
 Admin = Annotated[Principal, Depends(_role("admin"))]
 NodeAgent = Annotated[Principal, Depends(_node_agent)]
 
 
-def create_app(service: SchedulerService, tokens: TokenBook) -> FastAPI:
+def create_app(
+    service: SchedulerService, tokens: TokenBook, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+) -> FastAPI:
     """The API over ``service``; ``tokens`` says who each bearer token is."""
     # no /docs or /openapi.json: every route but /healthz needs a token
     app = FastAPI(
@@ -180,6 +204,7 @@ def create_app(service: SchedulerService, tokens: TokenBook) -> FastAPI:
     )
 
     app.state.tokens = tokens
+    app.add_middleware(BodyGuard, authenticate=_authenticate, max_body_bytes=max_body_bytes)
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -193,6 +218,8 @@ def create_app(service: SchedulerService, tokens: TokenBook) -> FastAPI:
             code = 404
         elif isinstance(exc, ConflictError):
             code = 409
+        elif isinstance(exc, QueueFullError):
+            code = 429
         elif isinstance(exc, InputError):
             code = 400
         elif isinstance(exc, StoreError):
@@ -315,8 +342,14 @@ class SchedulerServer(AppServer[SchedulerService]):
     """The API under uvicorn in a thread plus the service's round loop, started and stopped
     together (``gpuwarden.lifecycle.AppServer``)."""
 
-    def __init__(self, service: SchedulerService, tokens: TokenBook) -> None:
-        super().__init__(create_app(service, tokens), service)
+    def __init__(
+        self,
+        service: SchedulerService,
+        tokens: TokenBook,
+        *,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ) -> None:
+        super().__init__(create_app(service, tokens, max_body_bytes=max_body_bytes), service)
 
 
-__all__ = ["SchedulerServer", "create_app"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "SchedulerServer", "create_app"]

@@ -86,6 +86,7 @@ class ClusterState:
         self.allocated_milli = 0
         self._model_masks: dict[frozenset[str], np.ndarray] = {}
         self._mig_tables: dict[str, np.ndarray] = {}
+        self._mig_count_tables: dict[str, np.ndarray] = {}
         self._room_table: np.ndarray | None = None
         # Per-node aggregates, kept current row by row in _refresh.
         self.usable_ok = np.zeros((n, g), dtype=bool)
@@ -179,6 +180,47 @@ class ClusterState:
         if memory_room != math.inf:
             ok &= self.memory_charge(job) <= memory_room  # NaN (unknown memory) is False
         return ok
+
+    def fit_counts(self, job: Job) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """How many more tasks of ``job`` each node takes now by its free CPU, by its free memory
+        and by its GPUs (model, health, sharing mode, share, GPU memory, MIG slices), each on its
+        own and at most ``job.tasks``: a few vector operations, whatever the number of tasks.
+
+        Each count is exact: the tasks of a gang are alike, so one placed on a node lowers each
+        of that node's counts by exactly one, whichever of its GPUs it gets (a share takes one
+        share of one GPU; a MIG profile's starts never overlap). The smallest of the three,
+        summed over nodes, is how many tasks fit at once, in any order of choices."""
+        cap = job.tasks
+        full = np.full(self.n_nodes, cap, dtype=np.int64)
+        cpu = np.minimum(self.cpu_free // job.cpu_milli, cap) if job.cpu_milli else full
+        mem = np.minimum(self.mem_free // job.memory_mib, cap) if job.memory_mib else full
+        if job.kind == "cpu":
+            return cpu, mem, full
+        cand = self.gpu_candidates(job)
+        if job.kind == "whole":
+            gpu = cand.sum(axis=1) // job.gpus_per_task
+        elif job.kind == "fractional":
+            each = self.free // job.gpu_milli
+            if job.gpu_memory_mib is not None:  # unknown memory (NaN) is no candidate anyway
+                mem_free = np.nan_to_num(self.gpu_mem_free, nan=0.0, posinf=0.0)
+                each = np.minimum(each, (mem_free // job.gpu_memory_mib).astype(np.int64))
+            gpu = np.where(cand, each, 0).sum(axis=1)
+        else:
+            assert job.mig_profile is not None
+            gpu = np.where(cand, self._mig_counts(job.mig_profile), 0).sum(axis=1)
+        gpu = np.where(self.model_mask(job.gpu_models), np.minimum(gpu, cap), 0)
+        return cpu, mem, gpu
+
+    def _mig_counts(self, profile: str) -> np.ndarray:
+        """Per GPU, how many more ``profile`` instances fit (``mig.count_table``)."""
+        table = self._mig_count_tables.get(profile)
+        if table is None:
+            table = np.zeros((len(self.models) + 1, 1 << mig.MEMORY_SLICES), dtype=np.int64)
+            for i, m in enumerate(self.models):
+                if mig.mig_capable(m) and profile in {p.name for p in mig.MIG_PROFILES[m]}:
+                    table[i] = mig.count_table(m, profile)
+            self._mig_count_tables[profile] = table
+        return table[self.model_idx[:, None], self.mig_mask]
 
     def gpu_candidates(self, job: Job, node: int | None = None) -> np.ndarray:
         """GPUs one task of ``job`` could use (nodes x slots, or one node's slots), before the

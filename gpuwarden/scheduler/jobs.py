@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
+from urllib.parse import urlsplit
 
 from gpuwarden.errors import InputError
+from gpuwarden.outbound import name_refusal
 from gpuwarden.scheduler import mig
 from gpuwarden.scheduler.mig import MigInstance
 from gpuwarden.scheduler.resources import GPU_MILLI
@@ -38,8 +40,10 @@ HookKind = Literal["signal", "command", "url"]
 @dataclass(frozen=True)
 class CheckpointHook:
     """How to ask a job to checkpoint before it is moved: a signal (``SIGUSR1``) sent to the
-    task, a command run in its container, or a URL POSTed to. Carried as data in this phase; the
-    node agent runs it and waits the job's ``grace_period_s``."""
+    task, a command run in its container, or a URL POSTed to (only where the agent's
+    ``hook_allow`` setting allows, ``gpuwarden.outbound``; never a cloud metadata address).
+    Carried as data in this phase; the node agent runs it and waits the job's
+    ``grace_period_s``."""
 
     kind: HookKind
     target: str
@@ -53,6 +57,15 @@ class CheckpointHook:
             raise InputError(f"checkpoint signal must be a name like SIGUSR1: {self.target!r}")
         if self.kind == "url" and not self.target.startswith(("http://", "https://")):
             raise InputError(f"checkpoint URL must be http(s): {self.target!r}")
+
+    def check_new(self) -> None:
+        """The checks for a hook being submitted, beyond those every stored hook passed (a job
+        queued before them still loads; the agent refuses its URL when it connects): a URL
+        naming a cloud metadata address, which no ``hook_allow`` allows."""
+        if self.kind == "url":
+            host = urlsplit(self.target).hostname or ""
+            if why := name_refusal(host):
+                raise InputError(f"checkpoint URL {self.target!r}: {why}, never allowed")
 
 
 JobKind = Literal["cpu", "whole", "fractional", "mig"]

@@ -208,6 +208,21 @@ def placement_table(model: str, name: str) -> np.ndarray:
 
 
 @cache
+def count_table(model: str, name: str) -> np.ndarray:
+    """``table[mask]``: how many more instances of profile ``name`` fit on a GPU with occupancy
+    ``mask``, its legal starts still free (at most ``max_count``).
+
+    A profile's starts never overlap one another (NVIDIA's geometries: 1g at any of slices 0-6,
+    2-slice profiles at 0, 2, 4, 6, 4-slice ones at 0 and 4), so placing one instance takes
+    exactly one of them: the count is exact and drops by one per instance.
+    """
+    p = profile(model, name)
+    masks = np.arange(1 << MEMORY_SLICES)
+    free = sum(((masks & p.slice_mask(s)) == 0).astype(np.int64) for s in p.starts)
+    return np.minimum(free, p.max_count)
+
+
+@cache
 def capacity_table(model: str) -> np.ndarray:
     """``table[mask]``: compute slices still placeable on a GPU with occupancy ``mask``.
 

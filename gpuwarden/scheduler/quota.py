@@ -59,12 +59,14 @@ class QuotaLedger:
         self._quotas: dict[str, Quota] = {}
         self._used: dict[str, Usage] = {}
         self._charges: dict[str, tuple[str, int, float]] = {}
+        self.version = 0  # bumped by every ``set``: a job refused for its quota may fit now
         for q in quotas:
             self.set(q)
 
     def set(self, quota: Quota) -> None:
         """Install or change a quota. Lowering it below current usage refuses new work only."""
         self._quotas[quota.tenant] = quota
+        self.version += 1
 
     def quota(self, tenant: str) -> Quota | None:
         return self._quotas.get(tenant)

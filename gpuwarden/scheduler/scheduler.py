@@ -10,6 +10,12 @@ health changes under running work that may no longer be there, ``set_health`` re
 work, queues it again and returns ``Eviction`` records for the node agent to act on (checkpoint
 hook, grace period), so the rule holds again as soon as it returns.
 
+Rounds: ``schedule`` serves the queue (``queue.py``): classes in order, tenants in turn within a
+class, and a job refused once is passed over until its inputs change. A round spends at most
+``round_budget`` task tries (the jobs left wait for the next round), and a gang that cannot fit
+is refused from per-node counts (``ClusterState.fit_counts``) without placing any of its tasks,
+so no tenant's queue makes a round long for everyone.
+
 Preemption: ``place(job, preempt=True)`` lets an inference job that does not fit push out
 interruptible training, batch and dev work, the cheapest set in lost work (``preempt.py``); the
 victims are released and queued again at the front of their class, like evicted work. After a
@@ -18,15 +24,16 @@ restart, ``adopt`` puts running jobs back exactly where a database says they run
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
+import numpy as np
+
 from gpuwarden.errors import InputError
 from gpuwarden.scheduler import preempt as _preempt
-from gpuwarden.scheduler._why import why_not
+from gpuwarden.scheduler._why import why_not, why_too_few
 from gpuwarden.scheduler.cluster import ClusterState, TaskAlloc
 from gpuwarden.scheduler.jobs import (
     Decision,
@@ -40,15 +47,22 @@ from gpuwarden.scheduler.jobs import (
 from gpuwarden.scheduler.mig import MigInstance
 from gpuwarden.scheduler.policies import PlacementPolicy, make_policy
 from gpuwarden.scheduler.policies.mix import TaskMix
+from gpuwarden.scheduler.queue import Inputs, JobQueue
 from gpuwarden.scheduler.quota import Admission, Quota, QuotaLedger
 from gpuwarden.scheduler.resources import Health, NodeSpec, SharingMode
 
 _Allocated = tuple[list[TaskAlloc], float, Admission]  # task allocations, GPU memory charged
 
+#: Task tries one ``schedule`` round may spend (a try: one task's feasibility over every node
+#: and the policy's choice, or one refusal from the per-node counts). A round starts no job
+#: whose tasks would pass it, except its first try, so a gang of any size can be tried.
+ROUND_BUDGET = 4096
+
 
 class Scheduler:
     """Places jobs on ``nodes`` with ``policy`` (a name from ``POLICIES`` or an object).
-    ``clock`` (unix seconds) times placements when a call gives no ``now``."""
+    ``clock`` (unix seconds) times placements when a call gives no ``now``; ``round_budget``
+    bounds the task tries of one ``schedule`` round."""
 
     def __init__(
         self,
@@ -59,16 +73,23 @@ class Scheduler:
         mix: TaskMix | None = None,
         seed: int = 0,
         clock: Callable[[], float] = time.time,
+        round_budget: int = ROUND_BUDGET,
     ) -> None:
+        if round_budget < 1:
+            raise InputError(f"round_budget must be >= 1 task try, got {round_budget}")
         self.cluster = ClusterState(nodes)
         self.policy = make_policy(policy, mix=mix, seed=seed) if isinstance(policy, str) else policy
         self.quotas = QuotaLedger(quotas)
         self._placed: dict[str, tuple[Placement, list[TaskAlloc]]] = {}
         self._on_gpu: dict[tuple[int, int], set[str]] = {}
-        self._pending: dict[str, tuple[int, Job]] = {}
-        self._seq = itertools.count()
+        self._queue = JobQueue()
         self._runtime: dict[str, Runtime] = {}
         self._clock = clock
+        self.round_budget = round_budget
+        #: task tries made so far (``ROUND_BUDGET`` says what one is); budgets and tests read it
+        self.task_tries = 0
+        self._freed = 0  # bumped when room may have been made: a refusal no longer holds
+        self._moved = 0  # bumped on every placement change (preemption looks at placements)
 
     # ---- reading ---------------------------------------------------------------------------
 
@@ -78,8 +99,9 @@ class Scheduler:
 
     @property
     def pending(self) -> list[Job]:
-        """Queued jobs in the order a round serves them: priority class, then arrival."""
-        return [job for _, job in sorted(self._pending.values(), key=_queue_key)]
+        """Queued jobs in the order a round serves them: priority class, evicted work first,
+        then tenants in turn, each tenant's jobs by arrival (``queue.py``)."""
+        return self._queue.jobs()
 
     def allocation_ratio(self) -> float:
         """GPUs allocated / all GPUs, shares in thousandths."""
@@ -117,45 +139,64 @@ class Scheduler:
 
     def submit(self, job: Job) -> None:
         """Queue ``job`` for the next ``schedule`` round."""
-        if job.job_id in self._placed or job.job_id in self._pending:
+        if job.job_id in self._placed or job.job_id in self._queue:
             raise InputError(f"job {job.job_id} is already known")
-        self._pending[job.job_id] = (next(self._seq), job)
+        self._queue.add(job)
 
     def schedule(self, *, now: float | None = None, preempt: bool = False) -> list[Decision]:
-        """One placement round over the queue: inference, training, batch, dev, each first come
-        first served. A job that does not fit waits; smaller ones behind it may still start.
-        With ``preempt``, inference jobs may preempt (see ``place``); the jobs they push out
-        wait for the next round.
+        """One placement round over the queue: inference, training, batch, dev; within a class
+        evicted work first, then tenants in turn (``queue.py``). A job that does not fit waits;
+        smaller ones behind it may still start. With ``preempt``, inference jobs may preempt
+        (see ``place``); the jobs they push out wait for the next round.
 
-        Placement is deterministic, so after a job is refused, later jobs of the same shape
-        (``Job.shape``) are refused with the same reason without asking again until something
-        is placed: a queue of thousands of alike jobs on a full cluster costs one try per shape.
+        Returns a decision for each job the round tried or refused. Placement is deterministic,
+        so a job refused before is passed over, without a decision, until room may have been
+        made (or, for inference that may preempt, until placements changed), and a job of a
+        shape refused under the same inputs is refused with that reason without a try. The
+        round spends at most ``round_budget`` task tries: a tenant whose next job would pass
+        what is left waits for the next round with its turn kept, and the round ends when the
+        budget is spent. A long queue of one tenant, or jobs that are costly to try, cost each
+        round no more than that.
         """
         now = self._clock() if now is None else now
-        decisions: list[Decision] = []
-        refused: dict[tuple[object, ...], tuple[str, str]] = {}  # shape -> (job id, reason)
-        for job in self.pending:
-            seen = refused.get(job.shape)
-            if seen is not None:
-                first, reason = seen
-                reason = reason.replace(f"job {first}: ", f"job {job.job_id}: ", 1)
+        self._queue.forget_refusals((self._freed, self.quotas.version))
+        start, decisions = self.task_tries, []
+        waiting: set[str] = set()  # tenants whose next job waits for the next round's budget
+
+        def inputs(job: Job) -> Inputs:
+            preempting = preempt and job.priority is PriorityClass.INFERENCE
+            return Inputs((self._freed, self.quotas.version), self._moved, preempting)
+
+        for job in self._queue.ready(inputs):
+            if job.tenant in waiting:
+                continue
+            tried = inputs(job)
+            reason = self._queue.refused_shape(job, tried)
+            if reason is not None:
                 decisions.append(Decision(job.job_id, reason=reason))
+                self._queue.refuse(job, tried, reason)
+                continue
+            spent = self.task_tries - start
+            if spent >= self.round_budget:
+                break
+            if spent and spent + job.tasks + 1 > self.round_budget:
+                waiting.add(job.tenant)
                 continue
             decision = self.place(job, now=now, preempt=preempt)
+            self._queue.took_turn(job.tenant)
             decisions.append(decision)
-            if decision.placed:
-                refused.clear()
-            else:
-                refused[job.shape] = (job.job_id, decision.reason)
+            if not decision.placed:
+                self._queue.refuse(job, inputs(job), decision.reason)
         return decisions
 
     def release(self, job_id: str) -> Placement | None:
         """A job finished or was cancelled: free what it holds (or drop it from the queue)."""
-        if self._pending.pop(job_id, None) is not None:
+        if self._queue.remove(job_id) is not None:
             return None
         if job_id not in self._placed:
             raise InputError(f"no job {job_id} is placed or queued")
         self._runtime.pop(job_id, None)
+        self._freed += 1
         return self._detach(job_id)[0]
 
     def note_started(self, job_id: str, at: float) -> None:
@@ -229,8 +270,15 @@ class Scheduler:
         """Choose the GPUs of each task as ``view`` (``job``, or ``job`` kept off at-risk GPUs)
         and apply them as ``job``; all undone, and why, when one task does not fit."""
         cluster, charged = self.cluster, 0.0
+        self.task_tries += 1
+        fit, _, counts = self._fit(view, room)
+        if fit < job.tasks:  # refused from the counts alone: no task is placed and undone
+            if fit == 0:
+                return why_not(cluster, view, room, placed_tasks=0)
+            return why_too_few(cluster, view, room, counts, fit)
         allocs: list[TaskAlloc] = []
         for _ in range(job.tasks):
+            self.task_tries += 1
             feasible = cluster.feasible(view, room - charged)
             if not feasible.any():
                 reason = why_not(self.cluster, view, room - charged, placed_tasks=len(allocs))
@@ -247,6 +295,45 @@ class Scheduler:
             allocs.append(alloc)
             charged += _memory_charged([alloc])
         return allocs, charged
+
+    def _fit(self, job: Job, room: float) -> tuple[int, bool, tuple[np.ndarray, ...]]:
+        """How many tasks of ``job`` fit at once (``ClusterState.fit_counts``) within ``room``
+        MiB of GPU-memory quota; whether that number is exact; the per-node counts.
+
+        Exact unless a memory quota charges the tasks different amounts on different nodes
+        (a whole GPU is charged its framebuffer): then it is an upper bound, as a knapsack
+        would be needed, and only trying the tasks tells."""
+        counts = self.cluster.fit_counts(job)
+        per_node = np.minimum(np.minimum(counts[0], counts[1]), counts[2])
+        if room == math.inf:
+            return int(per_node.sum()), True, counts
+        charge = self.cluster.memory_charge(job)
+        with np.errstate(invalid="ignore"):
+            per_node = np.where(charge <= room, per_node, 0)  # NaN (unknown memory) is False
+            paid = (charge > 0) & (per_node > 0)
+        if not paid.any():
+            return int(per_node.sum()), True, counts
+        per_node[paid] = np.minimum(per_node[paid], (room // charge[paid]).astype(np.int64))
+        cheapest, dearest = float(charge[paid].min()), float(charge[paid].max())
+        fit = int(per_node[~paid].sum()) + min(int(per_node[paid].sum()), int(room // cheapest))
+        return fit, cheapest == dearest, counts
+
+    def _fits(self, job: Job) -> bool:
+        """Whether all of ``job`` fits now; changes nothing. Answered by the counts alone
+        unless they are only an upper bound (``_fit``); then by a first-fit trial, undone."""
+        if not self.quotas.admit(job).ok:
+            return False
+        room = self.quotas.memory_room(job.tenant)
+        self.task_tries += 1
+        fit, exact, _ = self._fit(job, room)
+        if fit < job.tasks or exact:
+            return fit >= job.tasks
+        got = self._apply_tasks(job, job, room, probe=True)
+        if isinstance(got, str):
+            return False
+        for a in reversed(got[0]):
+            self.cluster.undo(a)
+        return True
 
     def _commit(
         self,
@@ -266,7 +353,8 @@ class Scheduler:
         )
         self._attach(placement, allocs)
         self._runtime[job.job_id] = Runtime(started_at, started_at)
-        self._pending.pop(job.job_id, None)
+        self._queue.remove(job.job_id)
+        self._moved += 1
         return placement
 
     def _attach(self, placement: Placement, allocs: list[TaskAlloc]) -> None:
@@ -314,7 +402,7 @@ class Scheduler:
         for placement, allocs in held:
             victim = placement.job
             self._runtime.pop(victim.job_id, None)
-            self._pending[victim.job_id] = (-1, victim)  # first in its class, like evictions
+            self._queue.add(victim, evicted=True)  # first in its class, like evictions
             first = allocs[0]
             evictions.append(
                 Eviction(
@@ -324,18 +412,15 @@ class Scheduler:
                     f"preempted by inference job {job.job_id}",
                 )
             )
+        self._freed += 1  # the victims may have left more room than the job took
         placement = self._commit(job, *got, started_at=now)
         return Decision(job.job_id, placement, evictions=tuple(evictions))
 
     def _fits_without(self, job: Job, victims: Sequence[str]) -> bool:
-        """Whether ``job`` would fit (first fit) with ``victims`` gone; changes nothing."""
+        """Whether ``job`` would fit with ``victims`` gone; changes nothing."""
         held = [self._detach(v) for v in victims]
         try:
-            got = self._allocate(job, probe=True)
-            if not isinstance(got, str):
-                for a in reversed(got[0]):
-                    self.cluster.undo(a)
-            return not isinstance(got, str)
+            return self._fits(job)
         finally:
             for placement, allocs in reversed(held):
                 self._reattach(placement, allocs)
@@ -396,12 +481,13 @@ class Scheduler:
             raise InputError(f"health must be ok, at-risk or unhealthy: {health!r}") from None
         n = self._gpu(node, gpu)
         self.cluster.set_health(n, gpu, health)
+        self._freed += 1
         evictions = []
         for job_id in sorted(self._on_gpu.get((n, gpu), ())):
             job = self._placed[job_id][0].job
             if health is Health.UNHEALTHY or (health is Health.AT_RISK and not job.interruptible):
                 self.release(job_id)
-                self._pending[job_id] = (-1, job)  # evicted work goes first in its class
+                self._queue.add(job, evicted=True)  # evicted work goes first in its class
                 evictions.append(Eviction(job, node, gpu, f"GPU {gpu} of {node} is {health}"))
         return evictions
 
@@ -412,6 +498,7 @@ class Scheduler:
         except ValueError:
             raise InputError(f"sharing mode must be whole, fractional or mig: {mode!r}") from None
         self.cluster.set_mode(self._gpu(node, gpu), gpu, mode)
+        self._freed += 1
 
     # ---- helpers ---------------------------------------------------------------------------
 
@@ -427,8 +514,3 @@ def _memory_charged(allocs: Iterable[TaskAlloc]) -> float:
 
 def _start(inst: MigInstance | None) -> int | None:
     return None if inst is None else inst.start
-
-
-def _queue_key(entry: tuple[int, Job]) -> tuple[int, int]:
-    seq, job = entry
-    return (job.priority.rank, seq)

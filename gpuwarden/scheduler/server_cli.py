@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import tomllib
@@ -10,7 +11,7 @@ from typing import Any
 
 import click
 
-from gpuwarden.cliutil import domain_errors
+from gpuwarden.cliutil import domain_errors, settings
 from gpuwarden.errors import ConfigError
 
 
@@ -45,6 +46,13 @@ def scheduler() -> None:
     show_default=True,
     help="Seconds without an agent sync after which a node is lost and its jobs written off.",
 )
+@click.option(
+    "--max-queued-tasks",
+    type=click.IntRange(min=1),
+    default=16_384,
+    show_default=True,
+    help="Tasks one tenant may have queued; a submission past that is refused with a 429.",
+)
 def serve(
     db_path: str,
     host: str,
@@ -53,6 +61,7 @@ def serve(
     policy: str,
     round_every_s: float,
     node_timeout_s: float,
+    max_queued_tasks: int,
 ) -> None:
     """Serve the scheduler API; state in --db survives restarts (even kill -9).
 
@@ -71,7 +80,11 @@ def serve(
         tokens = TokenBook.from_env()
         db = SchedulerDB(db_path)
         service = SchedulerService(
-            db, policy=policy, round_every_s=round_every_s, node_timeout_s=node_timeout_s
+            db,
+            policy=policy,
+            round_every_s=round_every_s,
+            node_timeout_s=node_timeout_s,
+            max_queued_tasks=max_queued_tasks,
         )
         if quotas_path:
             for tenant, limits in load_quotas(quotas_path).items():
@@ -158,7 +171,9 @@ def load_quotas(path: str) -> dict[str, dict[str, Any]]:
 @click.option(
     "--interval", "interval_s", type=float, default=1.0, show_default=True, help="Seconds per sync."
 )
+@click.pass_context
 def agent(
+    ctx: click.Context,
     node: str,
     url: str,
     workdir: str,
@@ -169,17 +184,22 @@ def agent(
     """Run a node agent: register this node's GPUs, start, checkpoint and stop tasks.
 
     Needs $GPUWARDEN_AGENT_TOKEN: this node's own token, from `gpuwarden scheduler
-    agent-token NODE`. Tasks keep running when the service is down.
+    agent-token NODE`. Tasks keep running when the service is down. Checkpoint hooks of kind
+    url reach only the addresses the hook_allow setting allows (docs/security.md).
     """
     import socket
 
     from gpuwarden.lifecycle import wait_for_stop
+    from gpuwarden.outbound import OutboundPolicy
     from gpuwarden.scheduler.agent import Agent, hide_environment, host_inventory
 
     node = node or socket.gethostname()
     with domain_errors():
+        hooks = OutboundPolicy.parse(settings(ctx)["hook_allow"])
         inventory = host_inventory(node, fake_gpus=fake_gpus, gpu_model=gpu_model)
-        runner = Agent(node, url, Path(workdir), inventory, interval_s=interval_s)
+        runner = Agent(
+            node, url, Path(workdir), inventory, interval_s=interval_s, hook_policy=hooks
+        )
     if not hide_environment():
         print(
             "gpuwarden agent: cannot make the agent non-dumpable; tasks may read its token in /proc",
@@ -191,14 +211,29 @@ def agent(
         flush=True,
     )
     stop = threading.Event()
-    thread = threading.Thread(target=runner.run, args=(stop,), name="gpuwarden-agent", daemon=True)
+    failed: list[str] = []
+
+    def run() -> None:
+        try:
+            runner.run(stop)
+        except ConfigError as exc:  # a refused token: logged by run, and the exit says it
+            failed.append(str(exc))
+        except Exception as exc:  # not one to wait on forever either: exit, non-zero
+            logging.getLogger("gpuwarden.scheduler.agent").exception("the agent stopped")
+            failed.append(f"the agent stopped: {type(exc).__name__}: {exc}")
+        finally:
+            stop.set()
+
+    thread = threading.Thread(target=run, name="gpuwarden-agent", daemon=True)
     thread.start()
     try:
-        wait_for_stop()
+        wait_for_stop(stop)
     finally:
         stop.set()
         thread.join(timeout=10)
         runner.close()
+    if failed:
+        raise click.ClickException(failed[0])
 
 
 __all__ = ["agent", "agent_token", "load_quotas", "scheduler"]

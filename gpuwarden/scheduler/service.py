@@ -11,7 +11,9 @@ collaborators when it is built, and depends only on the parts listed below it:
     JobLifecycle (_service_lifecycle)  memory, job transitions  -> SchedulerDB (state)
 
 Placement rounds run on each submission and agent sync, and every ``round_every_s`` seconds with
-preemption. A node whose agent has not synced for ``node_timeout_s`` is lost: its work is
+preemption; each is bounded (``Scheduler.schedule``: tenants in turn, at most ``ROUND_BUDGET``
+task tries, refused jobs passed over until room is made), so no tenant's queue holds the lock
+for long. A tenant may have at most ``max_queued_tasks`` tasks queued (429 past that). A node whose agent has not synced for ``node_timeout_s`` is lost: its work is
 written off and it takes no placements until its agent syncs again (``_service_nodes``).
 """
 
@@ -34,6 +36,7 @@ from gpuwarden.scheduler._service_types import (
     ConflictError,
     NotFoundError,
     Principal,
+    QueueFullError,
     quota_of,
 )
 from gpuwarden.scheduler.billing import BillRow, UsageInterval, gpu_hours
@@ -43,10 +46,15 @@ from gpuwarden.scheduler.state import SchedulerDB
 
 logger = logging.getLogger("gpuwarden.scheduler.service")
 
+#: Tasks one tenant may have queued by default (all its queued jobs together): room for a
+#: sweep of thousands of small jobs, and a bound on what one tenant's queue costs everyone.
+MAX_QUEUED_TASKS = 16_384
+
 
 class SchedulerService:
     """Jobs, nodes, quotas and billing over one ``SchedulerDB``; thread-safe. A node whose agent
-    has not synced for ``node_timeout_s`` seconds (agents sync every second) is lost."""
+    has not synced for ``node_timeout_s`` seconds (agents sync every second) is lost. A tenant
+    may have ``max_queued_tasks`` tasks queued (None: no limit)."""
 
     def __init__(
         self,
@@ -56,9 +64,12 @@ class SchedulerService:
         round_every_s: float = 2.0,
         node_timeout_s: float = 60.0,
         clock: Callable[[], float] = time.time,
+        max_queued_tasks: int | None = MAX_QUEUED_TASKS,
     ) -> None:
         if not node_timeout_s > 0:
             raise ConfigError(f"node timeout must be > 0 seconds, got {node_timeout_s}")
+        if max_queued_tasks is not None and max_queued_tasks < 1:
+            raise ConfigError(f"max queued tasks must be >= 1, got {max_queued_tasks}")
         self.db = db
         self.policy = policy
         self.round_every_s = round_every_s
@@ -71,7 +82,9 @@ class SchedulerService:
             self._lifecycle, node_timeout_s=node_timeout_s, started_at=self.started_at, clock=clock
         )
         self._agents = AgentSync(self._lifecycle, self._nodes)
-        self._jobs = JobRequests(self._lifecycle, self._nodes, clock)
+        self._jobs = JobRequests(
+            self._lifecycle, self._nodes, clock, max_queued_tasks=max_queued_tasks
+        )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last_round_error = ""
@@ -257,8 +270,10 @@ class SchedulerService:
 
 __all__ = [
     "ConflictError",
+    "MAX_QUEUED_TASKS",
     "NotFoundError",
     "Principal",
+    "QueueFullError",
     "SchedulerDB",
     "SchedulerService",
     "quota_of",

@@ -267,6 +267,15 @@ class SchedulerDB:
         row = self.conn.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
         return None if row is None else _decode(JobRow, row)
 
+    def queued_tasks(self, tenant: str) -> int:
+        """Tasks of ``tenant``'s queued jobs, all together."""
+        row = self.conn.execute(
+            "SELECT COALESCE(SUM(json_extract(spec, '$.tasks')), 0) FROM jobs "
+            "WHERE state = 'queued' AND tenant = ?",
+            (tenant,),
+        ).fetchone()
+        return int(row[0])
+
     def job_by_key(self, tenant: str, key: str) -> JobRow | None:
         row = self.conn.execute(
             "SELECT * FROM jobs WHERE tenant = ? AND idempotency_key = ?", (tenant, key)

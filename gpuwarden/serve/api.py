@@ -11,8 +11,10 @@
     POST /alertmanager                 Alertmanager's webhook (payload version 4)
 
 Every POST needs ``Authorization: Bearer $GPUWARDEN_API_TOKEN`` (401 otherwise, and nothing
-changes); with no token configured, state changes are refused altogether. The webhook body is
-read up to ``max_body_bytes`` (413 beyond, before parsing) and checked whole (400 with the reason).
+changes); with no token configured, state changes are refused altogether. ``httpguard.BodyGuard``
+checks the token of any request with a body before reading it, reads at most ``max_body_bytes``
+(413 beyond, before parsing) and refuses JSON nested too deep (400); the webhook body is then
+checked whole (400 with the reason).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from gpuwarden.alerts.base import Transition
 from gpuwarden.alerts.decision import GpuStatus
 from gpuwarden.errors import GpuwardenError, InputError, StoreError
 from gpuwarden.exporter import CONTENT_TYPE
+from gpuwarden.httpguard import BodyGuard
 from gpuwarden.serve.metrics import render
 
 if TYPE_CHECKING:
@@ -113,6 +116,14 @@ def create_app(
                 401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"}
             )
 
+    def refused(path: str, status: int) -> None:
+        if path == "/alertmanager":  # the webhook counts every answer, refusals included
+            service.counters.webhook_requests[status] += 1
+
+    app.add_middleware(
+        BodyGuard, authenticate=require_token, max_body_bytes=max_body_bytes, on_refuse=refused
+    )
+
     @app.exception_handler(RequestValidationError)
     async def _bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:3]]
@@ -191,19 +202,10 @@ def create_app(
     async def _receive(request: Request) -> tuple[int, dict[str, Any]]:
         try:
             require_token(request)
-        except HTTPException as exc:
+        except HTTPException as exc:  # a request without a body: BodyGuard let it through
             return exc.status_code, {"detail": exc.detail}
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > max_body_bytes:
-            return 413, {"detail": f"body over {max_body_bytes} bytes"}
-        chunks, size = [], 0
-        async for chunk in request.stream():  # a chunked body has no length to check first
-            size += len(chunk)
-            if size > max_body_bytes:
-                return 413, {"detail": f"body over {max_body_bytes} bytes"}
-            chunks.append(chunk)
-        try:
-            payload = parse_webhook(b"".join(chunks))
+        try:  # BodyGuard read it, within max_body_bytes
+            payload = parse_webhook(await request.body())
         except InputError as exc:
             return 400, {"detail": str(exc)}
         return 200, await run_in_threadpool(service.receive_alerts, payload)

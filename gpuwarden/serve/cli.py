@@ -49,6 +49,7 @@ logger = logging.getLogger("gpuwarden.serve")
     help="Store URL the verdicts are written to (default: the --store, when it takes writes; "
     "else sqlite:///gpuwarden-verdicts.db).",
 )
+@cliutil.spool_options
 @click.option(
     "--audit",
     "audit_path",
@@ -138,6 +139,28 @@ def verdict_store(store: Any, url: str | None, cfg: dict[str, Any]) -> Any:
     return cliutil.open_store("sqlite:///gpuwarden-verdicts.db", cfg)
 
 
+def spooled_stores(cfg: dict[str, Any], o: dict[str, Any]) -> tuple[Any, Any]:
+    """The telemetry store and the verdict store; with ``--spool DIR`` each writable one behind
+    a spool of its own (``DIR/telemetry``, ``DIR/verdicts``; one when they are the same store)."""
+    from pathlib import Path
+
+    from gpuwarden.store.base import WritableStore
+
+    store = cliutil.open_store(o["store_url"], cfg)
+    spool = o["spool_dir"]
+    limits = (o["spool_max_mb"], o["spool_max_age"])
+    try:
+        if spool and isinstance(store, WritableStore):
+            store = cliutil.spooled(store, str(Path(spool) / "telemetry"), *limits)
+        verdicts = verdict_store(store, o["verdicts_url"], cfg)
+        if spool and verdicts is not store:
+            verdicts = cliutil.spooled(verdicts, str(Path(spool) / "verdicts"), *limits)
+    except BaseException:
+        store.close()
+        raise
+    return store, verdicts
+
+
 def _serve(ctx: click.Context, **o: Any) -> None:
     from gpuwarden.alerts.audit import AuditLog
     from gpuwarden.alerts.decision import DecisionEngine
@@ -180,10 +203,9 @@ def _serve(ctx: click.Context, **o: Any) -> None:
     token = os.environ.get(ENV_API_TOKEN) or None
     if token is None and not o["once"]:
         click.echo(f"{ENV_API_TOKEN} is not set: overrides and /alertmanager are refused", err=True)
-    store = cliutil.open_store(o["store_url"], cfg)
+    store, verdicts = spooled_stores(cfg, o)
     collector = None if o["no_collect"] else cliutil.open_collector(o["collector_url"], cfg)
     audit = AuditLog(o["audit_path"])
-    verdicts = verdict_store(store, o["verdicts_url"], cfg)
     try:
         exporter = (
             Exporter(collector, interval_s=interval, store=store) if collector is not None else None
@@ -221,6 +243,8 @@ def _serve(ctx: click.Context, **o: Any) -> None:
         audit.close()
         if collector is not None:
             collector.close()
+        if verdicts is not store:
+            verdicts.close()
         store.close()
 
 

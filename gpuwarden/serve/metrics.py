@@ -9,7 +9,11 @@
   ``gpuwarden_held_retags{hook}``, ``gpuwarden_alertmanager_alerts_total{outcome}``,
   ``gpuwarden_webhook_requests_total{code}``, ``gpuwarden_assess_runs_total``,
   ``gpuwarden_assess_errors_total``, ``gpuwarden_assess_last_success_timestamp_seconds``,
-  ``gpuwarden_assess_duration_seconds``.
+  ``gpuwarden_assess_duration_seconds``;
+- with ``--spool``, per spool directory (``spool`` label): ``gpuwarden_spool_pending_batches``,
+  ``gpuwarden_spool_bytes``, ``gpuwarden_spool_replayed_batches_total`` and
+  ``gpuwarden_spool_dropped_batches_total{reason}`` (``size``, ``age``, or ``rejected`` by the
+  store).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpuwarden.health import GpuState
+from gpuwarden.store.spool import Spool
 
 if TYPE_CHECKING:
     from gpuwarden.serve.service import RiskService
@@ -123,6 +128,47 @@ class _DecisionCollector:
                 "How long the last scoring run took.",
                 value=c.assess_duration_s,
             )
+        yield from _spool_metrics(s)
+
+
+def _spool_metrics(service: RiskService) -> Iterator[Metric]:
+    spools = {id(x): x for x in (service.store, service.verdicts.store) if isinstance(x, Spool)}
+    if not spools:
+        return
+    pending = GaugeMetricFamily(
+        "gpuwarden_spool_pending_batches",
+        "Writes waiting on disk for their store.",
+        labels=["spool"],
+    )
+    size = GaugeMetricFamily(
+        "gpuwarden_spool_bytes", "Disk the waiting writes take (compressed).", labels=["spool"]
+    )
+    replayed = CounterMetricFamily(
+        "gpuwarden_spool_replayed_batches",
+        "Spooled writes the store took once it was back.",
+        labels=["spool"],
+    )
+    dropped = CounterMetricFamily(
+        "gpuwarden_spool_dropped_batches",
+        "Spooled writes dropped: the spool was full (size), they were too old (age), or the "
+        "store refused them (rejected).",
+        labels=["spool", "reason"],
+    )
+    for spool in spools.values():
+        name, st = str(spool.directory), spool.stats
+        pending.add_metric([name], st.pending)
+        size.add_metric([name], st.bytes)
+        replayed.add_metric([name], st.replayed)
+        for reason, n in (
+            ("size", st.dropped_size),
+            ("age", st.dropped_age),
+            ("rejected", st.rejected),
+        ):
+            dropped.add_metric([name, reason], n)
+    yield pending
+    yield size
+    yield replayed
+    yield dropped
 
 
 def render(service: RiskService) -> bytes:

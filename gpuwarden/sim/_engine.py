@@ -129,6 +129,7 @@ class Engine:
             sp.sudden_fraction,
             sp.lookalike_fraction,
             tuple(sp.kinds),
+            sp.hbm_sudden_fraction,
         )
         self.lives: list[L.Lifetime] = []
         self.slot_lives: list[list[int]] = [[] for _ in range(self.n_slots)]

@@ -107,6 +107,7 @@ class LifeContext:
     sudden_fraction: float
     lookalike_fraction: float
     kinds: tuple[str, ...]
+    hbm_sudden_fraction: float = 0.0
 
     def step_at(self, ts: float) -> int:
         """Index of the first sample at or after ``ts``."""
@@ -124,13 +125,30 @@ def _pick(rng: np.random.Generator, weights: dict[str, float], allowed: tuple[st
     return names[int(rng.choice(len(names), p=w / w.sum()))]
 
 
+def _allowed(ctx: LifeContext, kind: str) -> bool:
+    # a sudden HBM failure is drawn as an HBM failure, so naming either allows the draw
+    hbm = (C.HBM, C.HBM_SUDDEN)
+    return (
+        not ctx.kinds or kind in ctx.kinds or (kind == C.HBM and any(k in ctx.kinds for k in hbm))
+    )
+
+
 def _draw_kind(ctx: LifeContext, rng: np.random.Generator) -> str:
-    sudden_ok = [k for k in C.SUDDEN_KINDS if not ctx.kinds or k in ctx.kinds]
-    slow_ok = [k for k in C.PRECURSOR_KINDS if not ctx.kinds or k in ctx.kinds]
+    sudden_ok = [k for k in C.SUDDEN_MIX_COUNTS if _allowed(ctx, k)]
+    slow_ok = [k for k in C.PRECURSOR_KINDS if _allowed(ctx, k)]
     sudden = rng.random() < ctx.sudden_fraction
     if sudden and sudden_ok or not slow_ok:
         return _pick(rng, C.SUDDEN_MIX_COUNTS, tuple(sudden_ok))
     return _pick(rng, C.PRECURSOR_MIX_COUNTS, tuple(slow_ok))
+
+
+def _hbm_sudden_share(ctx: LifeContext) -> float:
+    """``hbm_sudden_fraction``, or 0 / 1 when ``kinds`` names only one of the two HBM kinds."""
+    if C.HBM_SUDDEN in ctx.kinds and C.HBM not in ctx.kinds:
+        return 1.0
+    if C.HBM in ctx.kinds and C.HBM_SUDDEN not in ctx.kinds:
+        return 0.0
+    return ctx.hbm_sudden_fraction
 
 
 def new_lifetime(
@@ -154,7 +172,14 @@ def new_lifetime(
     ttf_s = rng.exponential(86400.0 / rate) if rate > 0 else np.inf
     fail_ts = (ctx.start_ts if initial else install_ts) + ttf_s
     kind = _draw_kind(ctx, rng)
-    repair = C.draw_repair_s(kind if kind in C.REPAIR_QUANTILES_DAYS else "pooled", rng.random())
+    # Its own stream: with hbm_sudden_fraction 0 every board is drawn as it was before.
+    hbm = keyed_rng(ctx.seed, STREAM_LIFE, slot, gen, 2)
+    if kind == C.HBM and hbm.random() < _hbm_sudden_share(ctx):
+        kind = C.HBM_SUDDEN
+    repair_kind = C.HBM if kind == C.HBM_SUDDEN else kind
+    repair = C.draw_repair_s(
+        repair_kind if repair_kind in C.REPAIR_QUANTILES_DAYS else "pooled", rng.random()
+    )
     life = Lifetime(
         id=life_id,
         slot=slot,
@@ -174,6 +199,8 @@ def new_lifetime(
     if np.isfinite(fail_ts):
         if kind in C.PRECURSOR_KINDS:
             _draw_precursor(ctx, life, rng)
+        elif kind == C.HBM_SUDDEN:
+            _draw_ue_burst(ctx, life, hbm)
         else:
             _draw_sudden(life, rng)
     return life
@@ -217,6 +244,44 @@ def _draw_sudden(life: Lifetime, rng: np.random.Generator) -> None:
     elif life.kind == C.BUS_DROP:
         life.xid = C.XID_FELL_OFF_BUS
         life.xids += [XidRecord(ts, lid, "xid", life.xid), XidRecord(ts, lid, "gpu_lost")]
+
+
+def _draw_ue_burst(ctx: LifeContext, life: Lifetime, rng: np.random.Generator) -> None:
+    """An HBM failure with no corrected precursor (Calchas: 34 of 39 devices): a burst of
+    uncorrectable errors on distinct rows of one bank in the last sample before the failure.
+
+    Each row is remapped while the bank has spare rows (``HBM_SPARE_ROWS_PER_BANK``): Xid 48
+    and 94 (contained) and Xid 63 for each. A burst past the spare rows fails to remap (Xid
+    64, ``remapped_rows_failure``); a smaller one ends in an uncontained error (Xid 95) or in
+    the board being pulled after its DBEs (Xid 48), half and half.
+    """
+    n = C.draw_ue_burst(rng.random())
+    remapped = min(n, C.HBM_SPARE_ROWS_PER_BANK)
+    step = max(life.fail_step - 1, life.start_step)
+    life.precursor_step = step
+    lid, fts = life.id, life.fail_ts
+    at = fts - rng.uniform(0, ctx.step_s, remapped)
+    for t in np.sort(at):
+        life.xids += [
+            XidRecord(float(t), lid, "xid", C.XID_DBE),
+            XidRecord(float(t), lid, "xid", C.XID_CONTAINED_ECC),
+            XidRecord(float(t), lid, "xid", C.XID_ROW_REMAP, "uncorrectable"),
+        ]
+    one = np.array([step], dtype=np.int64)
+    life.events = {
+        DBE: (one, np.array([float(n)])),
+        REMAP_U: (one, np.array([float(remapped)])),
+    }
+    if n > C.HBM_SPARE_ROWS_PER_BANK:
+        life.xid = C.XID_ROW_REMAP_FAILURE
+        life.remap_failure_step = step
+        life.xids.append(XidRecord(fts, lid, "xid", life.xid, "row remap failure"))
+    elif rng.random() < 0.5:
+        life.xid = C.XID_UNCONTAINED_ECC
+        life.xids.append(XidRecord(fts, lid, "xid", life.xid))
+    else:
+        life.xid = C.XID_DBE
+        life.xids.append(XidRecord(fts, lid, "xid", life.xid))
 
 
 def _grid(ctx: LifeContext, life: Lifetime) -> tuple[np.ndarray, np.ndarray]:

@@ -138,8 +138,10 @@ GSP = "gsp_error"
 SRAM = "sram_uncorrectable"
 BUS_DROP = "fell_off_bus"
 SILENT = "silent_fault"
+#: An HBM failure whose first uncorrectable error comes with no corrected one before it.
+HBM_SUDDEN = "hbm_uncorrectable"
 PRECURSOR_KINDS: tuple[str, ...] = (HBM, PCIE, COOLING, NVLINK)
-SUDDEN_KINDS: tuple[str, ...] = (GSP, SRAM, BUS_DROP, SILENT)
+SUDDEN_KINDS: tuple[str, ...] = (GSP, SRAM, BUS_DROP, SILENT, HBM_SUDDEN)
 
 #: Fault counts behind the mix of failures that have precursors. InfiniteHBD GPU class:
 #: "DBE > Threshold" 60 + "SBE > Threshold" 1 -> HBM, "PCI link width low" 25 -> PCIe,
@@ -185,6 +187,27 @@ REPAIR_QUANTILES_DAYS: dict[str, tuple[float, ...]] = {
     ),
 }
 MIN_REPAIR_S = 600.0  # a swap or reset takes at least ten minutes
+
+# --- HBM failures without a corrected precursor (Calchas, Wu et al., USENIX ATC '24) ---------
+#: Of the 39 accelerators with an uncorrectable error in the Calchas log (20,391 HBM errors,
+#: 51 accelerators, 2022-2024), 34 had no corrected error before their first one or in its
+#: hour (3 had one strictly before, 2 more in the same hour): the default share of HBM
+#: failures that begin with an uncorrectable burst and no SBE ramp.
+HBM_SUDDEN_FRACTION = 34 / 39
+#: Uncorrectable errors in that first hour, at quantiles 0, 0.1, ..., 1 over the 39 devices:
+#: 28 had one, 7 two, 1 four, and 3 a storm of 585-1,347 errors on as many rows of one bank.
+HBM_UE_BURST_QUANTILES: tuple[float, ...] = (1, 1, 1, 1, 1, 1, 1, 1, 2, 2.4, 1347)
+#: Spare rows a bank can remap into. NVIDIA's RMA policy replaces a GPU whose bank already has
+#: 8 rows remapped for uncorrectable errors; more distinct rows in one bank fail to remap
+#: (Xid 64, remapped_rows.failure).
+HBM_SPARE_ROWS_PER_BANK = 8
+
+
+def draw_ue_burst(u: float) -> int:
+    """Uncorrectable errors in a sudden HBM failure's burst at uniform quantile ``u``:
+    log-linear between the Calchas deciles."""
+    q = np.log(np.asarray(HBM_UE_BURST_QUANTILES, dtype=np.float64))
+    return max(1, int(round(float(np.exp(np.interp(u, np.linspace(0.0, 1.0, q.size), q))))))
 
 
 def draw_repair_s(kind: str, u: float) -> float:

@@ -31,6 +31,9 @@ class FleetSpec:
     seed: int = 1  # everything is a function of the seed
     accel: float = 1.0  # multiplies the failure rate, for demos and training data
     sudden_fraction: float = 0.3  # share of failures with no precursor at all
+    #: share of HBM failures that start with an uncorrectable burst and no SBE ramp
+    #: (``hbm_uncorrectable``, a sudden kind); Calchas: 34 of 39 devices
+    hbm_sudden_fraction: float = C.HBM_SUDDEN_FRACTION
     failure_rate_per_gpu_day: float = 3e-4  # Meta Llama 3: 268 in 54 days on 16,384 H100s
     lookalike_fraction: float = 0.1  # boards with a benign anomaly that never fail
     kinds: tuple[str, ...] = ()  # restrict failures to these FAILURE_KINDS (empty: all)
@@ -52,7 +55,7 @@ class FleetSpec:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int | np.integer) or not lo <= v <= hi:
                 raise ConfigError(f"FleetSpec.{name} must be an integer in {lo}..{hi}, got {v!r}")
-        unit = ("sudden_fraction", "lookalike_fraction")
+        unit = ("sudden_fraction", "hbm_sudden_fraction", "lookalike_fraction")
         for f in fields(self):
             v = getattr(self, f.name)
             if f.type == "float" and not (isinstance(v, int | float) and math.isfinite(v)):

@@ -3,6 +3,7 @@
     open_store("sqlite:////var/lib/gpuwarden/gpuwarden.db")   the default: one file, no server
     open_store("sqlite:///relative/path.db")                   three slashes: relative (as SQLAlchemy)
     open_store("sqlite:///:memory:")                          for tests
+    open_store("influxdb://influx:8086?org=ops&bucket=gpu")   InfluxDB 2.x (token: $GPUWARDEN_INFLUX_TOKEN)
     open_store("prometheus+http://prometheus:9090")            read-only: Prometheus, Thanos, Mimir
     open_store("victoriametrics://vm:8428")                    reads and writes
 
@@ -17,6 +18,8 @@ from gpuwarden.store.base import Store
 
 BUILTIN: dict[str, str] = {
     "sqlite": "gpuwarden.store.sqlite:SqliteStore.from_url",
+    "influxdb": "gpuwarden.store.influxdb:InfluxStore.from_url",
+    "influxdb+https": "gpuwarden.store.influxdb:InfluxStore.from_url",
     "prometheus": "gpuwarden.store.prometheus:PrometheusStore.from_url",
     "prometheus+http": "gpuwarden.store.prometheus:PrometheusStore.from_url",
     "prometheus+https": "gpuwarden.store.prometheus:PrometheusStore.from_url",

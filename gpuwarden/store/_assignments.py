@@ -9,8 +9,10 @@ close what was open. ``nodes`` keeps each host's newest driver and CUDA driver v
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -151,3 +153,33 @@ def nodes_frame(conn: sqlite3.Connection, hostnames: Sequence[str] | None) -> pd
     for c in NODE_COLUMNS:
         out[c] = out[c].astype(np.float64 if c.endswith("_ts") else str)
     return out
+
+
+def intervals(got: pd.DataFrame) -> list[tuple[Any, ...]]:
+    """Every reading of who held each GPU (uuid, ts, namespace, pod, container, held) ->
+    (uuid, namespace, pod, container, ts_from, ts_to, last_seen) rows, applied in time order by
+    ``write``'s rule: for a store that keeps the readings, not the intervals (InfluxDB)."""
+    got = got.assign(
+        namespace=got["namespace"].fillna("").astype(str),
+        pod=got["pod"].fillna("").astype(str),
+        container=got["container"].fillna("").astype(str),
+    ).sort_values(["uuid", "ts"], kind="stable")
+    out: list[list[Any]] = []
+    for uuid, rows in got.groupby("uuid", sort=True):
+        open_rows: dict[tuple[str, str, str], list[Any]] = {}
+        for ts, readings in rows.groupby("ts", sort=True):
+            held = {
+                (r.namespace, r.pod, r.container)
+                for r in readings.itertuples()
+                if r.held == 1 and (r.namespace or r.pod or r.container)
+            }
+            for who in list(open_rows):
+                if who in held:
+                    open_rows[who][6] = ts
+                else:
+                    open_rows.pop(who)[5] = ts
+            for who in sorted(held - set(open_rows)):
+                row = [uuid, *who, ts, math.nan, ts]
+                open_rows[who] = row
+                out.append(row)
+    return [tuple(r) for r in out]

@@ -10,14 +10,21 @@ collector writes; writers wait up to ``busy_timeout`` seconds for each other. Ra
 a wide table (one REAL column per catalogue field, NULL = not read) keyed by (ts, gpu): writing
 the same (ts, GPU) again *replaces* the row, so re-ingesting a corrected export fixes it and a
 replayed batch changes nothing. Identical events are kept once. Counters are stored as read.
+
+When the file cannot be written (its permissions, its directory's, a read-only mount) it opens
+read-only: reads work and every write raises ``StoreError`` saying so, having touched nothing. A
+write that fails (another writer holding the lock past ``busy_timeout``, a full disk) rolls back
+whole and raises ``StoreError`` naming the cause; what was written before stays intact.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import threading
+import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -45,6 +52,8 @@ if TYPE_CHECKING:
 DEFAULT_RETENTION_S = 14 * 86400.0
 DEFAULT_ROLLUP_RETENTION_S = 400 * 86400.0
 DEFAULT_BUSY_TIMEOUT_S = 30.0
+
+log = logging.getLogger(__name__)
 
 
 def _insert_samples_sql(fields: Sequence[str]) -> str:
@@ -105,12 +114,19 @@ class SqliteStore:
         self.chunk_rows = int(chunk_rows)
         self._lock = threading.RLock()
         self._gpu_ids: dict[str, int] = {}  # uuid -> gpus.id; ids never change once given
+        #: why writes are refused ("" while the file takes them): it opened read-only
+        self.read_only = ""
         conn = None
         try:
-            conn = sqlite3.connect(
-                self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
-            )
-            conn.execute("PRAGMA journal_mode = WAL")
+            try:
+                conn = self._connect(self.path)
+                conn.execute("PRAGMA journal_mode = WAL")
+            except sqlite3.OperationalError as exc:
+                if conn is not None:
+                    conn.close()
+                if not _read_only(exc) or self.path == ":memory:":
+                    raise
+                conn = self._open_read_only()
             # NORMAL is durable across process crashes in WAL mode; only a power cut can lose
             # the last commits, which the next collection cycle rewrites anyway.
             conn.execute("PRAGMA synchronous = NORMAL")
@@ -119,6 +135,11 @@ class SqliteStore:
         except sqlite3.Error as exc:
             if conn is not None:
                 conn.close()
+            if _read_only(exc):
+                raise StoreError(
+                    f"cannot open {self.path}: it is read-only ({self.read_only or exc}) and "
+                    "needs writing first (a schema upgrade, or its WAL journal to recover)"
+                ) from exc
             raise StoreError(f"cannot open {self.path}: {exc}") from exc
         except GpuwardenError as exc:
             assert conn is not None
@@ -136,8 +157,35 @@ class SqliteStore:
 
     # -- plumbing ------------------------------------------------------------------------
 
+    def _connect(self, target: str, *, uri: bool = False) -> sqlite3.Connection:
+        return sqlite3.connect(
+            target,
+            timeout=self.busy_timeout_s,
+            isolation_level=None,
+            check_same_thread=False,
+            uri=uri,
+        )
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """Open a file this process may not write. A WAL file needs its ``-shm`` index, which a
+        read-only directory cannot get: with no journal left to read (the last writer closed
+        cleanly) the file is opened as immutable, else as read-only over the existing index."""
+        quoted = urllib.parse.quote(os.path.abspath(self.path))
+        conn = self._connect(f"file:{quoted}?mode=ro", uri=True)
+        try:
+            conn.execute("PRAGMA user_version").fetchone()  # the first read opens the journal
+            self.read_only = "opened read-only: the file or its directory is not writable"
+            return conn
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            wal = self.path + "-wal"
+            if not _read_only(exc) or (os.path.exists(wal) and os.path.getsize(wal) > 0):
+                raise
+        self.read_only = "opened read-only: the file and its directory are not writable"
+        return self._connect(f"file:{quoted}?immutable=1", uri=True)
+
     @contextmanager
-    def _guard(self, what: str) -> Iterator[sqlite3.Connection]:
+    def _guard(self, what: str, *, write: bool = False) -> Iterator[sqlite3.Connection]:
         """The connection, under the lock, with SQLite errors turned into ``StoreError``."""
         with self._lock:
             if self._conn is None:
@@ -148,16 +196,38 @@ class SqliteStore:
                 # A rolled-back insert frees its gpus.id for the next GPU: forget what we cached.
                 self._gpu_ids.clear()
                 if isinstance(exc, sqlite3.Error):
-                    raise self._store_error(what, exc) from exc
+                    raise self._store_error(what, exc, _NOTHING if write else "") from exc
                 raise
 
-    def _store_error(self, what: str, exc: sqlite3.Error) -> StoreError:
+    @contextmanager
+    def _writer(self, what: str) -> Iterator[sqlite3.Connection]:
+        """``_guard`` for a write: refused at once, touching nothing, on a read-only file."""
+        if self.read_only:
+            raise StoreError(f"{what}: {self.path} is read-only ({self.read_only}): {_NOTHING}")
+        with self._guard(what, write=True) as conn:
+            yield conn
+
+    def _store_error(self, what: str, exc: sqlite3.Error, stored: str = "") -> StoreError:
+        """One line naming the cause; for a write, ``stored`` says what of it was kept (every
+        write is one transaction, so nothing, but for ``write_frame``'s chunks)."""
+        tail = f": {stored}" if stored else ""
+        name = getattr(exc, "sqlite_errorname", "") or ""
         if isinstance(exc, sqlite3.OperationalError) and (
             "locked" in str(exc) or "busy" in str(exc)
         ):
             return StoreError(
                 f"{what}: {self.path} stayed locked by another writer for more than "
-                f"{self.busy_timeout_s:g} s (raise busy_timeout)"
+                f"{self.busy_timeout_s:g} s (raise busy_timeout){tail}"
+            )
+        if _read_only(exc):
+            return StoreError(
+                f"{what}: {self.path} is read-only (its file, its directory or the mount no "
+                f"longer takes writes; {exc}){tail}"
+            )
+        if name.startswith(("SQLITE_FULL", "SQLITE_IOERR")):
+            kept = f"; {stored}, and what was written before is intact" if stored else ""
+            return StoreError(
+                f"{what} on {self.path} failed: {exc}: the disk is full or failing{kept}"
             )
         return StoreError(f"{what} on {self.path} failed: {exc}")
 
@@ -185,7 +255,7 @@ class SqliteStore:
         """Store one collector batch (samples and events) in one transaction."""
         samples = batch.samples
         ts, gpu_rows = _records.batch_rows(batch)
-        with self._guard("write_batch") as conn, _transaction(conn):
+        with self._writer("write_batch") as conn, _transaction(conn):
             ids = self._ids_for(conn, gpu_rows)
             conn.executemany(
                 _INSERT_ALL,
@@ -216,28 +286,40 @@ class SqliteStore:
         if n == 0:
             return 0
         sql = _insert_samples_sql(plan.fields)
-        with self._guard("write_frame") as conn:
-            with _transaction(conn):
-                ids = self._ids_for(conn, plan.gpus)
-            gpu_ids = np.array([ids[g[0]] for g in plan.gpus], dtype=np.int64)[plan.codes]
-            with tqdm(total=n, unit="rows", disable=not progress, desc="write") as bar:
-                for lo in range(0, n, self.chunk_rows):
-                    hi = min(lo + self.chunk_rows, n)
-                    ts = plan.ts[lo:hi]
-                    columns = [ts.tolist(), gpu_ids[lo:hi].tolist()]
-                    columns += [v[lo:hi].tolist() for v in plan.values]
-                    with _transaction(conn):
-                        # NaN binds as NULL, so missing values need no conversion.
-                        conn.executemany(sql, zip(*columns, strict=True))
-                        self._mark_hours(conn, ts)
-                    bar.update(hi - lo)
+        done = 0
+        try:
+            with self._writer("write_frame") as conn:
+                with _transaction(conn):
+                    ids = self._ids_for(conn, plan.gpus)
+                gpu_ids = np.array([ids[g[0]] for g in plan.gpus], dtype=np.int64)[plan.codes]
+                with tqdm(total=n, unit="rows", disable=not progress, desc="write") as bar:
+                    for lo in range(0, n, self.chunk_rows):
+                        hi = min(lo + self.chunk_rows, n)
+                        ts = plan.ts[lo:hi]
+                        columns = [ts.tolist(), gpu_ids[lo:hi].tolist()]
+                        columns += [v[lo:hi].tolist() for v in plan.values]
+                        with _transaction(conn):
+                            # NaN binds as NULL, so missing values need no conversion.
+                            conn.executemany(sql, zip(*columns, strict=True))
+                            self._mark_hours(conn, ts)
+                        done = hi
+                        bar.update(hi - lo)
+        except StoreError as exc:
+            if not done or not isinstance(exc.__cause__, sqlite3.Error):
+                raise
+            # each chunk is a commit of its own: say which rows are in, so a retry can resume
+            kept = (
+                f"the first {done:,} of its {n:,} rows were stored before it (one commit per "
+                f"{self.chunk_rows:,} rows), the rest were not"
+            )
+            raise self._store_error("write_frame", exc.__cause__, kept) from exc.__cause__
         return n
 
     def write_events(self, events: Iterable[Event]) -> int:
         """Store events; returns how many were new (an identical event is kept once)."""
         events = list(events)
         gpu_rows = _records.rows_from([(e.ts, e.gpu) for e in events])
-        with self._guard("write_events") as conn, _transaction(conn):
+        with self._writer("write_events") as conn, _transaction(conn):
             ids = self._ids_for(conn, gpu_rows)
             before = conn.total_changes
             conn.executemany(_records.INSERT_EVENT, _records.event_rows(events, ids))
@@ -248,7 +330,7 @@ class SqliteStore:
         field, so writing the same one again changes nothing. Returns how many were given."""
         rejections = list(rejections)
         gpu_rows = _records.rows_from([(r.ts, r.gpu) for r in rejections])
-        with self._guard("write_rejections") as conn, _transaction(conn):
+        with self._writer("write_rejections") as conn, _transaction(conn):
             ids = self._ids_for(conn, gpu_rows)
             conn.executemany(_records.INSERT_REJECTION, _records.rejection_rows(rejections, ids))
         return len(rejections)
@@ -258,7 +340,7 @@ class SqliteStore:
         ``source`` says where they came from (``"sim"``, a file name); returns rows written."""
         failures = list(failures)
         gpu_rows = _records.rows_from([(f.ts, f.gpu) for f in failures])
-        with self._guard("write_failures") as conn, _transaction(conn):
+        with self._writer("write_failures") as conn, _transaction(conn):
             ids = self._ids_for(conn, gpu_rows)
             conn.executemany(_records.INSERT_FAILURE, _records.failure_rows(failures, ids, source))
         return len(failures)
@@ -267,7 +349,7 @@ class SqliteStore:
         """Store gpuwarden's verdicts; a second verdict for the same GPU and time replaces the
         first. Returns rows written."""
         out = _verdicts.rows(list(verdicts))
-        with self._guard("write_verdicts") as conn, _transaction(conn):
+        with self._writer("write_verdicts") as conn, _transaction(conn):
             conn.executemany(_verdicts.INSERT, out)
         return len(out)
 
@@ -442,7 +524,7 @@ class SqliteStore:
         """Roll written hours up into 5-minute and 1-hour buckets, then drop raw samples older
         than ``retention_s`` (and rejected readings with them) and rollups older than
         ``rollup_retention_s`` (whole hours)."""
-        with self._guard("compact") as conn:
+        with self._writer("compact") as conn:
             for hour in pending_hours(conn, before=now):
                 with _transaction(conn):  # one hour per transaction: writers get turns
                     roll_up_hour(conn, hour)
@@ -467,7 +549,10 @@ class SqliteStore:
             if self._conn is not None:
                 conn, self._conn = self._conn, None
                 try:
-                    conn.execute("PRAGMA optimize")
+                    if not self.read_only:
+                        conn.execute("PRAGMA optimize")
+                except sqlite3.Error as exc:  # statistics only: closing must not fail for them
+                    log.debug("PRAGMA optimize on %s failed: %s", self.path, exc)
                 finally:
                     conn.close()
 
@@ -479,6 +564,15 @@ class SqliteStore:
 
     def __repr__(self) -> str:
         return f"SqliteStore({self.url!r})"
+
+
+_NOTHING = "nothing of this write was stored"
+
+
+def _read_only(exc: sqlite3.Error) -> bool:
+    """Whether SQLite refused because the file, its directory or the mount is read-only."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    return name.startswith("SQLITE_READONLY") or "readonly database" in str(exc)
 
 
 def _time_filter(

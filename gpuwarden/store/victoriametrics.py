@@ -28,7 +28,14 @@ from tqdm import tqdm
 
 from gpuwarden.errors import StoreRejected
 from gpuwarden.health import Verdict
-from gpuwarden.store import _prom_reads, _prom_records, _prom_rollups, _series, window
+from gpuwarden.store import (
+    _prom_reads,
+    _prom_records,
+    _prom_rollups,
+    _series,
+    verdict_series,
+    window,
+)
 from gpuwarden.store._frames import frame_rows
 from gpuwarden.store._promapi import time_spans
 from gpuwarden.store._records import batch_rows, rows_from
@@ -172,7 +179,8 @@ class VictoriaMetricsStore(PrometheusStore):
         """Store verdicts; a second one for the same GPU and time replaces the first."""
         verdicts = list(verdicts)
         if verdicts:
-            self._send(_series.verdict_series(verdicts))
+            # the verdicts whole, and as the series Grafana's risk panels read
+            self._send([*_series.verdict_series(verdicts), *_points(verdicts)])
         return len(verdicts)
 
     def compact(self, now: float, *, progress: bool = False) -> None:
@@ -223,6 +231,18 @@ def _with(frame: pd.DataFrame, extra: pd.DataFrame, columns: list[str]) -> pd.Da
     if extra.empty:
         return frame[[*keys, *fields]].assign(**{c: np.nan for c in columns})
     return frame[[*keys, *fields]].merge(extra[[*keys, *columns]], on=keys, how="outer")
+
+
+def _points(verdicts: list[Verdict]) -> list[_series.Series]:
+    """``verdict_series.points`` (risk score, state, transitions) as series to import."""
+    return [
+        _series.Series(
+            {"__name__": p.name, **dict(p.labels)},
+            np.array([int(round(p.ts * 1000))], dtype=np.int64),
+            np.array([p.value], dtype=np.float64),
+        )
+        for p in verdict_series.points(verdicts)
+    ]
 
 
 def _bodies(lines: Iterator[str]) -> Iterator[bytes]:

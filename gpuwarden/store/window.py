@@ -253,11 +253,12 @@ def read_window(
     )
     out = stitch(rolled, rest, resolution_s)
     if out.empty:
-        return _empty(wanted)
+        return empty(wanted)
     return out[[*FRAME_ID_COLUMNS, *wanted]].reset_index(drop=True)
 
 
-def _empty(fields: list[str]) -> pd.DataFrame:
+def empty(fields: list[str]) -> pd.DataFrame:
+    """An empty window frame: the identity columns and ``fields``, typed."""
     dtypes = {c: object for c in _ID} | {"ts": np.float64, "gpu": np.int64}
     return pd.DataFrame(
         {c: pd.Series(dtype=dtypes.get(c, np.float64)) for c in [*FRAME_ID_COLUMNS, *fields]}

@@ -162,6 +162,23 @@ def test_engine_reports_nodes_and_restores():
     assert e.nodes() == ["node1"]
 
 
+def test_a_persons_decision_restored_after_a_restart_stays_pinned():
+    # before: restored without its pin, an override to at-risk of a GPU the model scores low
+    # went back to ok one hold after the restart, though the person's 24 h had not passed
+    e = DecisionEngine(hold_s=60, manual_hold_s=H)
+    e.restore(GPU, GpuState.AT_RISK, since=100, source="manual")
+    assert e.status("GPU-aaaa").pinned_until == 100 + H
+    for ts in range(200, int(100 + H), 60):
+        assert score(e, ts, 0.05) == [] and e.tick(ts) == []
+    assert state(e) is GpuState.AT_RISK
+    [t] = e.tick(100 + H)  # the pin ends when the person's hold ends, then the hold decides
+    assert (t.old, t.new) == (GpuState.AT_RISK, GpuState.OK)
+    # the scorer's own decisions come back unpinned, as before
+    e.restore(GPU, GpuState.AT_RISK, since=100, source="manual")
+    e.restore(GPU, GpuState.AT_RISK, since=200, source="model")
+    assert e.status("GPU-aaaa").pinned_until is None
+
+
 @pytest.mark.parametrize(
     "kw", [dict(enter_at=0.4, exit_below=0.5), dict(enter_at=1.5), dict(hold_s=-1)]
 )

@@ -251,6 +251,12 @@ def test_hostname_falls_back_to_the_endpoint_host(
     assert sample.values == {"gpu_temp_c": 40.0}
 
 
+def _collect_body(exporters: FakeExporters, make_collector: MakeCollector, body: str) -> Batch:
+    """One collection from an exporter that serves ``body``."""
+    exporters.routes["/metrics"] = Route(body)
+    return make_collector([exporters.url("/metrics")]).collect()
+
+
 def test_odd_lines_are_skipped_nan_is_missing(
     exporters: FakeExporters, make_collector: MakeCollector
 ) -> None:
@@ -259,8 +265,7 @@ def test_odd_lines_are_skipped_nan_is_missing(
         'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-x",Hostname="h"} 40\n'
         'DCGM_FI_DEV_POWER_USAGE{gpu="0",UUID="GPU-x",Hostname="h"} NaN\n'
     )
-    exporters.routes["/metrics"] = Route(body)
-    batch = make_collector([exporters.url("/metrics")]).collect()
+    batch = _collect_body(exporters, make_collector, body)
     assert batch.problems == ()  # a string-valued metric we do not use is not a problem
     assert batch.samples[0].values == {"gpu_temp_c": 40.0}
 
@@ -327,3 +332,18 @@ def test_a_supplied_client_is_used_and_left_open(exporters: FakeExporters) -> No
         assert len(collector.collect().samples) == 4
         collector.close()
         assert not client.is_closed
+
+
+def test_a_series_with_an_impossible_gpu_index_is_left_out_and_infinity_is_counted(
+    exporters: FakeExporters, make_collector: MakeCollector
+) -> None:
+    # issue 15: an index no store can hold, and an infinite counter dropped without a count
+    body = (
+        'DCGM_FI_DEV_GPU_TEMP{gpu="99999999999999999999",UUID="GPU-y",Hostname="h"} 40\n'
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-x",Hostname="h"} 40\n'
+        'DCGM_FI_DEV_PCIE_REPLAY_COUNTER{gpu="0",UUID="GPU-x",Hostname="h"} +Inf\n'
+    )
+    batch = _collect_body(exporters, make_collector, body)
+    assert [s.gpu.uuid for s in batch.samples] == ["GPU-x"]
+    assert batch.samples[0].values == {"gpu_temp_c": 40.0}
+    assert [(r.field, r.reason) for r in batch.rejected] == [("pcie_replay_total", "out_of_range")]

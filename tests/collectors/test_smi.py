@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import shutil
 import sys
@@ -142,8 +143,9 @@ def test_unknown_field_is_dropped_remembered_and_said_once(tmp_path):
 
     collector = SmiCollector(binary=str(script), run=counting, hostname="dgx1")
     first = collector.collect()
-    # r470 knows neither clocks_event_reasons.active nor remapped_rows.*: one retry per field
-    assert len(runs) == 6
+    # r470 knows neither clocks_event_reasons.active nor remapped_rows.*: one retry per field,
+    # and one for driver_version, which this recording lacks (dropped without a word)
+    assert len(runs) == 7
     assert first.problems == (
         "nvidia-smi does not know the field 'remapped_rows.correctable'; remapped_rows_correctable is absent",
         "nvidia-smi does not know the field 'remapped_rows.uncorrectable'; remapped_rows_uncorrectable is absent",
@@ -162,7 +164,7 @@ def test_unknown_field_is_dropped_remembered_and_said_once(tmp_path):
     assert not any(f.startswith("remapped_rows") for f in gpu[1])
 
     second = collector.collect()
-    assert len(runs) == 7 and second.problems == ()
+    assert len(runs) == 8 and second.problems == ()
     assert by_index(second) == gpu
 
 
@@ -305,3 +307,51 @@ def test_parse_cell_rejects_text():
 def test_bus_ids_are_normalised_to_the_query_form():
     assert normalise_bus_id("0000:9a:00.0") == "00000000:9A:00.0"
     assert normalise_bus_id("00000000:DB:00.0") == "00000000:DB:00.0"
+
+
+def _versioned_runner(driver_cells: list[str], q_text: str, calls: list[list[str]]):
+    """nvidia-smi replaying h100_hgx_8gpu.csv with a driver_version column whose value is the
+    next of ``driver_cells`` on each run, and ``q_text`` for ``-q``."""
+    header, *rows = list(csv.reader((DATA / "h100_hgx_8gpu.csv").open(), skipinitialspace=True))
+    header = [*header, "driver_version"]
+
+    def run(argv: Sequence[str], timeout_s: float) -> SmiOutput:
+        calls.append(list(argv))
+        if "-q" in argv:
+            return SmiOutput(0, q_text, "")
+        query = argv[1].split("=", 1)[1].split(",")
+        driver = driver_cells.pop(0)
+        lines = [", ".join([*row, driver][header.index(f)] for f in query) for row in rows]
+        return SmiOutput(0, "\n".join(lines) + "\n", "")
+
+    return run
+
+
+def test_driver_and_cuda_versions_become_node_info():
+    # the -q header is a real one (tests/data/smi/real/SOURCES.md): driver 590.48.01, CUDA 13.1
+    q_text = (DATA / "real" / "h100_sxm_r590_q_load.txt").read_text()
+    calls: list[list[str]] = []
+    run = _versioned_runner(["590.48.01", "590.48.01", "595.80"], q_text, calls)
+    smi = SmiCollector(run=run, hostname="node-a", clock=lambda: 7.0)
+    first = smi.collect()
+    assert first.problems == ()
+    assert [(n.hostname, n.driver_version, n.cuda_driver_version) for n in first.nodes] == [
+        ("node-a", "590.48.01", "13.1")
+    ]
+    assert "driver_version" in calls[0][1].split("=", 1)[1].split(",")
+    assert calls[1] == ["nvidia-smi", "-q", "-d", "COMPUTE"]
+    smi.collect()
+    assert sum("-q" in c for c in calls) == 1  # the CUDA version is read once per driver
+    third = smi.collect()  # a driver update: asked again (the recorded header still says 13.1)
+    assert sum("-q" in c for c in calls) == 2
+    assert third.nodes[0].driver_version == "595.80"
+
+
+def test_no_cuda_version_when_q_fails_or_prints_none():
+    calls: list[list[str]] = []
+    run = _versioned_runner(["[N/A]"], "", calls)
+    batch = SmiCollector(run=run, hostname="n").collect()
+    assert batch.nodes == () and not any("-q" in c for c in calls)  # no driver: nothing asked
+    run = _versioned_runner(["550.54.15"], "==NVSMI LOG==\nDriver Version : 550.54.15\n", calls)
+    batch = SmiCollector(run=run, hostname="n").collect()
+    assert [(n.driver_version, n.cuda_driver_version) for n in batch.nodes] == [("550.54.15", "")]

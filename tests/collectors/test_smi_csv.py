@@ -157,3 +157,24 @@ def test_q_of_an_older_driver_with_two_gpus() -> None:
     )
     assert batch.ts == 1704067200.0
     assert batch.nodes[0].driver_version == "470.57.02"
+
+
+def test_an_index_beyond_32_bits_or_a_time_before_2000_is_a_bad_row() -> None:
+    # issue 15: "99999999999999999999".isdigit() made a GPU index no store can hold
+    header = "timestamp, index, uuid, temperature.gpu"
+    text = "\n".join(
+        [
+            header,
+            f"2026/01/01 00:00:00.000, 99999999999999999999, {U0}, 40",
+            f"2026/01/01 00:00:00.000, 4294967296, {U0}, 40",
+            f"1969/12/31 23:59:55.000, 0, {U0}, 40",
+            f"2026/01/01 00:00:00.000, 4294967295, {U0}, 41",
+        ]
+    )
+    got = read_query_csv_rows(text, hostname="n1")
+    assert got.bad_rows == [
+        (2, "index '99999999999999999999' is not a GPU index (0..4294967295)"),
+        (3, "index '4294967296' is not a GPU index (0..4294967295)"),
+        (4, "timestamp '1969/12/31 23:59:55.000' is outside 2000-01-01..2100-01-01"),
+    ]
+    assert [(s.gpu.index, s.values["gpu_temp_c"]) for s in got.batch.samples] == [(2**32 - 1, 41)]

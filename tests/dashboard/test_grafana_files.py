@@ -80,3 +80,29 @@ def test_provisioning_matches_the_dashboards():
     assert provider["type"] == "file"
     path = provider["options"]["path"]
     assert path in (GRAFANA / "README.md").read_text()
+
+
+def _exprs(path: Path) -> str:
+    return "\n".join(t["expr"] for p in panels(load(path)["panels"]) for t in p.get("targets", []))
+
+
+def test_the_risk_panels_show_gpuwardens_verdicts():
+    fleet = _exprs(GRAFANA / "dashboards" / "gpuwarden-fleet.json")
+    for name in (
+        "gpuwarden_risk_score",
+        "gpuwarden_gpu_state",
+        "gpuwarden_decisions_total",  # transitions on serve's /metrics
+        "gpuwarden_gpu_transition",  # ... and written into a time-series store
+    ):
+        assert name in fleet, name
+    one = _exprs(GRAFANA / "dashboards" / "gpuwarden-gpu.json")
+    assert "gpuwarden_risk_score" in one and "gpuwarden_gpu_state" in one
+
+
+def test_every_gpuwarden_series_a_dashboard_reads_is_one_gpuwarden_makes():
+    source = "\n".join(p.read_text() for p in (GRAFANA.parent / "gpuwarden").rglob("*.py"))
+    for path in BOARDS:
+        for name in set(re.findall(r"\bgpuwarden_\w+", _exprs(path))):
+            base = name.removesuffix("_total")  # prometheus_client adds it to counters
+            made = re.search(rf"\b({name}|{base})\b", source)
+            assert made, f"{path.name}: nothing in gpuwarden/ exports or writes {name}"

@@ -36,6 +36,7 @@ Daemon = _conftest.Daemon
 free_port = _conftest.free_port
 require_binary = _conftest.require_binary
 start_daemon = _conftest.start_daemon
+launch_victoria_metrics = _conftest.launch_victoria_metrics
 
 
 def start_alertmanager(

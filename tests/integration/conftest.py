@@ -151,3 +151,32 @@ def start_prometheus(daemons: list[Daemon], tmp_path: Path) -> Callable[[list[st
         return daemon
 
     return start
+
+
+def launch_victoria_metrics(
+    workdir: Path, *, port: int | None = None, args: tuple[str, ...] = ()
+) -> Daemon:
+    """Start VictoriaMetrics with its data in ``workdir`` (started again on the same ``port``
+    and ``workdir``, it finds what it stored); retention long enough for simulated dates, and
+    queries that see the newest samples (docs: /work/shared/INTEGRATION.md); ``args`` are
+    more flags. The caller stops it."""
+    binary = require_binary("victoria-metrics")
+    port = port or free_port()
+    argv = [
+        binary,
+        f"-storageDataPath={workdir / 'data'}",
+        f"-httpListenAddr=127.0.0.1:{port}",
+        "-retentionPeriod=100y",
+        "-search.latencyOffset=0s",
+        "-search.disableCache",
+        *args,
+    ]
+    return start_daemon("victoria-metrics", argv, port=port, workdir=workdir, ready_path="/health")
+
+
+@pytest.fixture
+def victoria_metrics(daemons: list[Daemon], tmp_path: Path) -> Daemon:
+    """A fresh VictoriaMetrics for one test."""
+    daemon = launch_victoria_metrics(tmp_path / "victoria-metrics")
+    daemons.append(daemon)
+    return daemon

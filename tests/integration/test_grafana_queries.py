@@ -1,8 +1,9 @@
 """Every PromQL query of the Grafana dashboards returns data from a real Prometheus.
 
-A real Prometheus scrapes an in-process exporter over a simulated fleet in which a few faults are
-injected (a GPU falls off the bus with Xid 79; another gets double-bit errors, Xid 48 and a
-failed row remap), so the panels that list sick GPUs have something to list. Each dashboard's
+A real Prometheus scrapes ``gpuwarden serve``'s /metrics (the exporter's telemetry plus the risk
+loop's verdicts) over a simulated fleet in which a few faults are injected (a GPU falls off the
+bus with Xid 79; another gets double-bit errors, Xid 48 and a failed row remap), so the panels
+that list sick GPUs have something to list and the risk panels have transitions to draw. Each dashboard's
 template variables are resolved through Prometheus as Grafana would (``label_values``), then
 every panel and annotation query is evaluated. The same is done for the eight queries of NVIDIA's
 dcgm-exporter dashboard (grafana.com 12239).
@@ -21,8 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from gpuwarden.alerts.hard_signals import HardSignalAssessor
 from gpuwarden.collectors.sim import SimCollector
 from gpuwarden.exporter import Exporter
+from gpuwarden.health import RiskAssessment
+from gpuwarden.serve.assessors import combine
+from gpuwarden.serve.server import ServeHandle
+from gpuwarden.serve.service import RiskService
+from gpuwarden.store.sqlite import SqliteStore
 from gpuwarden.telemetry import Batch, Event, GpuId
 
 if TYPE_CHECKING:  # tests/ is not a package; pytest loads conftest itself
@@ -67,6 +74,7 @@ class FaultyFleet:
         self.sick: GpuId = sim.gpus[4]
         self._armed = False
         self._dbe = 0.0
+        self.now = sim.spec.start_ts  # simulated time of the last collection
         self._lock = threading.Lock()
 
     def arm(self) -> None:
@@ -80,6 +88,7 @@ class FaultyFleet:
     def collect(self) -> Batch:
         with self._lock:
             batch = self.sim.collect()
+            self.now = batch.ts
             if not self._armed:
                 return batch
             self._dbe += 1
@@ -214,25 +223,51 @@ def dashboard_queries(board: dict[str, Any]) -> Iterator[tuple[str, str, bool]]:
             yield f"annotation {ann['name']!r}", ann["expr"], False
 
 
+def steady_risk(store: SqliteStore, at: float) -> list[RiskAssessment]:
+    """A scorer for the risk panels: every GPU stored, a risk from its index (the model's own
+    scoring is tested elsewhere; these panels only need risks and the hard signals' changes)."""
+    gpus = store.gpus()
+    return [
+        RiskAssessment(GpuId(g.hostname, int(g.gpu), g.uuid), at, risk=0.1 + 0.05 * int(g.gpu))
+        for g in gpus.itertuples()
+    ]
+
+
 @pytest.fixture
 def fleet_prometheus(
-    start_prometheus: Callable[[list[str]], Daemon],
+    start_prometheus: Callable[[list[str]], Daemon], tmp_path: Path
 ) -> Iterator[tuple[Daemon, FaultyFleet]]:
     fleet = FaultyFleet(
         SimCollector.from_url("sim://?nodes=2&gpus=4&seed=1&models=H100-80GB,A100-80GB")
     )
-    exporter = Exporter(fleet, interval_s=0.5)
+    store = SqliteStore(tmp_path / "telemetry.db")
+    exporter = Exporter(fleet, interval_s=0.5, store=store)
+    service = RiskService(
+        store,
+        assess=combine(steady_risk, HardSignalAssessor()),
+        exporter=exporter,
+        interval_s=0.5,
+        verdicts=None,
+        clock=lambda: fleet.now,  # the risk loop runs on the simulated clock
+    )
+    handle = ServeHandle(service, token=None)
     try:
-        server = exporter.serve("127.0.0.1", 0)
-        prometheus = start_prometheus([f"127.0.0.1:{server.server_port}"])
+        handle.start("127.0.0.1", 0)
+        prometheus = start_prometheus([f"127.0.0.1:{handle.port}"])
         assert _eventually(prometheus, "count(DCGM_FI_DEV_GPU_TEMP) == 8", instant=True) is None
         fleet.arm()
-        for ready in ("gpuwarden_gpu_up == 0", "increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[24h]) > 0"):
+        for ready in (
+            "gpuwarden_gpu_up == 0",
+            "increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[24h]) > 0",
+            'gpuwarden_gpu_state{state="unhealthy"} == 1',
+            "gpuwarden_decisions_total > 0",
+        ):
             assert _eventually(prometheus, ready, instant=True) is None, ready
         yield prometheus, fleet
     finally:
-        exporter.stop()
+        handle.stop()
         fleet.close()
+        store.close()
 
 
 def test_every_grafana_query_returns_data(fleet_prometheus: tuple[Daemon, FaultyFleet]) -> None:

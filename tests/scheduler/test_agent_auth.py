@@ -4,6 +4,9 @@ report for another, the agents' master secret authenticates no one, and
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -146,6 +149,52 @@ def test_agent_token_command_prints_the_token_the_service_takes(tmp_path, monkey
     older = CliRunner().invoke(main, ["scheduler", "agent-token", "gpu-07"],
                                env={"GPUWARDEN_AGENT_TOKEN": AGENT_SECRET})  # fmt: skip
     assert older.output.strip() == token
+
+
+@pytest.mark.parametrize(
+    "token",
+    ["not-a-token-at-all", agent_token("n2"), AGENT_SECRET],
+    ids=["unknown", "n2", "secret"],
+)
+def test_an_agent_whose_token_is_refused_says_so_and_stops(api, tmp_path, caplog, token):
+    """401 or 403 is not an outage: no "service unavailable" and no retrying forever."""
+    url = str(api["admin"].base_url)
+    inventory = host_inventory("n1", fake_gpus=1, gpu_model="H100-80GB")
+    agent = Agent("n1", url, tmp_path / "agent", inventory, token=token, interval_s=0.05)
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            agent.run(threading.Event())
+        except ConfigError as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    with caplog.at_level("WARNING", logger="gpuwarden.scheduler.agent"):
+        thread.start()
+        thread.join(timeout=10)
+    agent.close()
+    assert not thread.is_alive(), "the agent kept retrying a refused token"
+    assert failed and "refused this agent's token" in str(failed[0])
+    assert "gpuwarden scheduler agent-token n1" in str(failed[0])
+    assert token not in str(failed[0])  # the refused token is never repeated
+    assert "refused this agent's token" in caplog.text
+    assert "unavailable" not in caplog.text
+
+
+def test_the_agent_command_exits_non_zero_on_a_refused_token(api, tmp_path):
+    env = {**os.environ, "GPUWARDEN_AGENT_TOKEN": agent_token("other-node")}
+    argv = [sys.executable, "-m", "gpuwarden.cli", "agent", "--node", "n1", "--service",
+            str(api["admin"].base_url), "--fake-gpus", "1", "--workdir", str(tmp_path / "a"),
+            "--interval", "0.1"]  # fmt: skip
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the agent ran on with a refused token: {exc.stderr!r}")
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: the scheduler service at") and "refused" in last, done.stderr
+    assert "unavailable" not in done.stderr
 
 
 @pytest.mark.parametrize(

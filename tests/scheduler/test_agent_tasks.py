@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import signal
 import sys
@@ -194,3 +195,28 @@ def test_a_command_hook_gets_the_tasks_environment_not_the_agents_tokens(tmp_pat
     table.kill_after_s = 0.0
     _until(table, key, "exited")
     assert env.read_text() == "[] 1\n"
+
+
+def test_one_sync_ships_a_bounded_share_of_log_and_every_task_gets_its_turn(tmp_path):
+    """Many chatty tasks: a sync body must stay inside the service's body limit (a refused sync
+    would be resent unchanged), and no task's output may wait behind the others for long."""
+    from gpuwarden.scheduler._agent_tasks import MAX_LOG_CHUNK, MAX_SYNC_LOG_BYTES, Task
+    from gpuwarden.scheduler.api import DEFAULT_MAX_BODY_BYTES
+
+    table = TaskTable(tmp_path)
+    n = 2 * MAX_SYNC_LOG_BYTES // MAX_LOG_CHUNK  # twice what one sync ships
+    for i in range(n):
+        log = tmp_path / "logs" / f"t{i}.log"
+        log.write_bytes(b"\x01" * MAX_LOG_CHUNK)  # a control byte: six bytes once in JSON
+        table.tasks[(f"j{i}", 1, 0)] = Task(f"j{i}", 1, 0, None, str(log), str(tmp_path))
+    shipped: set[str] = set()
+    for _ in range(3):
+        report = table.report()
+        assert sum(c["size"] for c in report["logs"]) <= MAX_SYNC_LOG_BYTES
+        body = json.dumps({"tasks": report["tasks"], "logs": [
+            {k: v for k, v in c.items() if k != "size"} for c in report["logs"]]})  # fmt: skip
+        assert len(body.encode()) < DEFAULT_MAX_BODY_BYTES
+        assert len(report["tasks"]) == n  # every task's state goes every time
+        table.acknowledged(report)
+        shipped |= {c["job_id"] for c in report["logs"]}
+    assert shipped == {f"j{i}" for i in range(n)}

@@ -18,6 +18,7 @@ TEAM, ADMIN = "token-of-team-a", "the-admin-token"
 BIG = str(2**63)  # one past SQLite's largest integer
 JOB = '"name": "x", "command": "true"'
 TASK = '"job_id": "{job}", "attempt": 1, "task": 0'
+DEEP = "[" * 5000 + "]" * 5000  # Python's JSON parser recurses: a RecursionError unbounded
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +75,12 @@ def _stored(admin: httpx.Client, job: str) -> list:
         ("team", "POST", "/v1/jobs", f'{{{JOB}, "\\ud800": 1}}', "unknown job fields"),
         ("team", "POST", "/v1/jobs",
          f'{{{JOB}, "checkpoint": {{"kind": "signal", "target": 10}}}}', "checkpoint target"),
+        ("team", "POST", "/v1/jobs", f'{{{JOB}, "checkpoint": {{"kind": "url", "target": '
+         '"http://169.254.169.254/latest/meta-data/iam/"}}', "cloud metadata address"),
+        ("team", "POST", "/v1/jobs", f'{{{JOB}, "env": {DEEP}}}', "nested 5001 levels deep"),
+        ("team", "POST", "/v1/jobs/{job}/checkpoint", DEEP, "nested 5000 levels deep"),
+        ("admin", "PUT", "/v1/quota/team-a", f'{{"gpus": {DEEP}}}', "nested 5001 levels deep"),
+        ("agent", "POST", "/v1/agents/n1/sync", f'{{"tasks": {DEEP}}}', "nested 5001 levels deep"),
         ("admin", "PUT", "/v1/quota/team-a", f'{{"gpus": {BIG}}}', "gpus"),
         ("admin", "PUT", "/v1/quota/team-a", '{"gpus": 1e400}', "gpus"),
         ("admin", "PUT", "/v1/quota/team-a", '{"guaranteed_gpus": NaN}', "guaranteed_gpus"),

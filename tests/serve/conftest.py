@@ -1,5 +1,5 @@
-"""The serve tests also use the fake Slack and Kubernetes servers of tests/alerts and
-tests/scheduler_hooks: put those folders on the import path."""
+"""The serve tests also use the fake Slack, Kubernetes and InfluxDB 2 servers of tests/alerts,
+tests/scheduler_hooks and tests/store: put those folders on the import path."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from serve_helpers import Clock
 
 TESTS = Path(__file__).resolve().parents[1]
-for helper_dir in ("alerts", "scheduler_hooks"):
+for helper_dir in ("alerts", "scheduler_hooks", "store"):
     if str(TESTS / helper_dir) not in sys.path:
         sys.path.insert(0, str(TESTS / helper_dir))
 

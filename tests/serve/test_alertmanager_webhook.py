@@ -177,6 +177,24 @@ def test_oversized_bodies_get_413_even_when_chunked(served):
     assert served.client.get("/healthz").status_code == 200  # and it keeps serving
 
 
+def test_deeply_nested_json_is_a_400_and_counted(served):
+    """Python's JSON parser recurses on nesting: 5,000 levels were a RecursionError and a 500
+    that the webhook counter never saw."""
+    before, counted = served.snapshot(), served.service.counters.webhook_requests[400]
+    deep = b'{"version": "4", "alerts": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    for body, levels in ((deep, 5001), (b"[" * 5000 + b"]" * 5000, 5000)):
+        r = served.post(body)
+        assert r.status_code == 400, r.text
+        assert (
+            r.json()["detail"] == f"body is JSON nested {levels} levels deep; at most 64 are taken"
+        )
+    assert served.service.counters.webhook_requests[400] == counted + 2
+    metrics = served.client.get("/metrics").text
+    assert f'gpuwarden_webhook_requests_total{{code="400"}} {counted + 2}' in metrics
+    assert served.snapshot() == before
+    assert served.client.get("/healthz").status_code == 200  # serving on
+
+
 def test_unauthenticated_calls_change_nothing(served):
     before = served.snapshot()
     for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": TOKEN}):

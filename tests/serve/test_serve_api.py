@@ -140,3 +140,25 @@ def test_breaker_view_and_release(api):
     )
     assert r.json()["hooks"][0]["result"].startswith("released by fay: ok")
     assert tagger.nodes["node2"] is GpuState.AT_RISK
+
+
+def test_healthz_is_503_while_the_collector_cannot_reach_its_source(clock):
+    import socket
+
+    from gpuwarden.collectors.dcgm import DcgmCollector
+    from gpuwarden.exporter import Exporter
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        collector = DcgmCollector([f"http://127.0.0.1:{s.getsockname()[1]}/metrics"], timeout_s=2)
+        exporter = Exporter(collector)
+        service = RiskService(SqliteStore(":memory:"), assess=risks, exporter=exporter, clock=clock)
+        exporter.poll_once()
+    handle = ServeHandle(service, token=TOKEN).start(loop=False)
+    try:
+        r = httpx.get(f"{handle.url}/healthz", timeout=10)
+        assert r.status_code == 503
+        assert r.json()["detail"].startswith("collector: last collection failed: nothing could")
+    finally:
+        handle.stop()
+        collector.close()

@@ -3,6 +3,8 @@ benign look-alikes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -219,8 +221,19 @@ def test_sudden_share_and_failure_rate_match_the_configuration():
     spec = FleetSpec(nodes=128, days=200, step_s=600, accel=10, seed=21)
     fleet = Fleet(spec)
     failures = fleet.planned_failures(START + 200 * 86400)
-    sudden = np.mean([f.kind in SUDDEN_KINDS for f in failures])
-    assert 0.25 < sudden < 0.35
+    # sudden_fraction of the draws are sudden kinds; of the rest, the HBM ones are sudden
+    # (an uncorrectable burst, no SBE ramp) at hbm_sudden_fraction
+    drawn_sudden = np.mean(
+        [f.kind in SUDDEN_KINDS and f.kind != "hbm_uncorrectable" for f in failures]
+    )
+    assert 0.25 < drawn_sudden < 0.35
+    hbm = [f.kind for f in failures if f.kind in ("hbm_degradation", "hbm_uncorrectable")]
+    assert abs(np.mean([k == "hbm_uncorrectable" for k in hbm]) - 34 / 39) < 0.05
+    hbm_share = calib.PRECURSOR_MIX_COUNTS["hbm_degradation"] / sum(
+        calib.PRECURSOR_MIX_COUNTS.values()
+    )
+    want = spec.sudden_fraction + (1 - spec.sudden_fraction) * hbm_share * spec.hbm_sudden_fraction
+    assert abs(np.mean([f.kind in SUDDEN_KINDS for f in failures]) - want) < 0.05
     assert all((f.precursor_start_ts is None) == (f.kind in SUDDEN_KINDS) for f in failures)
     look = set(fleet.benign)
     healthy = [u for u in {f.gpu.uuid for f in failures}]
@@ -283,3 +296,61 @@ def test_rack_heat_event_warms_the_whole_rack():
             assert during.median() - before.median() > h.amp_c / 2
             checked += 1
     assert checked >= 2
+
+
+# --- HBM failures without a corrected precursor (Calchas) ------------------------------------
+def test_without_sudden_hbm_failures_the_fleet_is_the_one_drawn_before():
+    # the sudden-HBM draw has its own stream: at 0 every board, failure and kind is as before
+    spec = FleetSpec(nodes=32, days=60, step_s=600, accel=20, seed=4)
+    old = Fleet(replace(spec, hbm_sudden_fraction=0.0)).planned_failures()
+    new = Fleet(spec).planned_failures()
+    assert len(old) == len(new) > 20
+    for a, b in zip(old, new, strict=True):
+        assert (a.ts, a.gpu) == (b.ts, b.gpu)
+        if a.kind != b.kind:
+            assert (a.kind, b.kind) == ("hbm_degradation", "hbm_uncorrectable")
+            assert b.precursor_start_ts is None
+    assert {f.kind for f in old} >= {"hbm_degradation"}
+    assert "hbm_uncorrectable" not in {f.kind for f in old}
+
+
+def test_sudden_hbm_failures_end_in_an_uncorrectable_burst_with_no_sbe_before():
+    spec = FleetSpec(nodes=8, days=10, step_s=300, accel=300, seed=12, kinds=("hbm_uncorrectable",))
+    res = Fleet(spec).run(progress=False)
+    assert len(res.failures) >= 10
+    df = _by_board(res.samples)
+    ends = set()
+    for f in res.failures:
+        assert f.kind == "hbm_uncorrectable" and f.precursor_start_ts is None
+        board = df[df["uuid"] == f.gpu.uuid].sort_values("ts")
+        if len(board) < 3:
+            continue
+        last, before = board.iloc[-1], board.iloc[:-1]
+        assert last["ecc_dbe_aggregate_total"] >= 1 + before["ecc_dbe_aggregate_total"].max()
+        assert before["ecc_dbe_aggregate_total"].max() == 0  # nothing uncorrectable before
+        n = board["ecc_dbe_aggregate_total"].iloc[-1]
+        remapped = (
+            last["remapped_rows_uncorrectable"] - board["remapped_rows_uncorrectable"].iloc[0]
+        )
+        assert remapped == min(n, 8)
+        assert (last["remapped_rows_failure"] == 1) == (n > 8)
+        ends.add(f.xid)
+        assert f.xid == 64 if n > 8 else f.xid in (48, 95)
+    assert ends >= {48, 95}
+
+
+def test_sudden_hbm_failures_have_no_corrected_ramp():
+    on = FleetSpec(nodes=16, days=10, step_s=600, accel=200, seed=14, kinds=("hbm_uncorrectable",))
+    off = replace(on, kinds=("hbm_degradation",))
+    growth = {}
+    for name, spec in (("sudden", on), ("ramp", off)):
+        res = Fleet(spec).run(progress=False)
+        df = _by_board(res.samples)
+        rises = []
+        for f in res.failures:
+            board = df[(df["uuid"] == f.gpu.uuid) & (df["ts"] >= f.ts - 86400)]
+            if len(board) > 10:
+                col = board["ecc_sbe_aggregate_total"]
+                rises.append(col.iloc[-1] - col.iloc[0])
+        growth[name] = np.median(rises)
+    assert growth["sudden"] < 5 < growth["ramp"]

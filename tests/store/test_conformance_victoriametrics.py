@@ -14,6 +14,11 @@ from gpuwarden.store.victoriametrics import VictoriaMetricsStore
 pytestmark = pytest.mark.integration
 
 
+@pytest.fixture
+def rollup_rtol() -> float:
+    return 1e-12  # the server's avg_over_time adds in its own order
+
+
 def _clock() -> float:  # "now" for the stores: just after DATA
     return T0 + HOURS * 3600 + 60
 
@@ -100,3 +105,16 @@ def test_a_gpu_written_hours_back_is_found_by_the_store_that_wrote_it(empty) -> 
     assert C.uuid not in set(empty.gpus()["uuid"])
     empty.write_frame(frame_of(late))  # ingest of old history: hours before the newest sample
     assert C.uuid in set(empty.gpus()["uuid"])
+
+
+def test_verdicts_are_also_written_as_the_series_grafana_reads(empty) -> None:
+    from conformance import DATA
+
+    empty.write_verdicts(DATA.verdicts)
+    at = T0 + 7200 + 1
+    risk = empty.api.query('last_over_time(gpuwarden_risk_score{UUID="GPU-aaaa"}[1h])', at)
+    state = empty.api.query('gpuwarden_gpu_state{UUID="GPU-aaaa"} == 1', at)
+    turned = empty.api.query("gpuwarden_gpu_transition[3h]", at)
+    assert [r.values[-1] for r in risk] == [0.8]
+    assert [r.labels["state"] for r in state] == ["at-risk"]
+    assert [(r.labels["from"], r.labels["to"]) for r in turned] == [("ok", "at-risk")]

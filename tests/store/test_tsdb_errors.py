@@ -9,7 +9,7 @@ import socket
 import pytest
 from click.testing import CliRunner
 from conformance import DATA, HOURS, T0, frame_of
-from tsdb_servers import daemons, history_series, start_prometheus_with
+from tsdb_servers import daemons, history_series, start_prometheus_with, start_victoriametrics
 
 from gpuwarden.cli import main
 from gpuwarden.models import assess
@@ -54,11 +54,10 @@ def test_a_server_that_is_not_there_is_one_line() -> None:
 
 
 def test_refused_credentials_are_one_line_without_the_password(tmp_path) -> None:
-    binary = daemons.require_binary("victoria-metrics")
-    port = daemons.free_port()
-    argv = [binary, f"-storageDataPath={tmp_path / 'data'}", f"-httpListenAddr=127.0.0.1:{port}",
-            "-httpAuth.username=gpuwarden", "-httpAuth.password=right"]  # fmt: skip
-    vm = daemons.start_daemon("vm-auth", argv, port=port, workdir=tmp_path, ready_path="/health")
+    vm = start_victoriametrics(
+        tmp_path / "vm", args=("-httpAuth.username=gpuwarden", "-httpAuth.password=right")
+    )
+    port = vm.port
     try:
         line = _one_line_error(
             "score", "--store", f"victoriametrics://gpuwarden:wrong@127.0.0.1:{port}"

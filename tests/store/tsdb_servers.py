@@ -36,24 +36,12 @@ _spec.loader.exec_module(daemons)
 Daemon = daemons.Daemon
 
 
-def start_victoriametrics(workdir: Path) -> Any:
-    """An empty VictoriaMetrics: 100 years of retention (simulated dates are old), one sample
-    per series and millisecond (a rewrite replaces), no response cache, no latency offset."""
-    binary = daemons.require_binary("victoria-metrics")
-    port = daemons.free_port()
-    argv = [
-        binary,
-        f"-storageDataPath={workdir / 'data'}",
-        f"-httpListenAddr=127.0.0.1:{port}",
-        "-retentionPeriod=100y",
-        "-dedup.minScrapeInterval=1ms",
-        "-search.latencyOffset=0s",
-        "-search.disableCache",
-        "-loggerLevel=ERROR",
-    ]
-    return daemons.start_daemon(
-        "victoria-metrics", argv, port=port, workdir=workdir, ready_path="/health"
-    )
+def start_victoriametrics(workdir: Path, *, args: tuple[str, ...] = ()) -> Any:
+    """An empty VictoriaMetrics (the integration tests' launcher: 100 years of retention, no
+    response cache, no latency offset) that keeps one sample per series and millisecond, so a
+    rewrite replaces; ``args`` are more flags."""
+    flags = ("-dedup.minScrapeInterval=1ms", "-loggerLevel=ERROR", *args)
+    return daemons.launch_victoria_metrics(workdir, args=flags)
 
 
 def start_prometheus_with(workdir: Path, series: Iterable[_series.Series]) -> Any:
