@@ -33,10 +33,8 @@ file again after an error is safe.
 
 from __future__ import annotations
 
-import gzip
 import os
 import warnings
-import zlib
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,6 +47,7 @@ import pandas as pd
 from gpuwarden._ingest_cells import Cells
 from gpuwarden._ingest_read import FileChunks
 from gpuwarden._ingest_report import BadLineReport, report_path
+from gpuwarden.collectors.base import read_log_text
 from gpuwarden.errors import InputError
 from gpuwarden.readings import NOT_A_NUMBER, check_columns
 from gpuwarden.store.base import Store
@@ -555,16 +554,7 @@ def parse_time(text: str, name: str = "time") -> float:
 
 
 def _kernel_log_lines(path: str | os.PathLike[str]) -> list[str]:
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from exc
-    if not raw.strip():
-        raise InputError(f"{path}: the file is empty")
-    return raw.decode("utf-8", errors="replace").splitlines()
+    return read_log_text(path).splitlines()
 
 
 def ingest_kernel_log(

@@ -7,8 +7,12 @@ source is missing (no NVML library, no nvidia-smi binary).
 
 from __future__ import annotations
 
+import gzip
+import os
+import zlib
 from typing import Protocol, runtime_checkable
 
+from gpuwarden.errors import InputError
 from gpuwarden.telemetry import Batch
 
 
@@ -22,3 +26,18 @@ class Collector(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def read_log_text(path: str | os.PathLike[str]) -> str:
+    """A log file's text, plain or gzip, a UTF-8 byte-order mark dropped and undecodable bytes
+    replaced; ``InputError`` naming the file when it cannot be read or holds nothing."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from exc
+    if not raw.strip():
+        raise InputError(f"{path}: the file is empty")
+    return raw.decode("utf-8-sig", errors="replace")

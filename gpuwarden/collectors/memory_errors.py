@@ -27,13 +27,11 @@ rows and Xids 48, 63, 64, 94 and 95. docs/real-data.md says what carries over.
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 import math
 import os
 import re
 import uuid as uuidlib
-import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -43,6 +41,7 @@ from urllib.parse import quote, unquote
 import numpy as np
 import pandas as pd
 
+from gpuwarden.collectors.base import read_log_text
 from gpuwarden.errors import InputError
 from gpuwarden.telemetry import Event, GpuId
 
@@ -146,19 +145,6 @@ class MemoryErrorLog:
         return {t: sum(1 for e in self.errors if e.ecc == t) for t in ECC_TYPES}
 
 
-def _open_text(path: str | os.PathLike[str]) -> str:
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise InputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from exc
-    if not raw.strip():
-        raise InputError(f"{path}: the file is empty")
-    return raw.decode("utf-8-sig", errors="replace")
-
-
 def _time(text: str) -> float:
     try:
         ts = float(text)
@@ -211,7 +197,7 @@ def read_calchas_csv(path: str | os.PathLike[str]) -> MemoryErrorLog:
     any case; all of ``COLUMNS`` are required (``Datacenter`` may be empty). A line that does
     not read is listed by its line number (the header is line 1) and skipped; a file without
     the columns raises ``InputError``."""
-    rows = _rows(_open_text(path))
+    rows = _rows(read_log_text(path))
     line, header = next(rows, (0, []))
     names = [h.strip().lower() for h in header]
     where = {c: names.index(c.lower()) for c in COLUMNS if c.lower() in names}
