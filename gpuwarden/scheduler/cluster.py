@@ -21,7 +21,7 @@ import numpy as np
 from gpuwarden.errors import InputError
 from gpuwarden.scheduler import mig
 from gpuwarden.scheduler.jobs import Job
-from gpuwarden.scheduler.resources import GPU_MILLI, Health, NodeSpec, SharingMode
+from gpuwarden.scheduler.resources import GPU_MILLI, CostClass, Health, NodeSpec, SharingMode
 
 _HEALTH = {h: i for i, h in enumerate(Health)}  # ok, at-risk, unhealthy: 0, 1, 2
 _MODE = {m: i for i, m in enumerate(SharingMode)}  # whole, fractional, mig: 0, 1, 2
@@ -82,6 +82,14 @@ class ClusterState:
         self.nonint = np.zeros((n, g), dtype=np.int64)  # non-interruptible tasks per GPU
         self.tasks_on = np.zeros((n, g), dtype=np.int64)
         self.version = np.zeros(n, dtype=np.int64)
+        # Which nodes take new work at all: spot nodes only interruptible work; a node that is
+        # draining, asleep or being reclaimed (``open`` False) none. ``only`` narrows a decision
+        # to some nodes for a while (spot first); ``prefer`` marks nodes a policy should pick
+        # among equally good placements (a model's weights in the node's cache).
+        self.spot = np.array([x.cost_class is CostClass.SPOT for x in nodes], dtype=bool)
+        self.open = np.ones(n, dtype=bool)
+        self.only: np.ndarray | None = None
+        self.prefer: np.ndarray | None = None
         self.capacity_milli = int(self.n_gpus.sum()) * GPU_MILLI
         self.allocated_milli = 0
         self._model_masks: dict[frozenset[str], np.ndarray] = {}
@@ -163,10 +171,29 @@ class ClusterState:
         model = model[:, None] if node is None else model
         return self._room_table[model, self.mig_mask[rows]]
 
+    def node_mask(self, job: Job) -> np.ndarray | None:
+        """Nodes that may take ``job`` at all (open, spot only for interruptible work, within
+        ``only``); None when every node may, the usual case, which costs nothing."""
+        mask = None if self.open.all() else self.open
+        if not job.interruptible and self.spot.any():
+            mask = ~self.spot if mask is None else mask & ~self.spot
+        if self.only is not None:
+            mask = self.only if mask is None else mask & self.only
+        return mask
+
+    def set_open(self, node: int, is_open: bool) -> None:
+        """Let node ``node`` take new work or not (draining, asleep, reclaimed); what runs
+        there stays."""
+        self.open[node] = is_open
+
     def feasible(self, job: Job, memory_room: float = math.inf) -> np.ndarray:
         """Nodes where one task of ``job`` fits now, honouring health, GPU model, CPU, memory,
-        sharing mode and, when ``memory_room`` is finite, the tenant's GPU-memory quota."""
+        sharing mode, the node mask (open, spot) and, when ``memory_room`` is finite, the
+        tenant's GPU-memory quota."""
         ok = (self.cpu_free >= job.cpu_milli) & (self.mem_free >= job.memory_mib)
+        mask = self.node_mask(job)
+        if mask is not None:
+            ok &= mask
         kind = job.kind
         if kind == "cpu":
             return ok
@@ -191,7 +218,10 @@ class ClusterState:
         share of one GPU; a MIG profile's starts never overlap). The smallest of the three,
         summed over nodes, is how many tasks fit at once, in any order of choices."""
         cap = job.tasks
+        mask = self.node_mask(job)
         full = np.full(self.n_nodes, cap, dtype=np.int64)
+        if mask is not None:
+            full = np.where(mask, full, 0)
         cpu = np.minimum(self.cpu_free // job.cpu_milli, cap) if job.cpu_milli else full
         mem = np.minimum(self.mem_free // job.memory_mib, cap) if job.memory_mib else full
         if job.kind == "cpu":
@@ -209,6 +239,8 @@ class ClusterState:
             assert job.mig_profile is not None
             gpu = np.where(cand, self._mig_counts(job.mig_profile), 0).sum(axis=1)
         gpu = np.where(self.model_mask(job.gpu_models), np.minimum(gpu, cap), 0)
+        if mask is not None:
+            gpu = np.where(mask, gpu, 0)
         return cpu, mem, gpu
 
     def _mig_counts(self, profile: str) -> np.ndarray:

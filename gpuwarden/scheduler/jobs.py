@@ -77,6 +77,8 @@ class Job:
 
     ``gpu_models``: allowed GPU models (openb's ``gpu_spec``), empty for any.
     ``gpu_memory_mib``: framebuffer each GPU (or MIG instance) must offer, None for no need.
+    ``model``: the model weights the job loads (``meta-llama/Llama-3.1-8B``), None for none:
+    placement prefers a node whose local cache holds them when that costs no fragmentation.
     """
 
     job_id: str
@@ -93,6 +95,7 @@ class Job:
     memory_mib: int = 0
     checkpoint: CheckpointHook | None = None
     grace_period_s: float = 30.0
+    model: str | None = None
 
     def __post_init__(self) -> None:
         name = self.job_id or "<unnamed>"
@@ -119,6 +122,8 @@ class Job:
             raise InputError(f"job {name}: gpu_memory_mib must be > 0 when given")
         if self.grace_period_s < 0:
             raise InputError(f"job {name}: grace_period_s must be >= 0")
+        if self.model is not None and not (0 < len(self.model) <= 300):
+            raise InputError(f"job {name}: model must be 1..300 characters when given")
         if self.mig_profile is not None:
             if self.mig_profile not in mig.profile_names():
                 raise InputError(f"job {name}: unknown MIG profile {self.mig_profile!r}")

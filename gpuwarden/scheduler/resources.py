@@ -66,9 +66,19 @@ class GpuSpec:
     memory_mib: int | None = None
 
 
+class CostClass(StrEnum):
+    """How a node is paid for. ``spot`` capacity can be reclaimed by its provider at short
+    notice (AWS gives two minutes), so only interruptible work may run there."""
+
+    OWNED = "owned"
+    RESERVED = "reserved"
+    SPOT = "spot"
+
+
 @dataclass(frozen=True)
 class NodeSpec:
-    """A node: ``name``, ``cpu_milli`` and ``memory_mib`` allocatable, and its GPUs.
+    """A node: ``name``, ``cpu_milli`` and ``memory_mib`` allocatable, its GPUs and how it is
+    paid for (``cost_class``).
 
     Build the usual uniform node with ``NodeSpec.uniform("n1", 64000, 262144, 8, "A100-80GB")``.
     """
@@ -78,12 +88,20 @@ class NodeSpec:
     memory_mib: int
     gpu_model: str = ""
     gpus: tuple[GpuSpec, ...] = field(default_factory=tuple)
+    cost_class: CostClass = CostClass.OWNED
 
     def __post_init__(self) -> None:
         if not self.name:
             raise InputError("a node needs a name")
         if self.cpu_milli < 0 or self.memory_mib < 0:
             raise InputError(f"node {self.name}: CPU and memory must be >= 0")
+        try:
+            object.__setattr__(self, "cost_class", CostClass(self.cost_class))
+        except ValueError:
+            choices = ", ".join(c.value for c in CostClass)
+            raise InputError(
+                f"node {self.name}: cost_class must be one of {choices}, got {self.cost_class!r}"
+            ) from None
         if self.gpus and not self.gpu_model:
             raise InputError(f"node {self.name} has GPUs but no gpu_model")
         if [g.index for g in self.gpus] != list(range(len(self.gpus))):
@@ -105,9 +123,10 @@ class NodeSpec:
         *,
         mode: SharingMode = SharingMode.FRACTIONAL,
         gpu_memory_mib: int | None = None,
+        cost_class: CostClass | str = CostClass.OWNED,
     ) -> NodeSpec:
         """A node whose ``gpus`` GPUs are alike; GPU memory from ``GPU_MEMORY_MIB`` if known."""
         model = mig.canonical_model(gpu_model) if gpu_model else ""
         mem = gpu_memory_mib if gpu_memory_mib is not None else GPU_MEMORY_MIB.get(model)
         specs = tuple(GpuSpec(i, mode=mode, memory_mib=mem) for i in range(gpus))
-        return cls(name, cpu_milli, memory_mib, model, specs)
+        return cls(name, cpu_milli, memory_mib, model, specs, CostClass(cost_class))

@@ -33,6 +33,7 @@ import numpy as np
 
 from gpuwarden.errors import InputError
 from gpuwarden.scheduler import preempt as _preempt
+from gpuwarden.scheduler import spot as _spot
 from gpuwarden.scheduler._why import why_not, why_too_few
 from gpuwarden.scheduler.cluster import ClusterState, TaskAlloc
 from gpuwarden.scheduler.jobs import (
@@ -62,7 +63,8 @@ ROUND_BUDGET = 4096
 class Scheduler:
     """Places jobs on ``nodes`` with ``policy`` (a name from ``POLICIES`` or an object).
     ``clock`` (unix seconds) times placements when a call gives no ``now``; ``round_budget``
-    bounds the task tries of one ``schedule`` round."""
+    bounds the task tries of one ``schedule`` round; with ``spot_first`` interruptible work
+    goes to spot nodes when they can take all of it (``spot.py``)."""
 
     def __init__(
         self,
@@ -74,6 +76,7 @@ class Scheduler:
         seed: int = 0,
         clock: Callable[[], float] = time.time,
         round_budget: int = ROUND_BUDGET,
+        spot_first: bool = True,
     ) -> None:
         if round_budget < 1:
             raise InputError(f"round_budget must be >= 1 task try, got {round_budget}")
@@ -90,6 +93,8 @@ class Scheduler:
         self.task_tries = 0
         self._freed = 0  # bumped when room may have been made: a refusal no longer holds
         self._moved = 0  # bumped on every placement change (preemption looks at placements)
+        self.spot_first = spot_first
+        self._cached: dict[str, np.ndarray] = {}  # model weights -> nodes whose cache holds them
 
     # ---- reading ---------------------------------------------------------------------------
 
@@ -257,6 +262,10 @@ class Scheduler:
         if not admission.ok:
             return admission.reason
         room = self.quotas.memory_room(job.tenant)
+        if job.interruptible and not probe and self.spot_first and self.cluster.spot.any():
+            got = _spot.on_spot(self.cluster, lambda: self._apply_tasks(job, job, room, probe))
+            if not isinstance(got, str):
+                return (*got, admission)
         if job.interruptible and not probe and self.cluster.any_at_risk():
             got = self._apply_tasks(job, replace(job, interruptible=False), room, probe)
             if not isinstance(got, str):
@@ -289,7 +298,11 @@ class Scheduler:
                 node = int(feasible.argmax())
                 gpus, start = cluster.default_gpus(view, node)
             else:
-                choice = self.policy.choose(cluster, view, feasible)
+                cluster.prefer = self._cached.get(job.model) if job.model else None
+                try:
+                    choice = self.policy.choose(cluster, view, feasible)
+                finally:
+                    cluster.prefer = None
                 node, gpus, start = choice.node, choice.gpus, choice.mig_start
             alloc = cluster.apply(job, node, gpus, start)
             allocs.append(alloc)
@@ -490,6 +503,55 @@ class Scheduler:
                 self._queue.add(job, evicted=True)  # evicted work goes first in its class
                 evictions.append(Eviction(job, node, gpu, f"GPU {gpu} of {node} is {health}"))
         return evictions
+
+    def set_open(self, node: str, is_open: bool) -> None:
+        """Let ``node`` take new work or not: closed while it drains, sleeps or is reclaimed
+        (``sleep.py``, ``spot.py``); what already runs there stays."""
+        n = self.node_index(node)
+        if is_open and not self.cluster.open[n]:
+            self._freed += 1  # room may have been made
+        self.cluster.set_open(n, is_open)
+
+    def is_open(self, node: str) -> bool:
+        return bool(self.cluster.open[self.node_index(node)])
+
+    def jobs_on(self, node: str) -> list[str]:
+        """Ids of the placed jobs with a task on ``node``."""
+        n = self.node_index(node)
+        return sorted(j for j, (_, allocs) in self._placed.items() if any(a.node == n for a in allocs))
+
+    def reclaim(self, node: str, reason: str) -> list[Eviction]:
+        """``node`` is going away (a spot reclaim, a drain with a deadline): close it and evict
+        every job with a task there, queued again first in its class, as ``set_health`` does.
+        Returns the evictions, for the agent to checkpoint and stop them."""
+        self.set_open(node, False)
+        evictions = []
+        for job_id in self.jobs_on(node):
+            placement = self._placed[job_id][0]
+            job = placement.job
+            gpu = next((g for t in placement.tasks if t.node == node for g in t.gpus), -1)
+            self.release(job_id)
+            self._queue.add(job, evicted=True)
+            evictions.append(Eviction(job, node, gpu, reason))
+        return evictions
+
+    def set_model_cache(self, node: str, models: Iterable[str]) -> None:
+        """What ``node``'s local cache holds (model weight names, as jobs name them); replaces
+        what it held before. Placement prefers these nodes for jobs naming those models."""
+        n = self.node_index(node)
+        wanted = set(models)
+        for model, mask in list(self._cached.items()):
+            if mask[n] and model not in wanted:
+                mask[n] = False
+                if not mask.any():
+                    del self._cached[model]
+        for model in wanted:
+            self._cached.setdefault(model, np.zeros(self.cluster.n_nodes, dtype=bool))[n] = True
+
+    def cached_on(self, model: str) -> list[str]:
+        """Nodes whose cache holds ``model``."""
+        mask = self._cached.get(model)
+        return [] if mask is None else [self.cluster.names[i] for i in np.flatnonzero(mask)]
 
     def set_sharing_mode(self, node: str, gpu: int, mode: SharingMode | str) -> None:
         """Switch an idle GPU between whole, fractional and MIG."""

@@ -35,6 +35,16 @@ class PlacementPolicy(Protocol):
         ...
 
 
+def prefer_among(cluster: ClusterState, nodes: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """The placements of ``top`` (indices into ``nodes``) on nodes ``cluster.prefer`` marks
+    (a job's model weights in the node's cache), or all of ``top`` when none is. Policies
+    call it on placements they already rank equal, so a preference costs no fragmentation."""
+    if cluster.prefer is None or top.size < 2:
+        return top
+    hit = cluster.prefer[nodes[top]]
+    return top[hit] if hit.any() else top
+
+
 def pick_max(
     scores: np.ndarray,
     feasible: np.ndarray,

@@ -21,6 +21,7 @@ from gpuwarden.scheduler.policies.base import (
     default_choice,
     mig_choice,
     pick_max,
+    prefer_among,
 )
 from gpuwarden.scheduler.policies.mix import TaskMix
 
@@ -81,5 +82,10 @@ class FgdPolicy:
         # equal scores: the first node in the fixed order, then its lowest GPU (GPUs with the
         # same free share score alike, so this is also the paper's first-GPU rule)
         cand_rank = None if rank is None else rank[nodes] * 64 + gpus
-        i = pick_max(score, np.ones(score.size, dtype=bool), self.rng, cand_rank)
+        allowed = np.ones(score.size, dtype=bool)
+        if cluster.prefer is not None:  # among the best, nodes caching the job's model first
+            top = prefer_among(cluster, nodes, np.flatnonzero(score == score.max()))
+            allowed = np.zeros(score.size, dtype=bool)
+            allowed[top] = True
+        i = pick_max(score, allowed, self.rng, cand_rank)
         return to_choice(cluster, job, int(nodes[i]), int(gpus[i]))

@@ -23,7 +23,7 @@ import numpy as np
 from gpuwarden.scheduler.cluster import ClusterState
 from gpuwarden.scheduler.jobs import Job
 from gpuwarden.scheduler.policies._frag import Fragmentation, NodeStats, StrandedCapacity
-from gpuwarden.scheduler.policies.base import Choice, NodeOrder, mig_choice
+from gpuwarden.scheduler.policies.base import Choice, NodeOrder, mig_choice, prefer_among
 from gpuwarden.scheduler.policies.fgd import candidates, fgd_score, to_choice
 from gpuwarden.scheduler.policies.mix import TaskMix
 
@@ -67,5 +67,6 @@ class WardenPolicy:
         if top.size > 1:
             more = stranded.increase(job, nodes[top], gpus[top])
             top = top[more <= more.min() + self.tolerance_milli]
+        top = prefer_among(cluster, nodes, top)
         best = top[np.argmin(rank[nodes[top]] * 64 + gpus[top])]
         return to_choice(cluster, job, int(nodes[best]), int(gpus[best]))
