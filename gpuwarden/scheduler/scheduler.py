@@ -50,7 +50,7 @@ from gpuwarden.scheduler.policies import PlacementPolicy, make_policy
 from gpuwarden.scheduler.policies.mix import TaskMix
 from gpuwarden.scheduler.queue import Inputs, JobQueue
 from gpuwarden.scheduler.quota import Admission, Quota, QuotaLedger
-from gpuwarden.scheduler.resources import Health, NodeSpec, SharingMode
+from gpuwarden.scheduler.resources import GPU_MILLI, Health, NodeSpec, SharingMode
 
 _Allocated = tuple[list[TaskAlloc], float, Admission]  # task allocations, GPU memory charged
 
@@ -519,6 +519,15 @@ class Scheduler:
         """Ids of the placed jobs with a task on ``node``."""
         n = self.node_index(node)
         return sorted(j for j, (_, allocs) in self._placed.items() if any(a.node == n for a in allocs))
+
+    def node_busy(self, node: str) -> bool:
+        """Whether anything is placed on ``node`` (from the arrays: cheap, for every node)."""
+        c, n = self.cluster, self.node_index(node)
+        return bool(
+            c.cpu_free[n] < c.cpu_cap[n]
+            or c.mem_free[n] < c.mem_cap[n]
+            or (c.exists[n] & (c.free[n] < GPU_MILLI)).any()
+        )
 
     def reclaim(self, node: str, reason: str) -> list[Eviction]:
         """``node`` is going away (a spot reclaim, a drain with a deadline): close it and evict
