@@ -55,6 +55,12 @@ SETTINGS: tuple[Setting, ...] = (
         "compact_every_s", 3600.0, "Seconds between two roll-up / retention passes of `collect`."
     ),
     Setting(
+        "grid_intensity_g_per_kwh",
+        None,
+        "Carbon intensity of the grid the GPUs draw from, gCO2e per kWh (e.g. 380 for the EU "
+        "average); billing shows CO2 per job and tenant when set.",
+    ),
+    Setting(
         "hook_allow",
         "public,private",
         "Where a job's checkpoint hook URL may reach, from the node agent: public, private, "

@@ -11,8 +11,10 @@
     │   ├── StoreUnavailable   a store's server cannot be reached, times out or keeps failing
     │   └── StoreRejected      a store's server refused a request (credentials, a bad query)
     ├── InputError             a user's file or payload is malformed; names the problem
-    └── HookError              a scheduler hook or notifier failed (Slurm, Kubernetes, Slack)
-        └── OutboundRefused    a hook's URL leads to an address ``hook_allow`` refuses
+    ├── HookError              a scheduler hook or notifier failed (Slurm, Kubernetes, Slack)
+    │   └── OutboundRefused    a hook's URL leads to an address ``hook_allow`` refuses
+    └── GpuControlRefused      a GPU refused a power-limit or clock change (not root, not
+                               supported, out of range)
 
 Backend errors are translated where they are caught and re-raised ``from exc``; the CLI turns
 any ``GpuwardenError`` into one line on stderr and a non-zero exit.
@@ -75,3 +77,8 @@ class HookError(GpuwardenError):
 
 class OutboundRefused(HookError):
     pass
+
+
+class GpuControlRefused(GpuwardenError):
+    """NVML refused a power-limit or application-clock change; the message says which GPU,
+    what was asked and NVML's reason."""

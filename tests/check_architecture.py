@@ -39,6 +39,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "scheduler_hooks",
         "serve",
         "closedloop dashboard",
+        "planning",
         "demo cliutil cli __main__",
     )
 )

@@ -37,7 +37,7 @@ from typing import Any
 import pynvml
 
 from gpuwarden.collectors._gpu_state import LOST, REQUIRES_RESET
-from gpuwarden.errors import CollectorUnavailable
+from gpuwarden.errors import CollectorUnavailable, GpuControlRefused
 from gpuwarden.telemetry import GpuId
 
 #: NVML return codes meaning "this GPU, driver or account does not offer that": absent, quietly.
@@ -391,3 +391,63 @@ __all__ = [
     "sum_present",
     "text",
 ]
+
+
+# ---- power limit and application clocks (the node agent's DVFS) -----------------------------
+
+
+class GpuControl:
+    """Sets and restores one host's GPU power limits and application clocks through ``nvml``
+    (pynvml, or a fake in tests). Each call raises ``GpuControlRefused`` with NVML's reason:
+    NO_PERMISSION (these need root), NOT_SUPPORTED (the GPU has no such control),
+    INVALID_ARGUMENT (outside the GPU's range). Command line equivalents: ``nvidia-smi -i N
+    -pl WATTS``, ``nvidia-smi -i N -ac MEM,SM``, ``nvidia-smi -i N -rac``."""
+
+    def __init__(self, nvml: Any) -> None:
+        self.nvml = nvml
+        init(nvml)
+
+    def close(self) -> None:
+        shutdown(self.nvml)
+
+    def _call(self, index: int, what: str, name: str, *args: Any) -> Any:
+        try:
+            handle = self.nvml.nvmlDeviceGetHandleByIndex(index)
+            return getattr(self.nvml, name)(handle, *args)
+        except pynvml.NVMLError as exc:
+            raise GpuControlRefused(f"GPU {index}: {what}: {exc}") from exc
+
+    def power_limit_w(self, index: int) -> float:
+        return (
+            float(self._call(index, "read power limit", "nvmlDeviceGetPowerManagementLimit")) / 1000
+        )
+
+    def power_limit_range_w(self, index: int) -> tuple[float, float]:
+        low, high = self._call(index, "read power limit range",
+                               "nvmlDeviceGetPowerManagementLimitConstraints")  # fmt: skip
+        return float(low) / 1000, float(high) / 1000
+
+    def set_power_limit_w(self, index: int, watts: float) -> None:
+        self._call(index, f"set power limit {watts:.0f} W", "nvmlDeviceSetPowerManagementLimit",
+                   int(round(watts * 1000)))  # fmt: skip
+
+    def app_clocks_mhz(self, index: int) -> tuple[int, int]:
+        """(memory, graphics) application clocks now."""
+        mem = self._call(
+            index, "read clocks", "nvmlDeviceGetApplicationsClock", pynvml.NVML_CLOCK_MEM
+        )
+        sm = self._call(
+            index, "read clocks", "nvmlDeviceGetApplicationsClock", pynvml.NVML_CLOCK_SM
+        )
+        return int(mem), int(sm)
+
+    def supported_graphics_mhz(self, index: int, mem_mhz: int) -> list[int]:
+        return [int(c) for c in self._call(index, "read supported clocks",
+                                           "nvmlDeviceGetSupportedGraphicsClocks", mem_mhz)]  # fmt: skip
+
+    def set_app_clocks_mhz(self, index: int, mem_mhz: int, sm_mhz: int) -> None:
+        self._call(index, f"set application clocks {mem_mhz},{sm_mhz} MHz",
+                   "nvmlDeviceSetApplicationsClocks", mem_mhz, sm_mhz)  # fmt: skip
+
+    def reset_app_clocks(self, index: int) -> None:
+        self._call(index, "reset application clocks", "nvmlDeviceResetApplicationsClocks")

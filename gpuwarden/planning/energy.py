@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpuwarden.errors import InputError
-from gpuwarden.scheduler import NodeSpec, Scheduler
+from gpuwarden.scheduler import Job, NodeSpec, Scheduler
 from gpuwarden.scheduler.openb import Pod
 from gpuwarden.scheduler.sleep import SleepController, SleepPolicy, critical
 
@@ -171,9 +171,9 @@ def replay_sleep(
         asleep_s += float(asleep.sum()) * (now - last)
         last = now
         if kind == _ARRIVE:
-            job = payload
-            arrived[job.job_id] = now  # type: ignore[union-attr]
-            sched.submit(job)  # type: ignore[arg-type]
+            assert isinstance(payload, Job)
+            arrived[payload.job_id] = now
+            sched.submit(payload)
         elif kind == _DONE:
             sched.release(str(payload))
         elif ctl is not None:

@@ -29,7 +29,7 @@ import numpy as np
 
 from gpuwarden.closedloop.workload import WorkloadSpec, make_workload
 from gpuwarden.errors import InputError
-from gpuwarden.scheduler import NodeSpec, Scheduler
+from gpuwarden.scheduler import Job, NodeSpec, Scheduler
 from gpuwarden.scheduler.resources import CostClass
 
 DAY_S = 86_400.0
@@ -38,6 +38,7 @@ MONTH_S = 30 * DAY_S
 #: AWS Spot Instance Advisor's interruption-frequency buckets, by their upper edge (a share of
 #: instances interrupted per month); ">20%" has no upper edge, so 0.30 stands in for it.
 ADVISOR_BUCKETS: dict[str, float] = {
+    "none": 0.0,  # no reclaims: what spot-first placement alone costs
     "<5%": 0.05,
     "5-10%": 0.10,
     "10-15%": 0.15,
@@ -87,8 +88,9 @@ class SpotScenario:
             cls = CostClass.SPOT if spot and i >= self.owned_nodes else CostClass.OWNED
             name = f"{'spot' if i >= self.owned_nodes else 'own'}-{i:03d}"
             out.append(
-                NodeSpec.uniform(name, 256_000, 2_097_152, self.gpus_per_node, self.gpu_model,
-                                 cost_class=cls)  # fmt: skip
+                NodeSpec.uniform(
+                    name, 256_000, 2_097_152, self.gpus_per_node, self.gpu_model, cost_class=cls
+                )  # fmt: skip
             )
         return out
 
@@ -178,9 +180,11 @@ def simulate(scenario: SpotScenario, *, seed: int, spot: bool) -> SpotResult:
         if now > end:
             break
         if kind == _ARRIVE:
-            sched.submit(payload)  # type: ignore[arg-type]
+            assert isinstance(payload, Job)
+            sched.submit(payload)
         elif kind == _DONE:
-            job_id, gen = payload  # type: ignore[misc]
+            assert isinstance(payload, tuple)
+            job_id, gen = str(payload[0]), int(payload[1])
             r = runs[job_id]
             if gen != r.gen or r.started is None:
                 continue
@@ -252,9 +256,7 @@ class SpotRow:
     throughput_change_pct: float
 
 
-def compare(
-    scenario: SpotScenario, buckets: Iterable[str], seeds: Iterable[int]
-) -> list[SpotRow]:
+def compare(scenario: SpotScenario, buckets: Iterable[str], seeds: Iterable[int]) -> list[SpotRow]:
     """For each Advisor bucket, with and without a checkpoint that fits in the notice."""
     seeds = list(seeds)
     base = {s: simulate(scenario, seed=s, spot=False) for s in seeds}
@@ -262,7 +264,7 @@ def compare(
     for bucket in buckets:
         if bucket not in ADVISOR_BUCKETS:
             raise InputError(f"unknown bucket {bucket!r}; choose from {', '.join(ADVISOR_BUCKETS)}")
-        for at_notice in (True, False):
+        for at_notice in (True, False) if ADVISOR_BUCKETS[bucket] else (True,):
             sc = replace(
                 scenario,
                 monthly_interruption=ADVISOR_BUCKETS[bucket],
@@ -275,19 +277,23 @@ def compare(
                 SpotRow(
                     bucket,
                     at_notice,
-                    _mean(100 * (1 - r.cost_gpu_h / x.cost_gpu_h) for r, x in zip(res, b)),
                     _mean(
-                        100 * (x.cost_gpu_h - r.cost_gpu_h) / spot_part for r, x in zip(res, b)
+                        100 * (1 - r.cost_gpu_h / x.cost_gpu_h) for r, x in zip(res, b, strict=True)
+                    ),
+                    _mean(
+                        100 * (x.cost_gpu_h - r.cost_gpu_h) / spot_part
+                        for r, x in zip(res, b, strict=True)
                     ),
                     _mean(100 * r.lost_gpu_h / max(r.done_work_gpu_h, 1e-9) for r in res),
                     _mean(r.lost_gpu_h for r in res),
                     _mean(r.reclaims for r in res),
                     _mean(
                         100 * (r.mean_completion_h / x.mean_completion_h - 1)
-                        for r, x in zip(res, b)
+                        for r, x in zip(res, b, strict=True)
                     ),
                     _mean(
-                        100 * (r.done_work_gpu_h / x.done_work_gpu_h - 1) for r, x in zip(res, b)
+                        100 * (r.done_work_gpu_h / x.done_work_gpu_h - 1)
+                        for r, x in zip(res, b, strict=True)
                     ),
                 )
             )

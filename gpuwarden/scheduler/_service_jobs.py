@@ -33,6 +33,7 @@ SPEC_FIELDS: dict[str, Any] = {
     "memory_mib": 0,
     "checkpoint": None,
     "grace_period_s": 30.0,
+    "model": None,
 }
 
 #: job states the service ends in; nothing moves a job out of them
@@ -78,6 +79,8 @@ def normalise_spec(body: Mapping[str, Any]) -> dict[str, Any]:
     else:
         check_text("command", "".join(command), max_chars=MAX_COMMAND_CHARS)
     check_text("priority", spec["priority"], max_chars=20)
+    if spec["model"] is not None:
+        check_text("model", spec["model"], max_chars=300)
     if spec["mig_profile"] is not None:
         check_text("mig_profile", spec["mig_profile"], max_chars=20)
     models = spec["gpu_models"]
@@ -162,6 +165,7 @@ def job_of(job_id: str, tenant: str, spec: Mapping[str, Any]) -> Job:
             memory_mib=spec["memory_mib"],
             checkpoint=checkpoint,
             grace_period_s=float(spec["grace_period_s"]),
+            model=spec.get("model"),
         )
     except TypeError as exc:  # e.g. a list where a number belongs
         raise InputError(f"job {job_id}: {exc}") from exc
@@ -240,6 +244,7 @@ def job_json(row: JobRow) -> dict[str, Any]:
         "gpus_per_task": s["gpus_per_task"],
         "gpu_milli": s["gpu_milli"],
         "mig_profile": s["mig_profile"],
+        "model": s.get("model"),
         "command": s["command"],
         "submitted_at": row.submitted_at,
         "started_at": row.started_at,

@@ -30,7 +30,7 @@ from gpuwarden.scheduler._service_jobs import (
 )
 from gpuwarden.scheduler._service_types import quota_of
 from gpuwarden.scheduler.jobs import Decision
-from gpuwarden.scheduler.resources import GPU_MEMORY_MIB, GpuSpec, NodeSpec, SharingMode
+from gpuwarden.scheduler.resources import GPU_MEMORY_MIB, CostClass, GpuSpec, NodeSpec, SharingMode
 from gpuwarden.scheduler.scheduler import Scheduler
 from gpuwarden.scheduler.state import JobRow, NodeRow, SchedulerDB, TaskRow
 
@@ -45,6 +45,10 @@ class JobLifecycle:
         self.policy = policy
         self._scheduler: Scheduler | None = None
         self.touched = False  # the scheduler was reached in this transition (``_service_tx``)
+        #: nodes a spot reclaim closed (node -> deadline), kept across rebuilds in this process
+        self.closed: dict[str, float] = {}
+        #: what each agent last said its model cache holds
+        self.model_cache: dict[str, list[str]] = {}
 
     @property
     def scheduler(self) -> Scheduler | None:
@@ -96,6 +100,12 @@ class JobLifecycle:
         queued = sorted(self.db.jobs(states=("queued",)), key=lambda r: (r.queued_at, r.seq))
         for row in queued:
             s.submit(job_of(row.job_id, row.tenant, row.spec))
+        for node in self.closed:  # reclaimed nodes stay closed until their agent registers again
+            if node in s.cluster.index:
+                s.set_open(node, False)
+        for node, held in self.model_cache.items():
+            if node in s.cluster.index:
+                s.set_model_cache(node, held)
         self.scheduler = s
         for job_id, reason in lost:
             self.evicted(job_id, reason, now, "scheduler")
@@ -144,10 +154,12 @@ class JobLifecycle:
             except InputError:
                 pass
 
-    def evicted(self, job_id: str, reason: str, now: float, actor: str) -> None:
+    def evicted(
+        self, job_id: str, reason: str, now: float, actor: str, *, deadline: float | None = None
+    ) -> None:
         """A running job must leave its GPUs: ask it to checkpoint, stop it after its grace
-        period, then queue it again (``maybe_finish_stop``). The scheduler has already freed
-        its GPUs."""
+        period (cut to ``deadline``, a spot reclaim's), then queue it again
+        (``maybe_finish_stop``). The scheduler has already freed its GPUs."""
         row = self.db.job(job_id)
         if row is None or row.state != "running" or row.stop_reason is not None:
             return
@@ -157,6 +169,8 @@ class JobLifecycle:
         reason = shown
         self.forget(job_id)  # it comes back with the next attempt, after its tasks have stopped
         grace = float(row.spec["grace_period_s"]) if row.spec.get("checkpoint") else 0.0
+        if deadline is not None:
+            grace = max(0.0, min(grace, deadline - now))
         self.db.update_job(job_id, state="checkpointing", stop_reason="preempt",
                            stop_after=now + grace, preemptions=row.preemptions + 1,
                            reason=reason)  # fmt: skip
@@ -216,7 +230,9 @@ def node_spec(n: NodeRow) -> NodeSpec:
                 memory_mib=g.get("memory_mib") or GPU_MEMORY_MIB.get(model))
         for g in sorted(n.gpus, key=lambda g: g["index"])
     )  # fmt: skip
-    return NodeSpec(n.node, n.cpu_milli, n.memory_mib, model, gpus)
+    # the cost class the agent registered is kept with each GPU's inventory (one per node)
+    cost = next((g["cost_class"] for g in n.gpus if g.get("cost_class")), "owned")
+    return NodeSpec(n.node, n.cpu_milli, n.memory_mib, model, gpus, CostClass(cost))
 
 
 def agent_time(value: Any, lo: float, hi: float) -> float:

@@ -70,15 +70,20 @@ class Nodes:
         old = self.db.node(node)
         keep = {g["index"]: g for g in old.gpus} if old else {}
         gpus = []
+        cost = body.get("cost_class") or "owned"
         for g in body["gpus"]:
             prev = keep.get(g["index"], {})
-            gpus.append({**g, "health": prev.get("health", "ok"),
+            gpus.append({**g, "health": prev.get("health", "ok"), "cost_class": cost,
                          "mode": g.get("mode") or prev.get("mode", "fractional")})  # fmt: skip
         row = NodeRow(
             node, body["cpu_milli"], body["memory_mib"], gpus, now, old.sync_seq if old else 0
         )
         spec = node_spec(row)  # checks the inventory before anything is stored
-        changed = old is None or node_spec(old) != spec
+        # a registration after a reclaim is the replacement instance: it takes work again
+        changed = old is None or node_spec(old) != spec or node in self.lifecycle.closed
+        self.lifecycle.closed.pop(node, None)
+        if body.get("models") is not None:
+            self.lifecycle.model_cache[node] = list(body["models"])
         self.db.upsert_node(row)
         if changed:
             self.lifecycle.rebuild(now)
@@ -109,6 +114,35 @@ class Nodes:
             self.lifecycle.evicted(e.job.job_id, e.reason, now, actor)
         self.run_round(now, preempt=False)
         return {"node": node, "gpu": gpu, "health": health, "evicted": evicted}
+
+    def reclaim(self, actor: str, node: str, deadline: float, reason: str) -> dict[str, Any]:
+        """The provider takes ``node`` back at ``deadline`` (a spot reclaim): it takes no new
+        work, and every job there is checkpointed within the deadline and queued again
+        (``spot.py``), through the same path as a preemption."""
+        if self.db.node(node) is None:
+            raise NotFoundError(f"no node {node!r} is registered")
+        now = self.clock()
+        reason = f"node {node} reclaimed ({reason}), {max(0.0, deadline - now):.0f} s notice"
+        self.lifecycle.closed[node] = deadline
+        evictions = []
+        s = self.lifecycle.scheduler
+        if s is not None and node in s.cluster.index:
+            evictions = s.reclaim(node, reason)
+        self.db.audit(now, actor, "reclaim", node=node, reason=reason)
+        logger.warning("%s; %d job(s) to checkpoint and requeue", reason, len(evictions))
+        for e in evictions:
+            self.lifecycle.evicted(e.job.job_id, e.reason, now, actor, deadline=deadline)
+        self.run_round(now, preempt=False)
+        return {"node": node, "deadline": deadline, "evicted": [e.job.job_id for e in evictions]}
+
+    def set_model_cache(self, node: str, models: list[str]) -> None:
+        """What ``node``'s local cache holds now (its agent's sync)."""
+        if self.lifecycle.model_cache.get(node) == models:
+            return
+        self.lifecycle.model_cache[node] = models
+        s = self.lifecycle.scheduler
+        if s is not None and node in s.cluster.index:
+            s.set_model_cache(node, models)
 
     def check_nodes(self, now: float) -> list[str]:
         """Find the nodes whose agent went silent, write off their work and rebuild the scheduler

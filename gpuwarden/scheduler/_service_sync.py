@@ -44,6 +44,8 @@ class AgentSync:
         seq = self.db.bump_sync(node, now)
         if old.lost_at is not None:
             self.nodes.node_back(old, now)
+        if body.get("models") is not None:
+            self.nodes.set_model_cache(node, list(body["models"]))
         reported: dict[Key, dict[str, Any]] = {}
         for t in body["tasks"]:
             reported[(t["job_id"], int(t["attempt"]), int(t["task"]))] = t
@@ -165,7 +167,8 @@ class AgentSync:
                     continue  # the evicted job is still checkpointing on these GPUs
                 start.append({"job_id": job.job_id, "attempt": job.attempt, "task": i,
                               "command": argv_of(job.spec["command"]), "env": task_env(job, i),
-                              "gpus": t["gpus"], "gpu_milli": t["gpu_milli"], "mig": t["mig"]})  # fmt: skip
+                              "gpus": t["gpus"], "gpu_milli": t["gpu_milli"], "mig": t["mig"],
+                              "priority": job.spec.get("priority", "batch")})  # fmt: skip
                 self.db.upsert_task(TaskRow(job.job_id, job.attempt, i, node, list(t["gpus"]),
                                             "starting", None, None, seq))  # fmt: skip
         return {"start": start, "checkpoint": hooks, "stop": stop}

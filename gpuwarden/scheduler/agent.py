@@ -28,10 +28,13 @@ from typing import Any
 import httpx
 
 from gpuwarden.collectors.base import Collector
-from gpuwarden.errors import CollectorError, ConfigError
+from gpuwarden.errors import CollectorError, ConfigError, InputError
 from gpuwarden.outbound import OutboundPolicy
 from gpuwarden.scheduler._agent_tasks import TaskTable
+from gpuwarden.scheduler.modelcache import CacheWatcher
+from gpuwarden.scheduler.power import PowerGovernor
 from gpuwarden.scheduler.resources import GPU_MEMORY_MIB
+from gpuwarden.scheduler.spot import NoticeFile, ReclaimNotice
 
 logger = logging.getLogger("gpuwarden.scheduler.agent")
 
@@ -100,7 +103,12 @@ def hide_environment() -> bool:
 
 class Agent:
     """Registers ``node`` with the service at ``url`` and runs what it says, every ``interval_s``.
-    ``hook_policy``: where checkpoint hooks of kind ``url`` may POST (setting ``hook_allow``)."""
+    ``hook_policy``: where checkpoint hooks of kind ``url`` may POST (setting ``hook_allow``).
+    ``power``: caps and clocks per job class, applied at task start and reverted at its end
+    (``power.py``). ``notice``: a file a cloud hook writes a spot reclaim notice to
+    (``spot.py``); the agent forwards it to the service, which checkpoints and requeues.
+    ``cost_class``: owned, reserved or spot, registered with the node. ``model_cache``: the
+    local weights cache, reported when it changes (``modelcache.py``)."""
 
     def __init__(
         self,
@@ -113,6 +121,10 @@ class Agent:
         interval_s: float = 1.0,
         kill_after_s: float = 5.0,
         hook_policy: OutboundPolicy | None = None,
+        power: PowerGovernor | None = None,
+        notice: NoticeFile | None = None,
+        cost_class: str = "owned",
+        model_cache: CacheWatcher | None = None,
     ) -> None:
         self.node = node or socket.gethostname()
         self.url = url.rstrip("/")
@@ -128,6 +140,11 @@ class Agent:
         self.tasks = TaskTable(workdir, kill_after_s=kill_after_s, hook_policy=hook_policy)
         self.registered = False
         self._down_since: float | None = None
+        self.power = power
+        self.notice = notice
+        self.cost_class = cost_class
+        self.model_cache = model_cache
+        self._pending_notice: ReclaimNotice | None = None
 
     def run(self, stop: threading.Event | None = None) -> None:
         """Register and sync until ``stop`` is set (Ctrl-C in the command). ``ConfigError``
@@ -146,16 +163,33 @@ class Agent:
         """One round: poll processes, sync, carry out the orders. Never raises for the service
         being away; the next step tries again. ``ConfigError`` when the token is refused."""
         self.tasks.poll()
+        if self.power is not None:
+            self.power.settle(k for k, t in self.tasks.tasks.items() if t.state != "exited")
+        self._read_notice()
         try:
+            if self._pending_notice is not None and self.registered:
+                n = self._pending_notice
+                self._post(f"/v1/agents/{self.node}/reclaim",
+                           {"deadline": n.deadline, "reason": n.reason})  # fmt: skip
+                self._pending_notice = None
             if not self.registered:
-                self._post(f"/v1/agents/{self.node}/register", self.inventory.body())
+                body = {**self.inventory.body(), "cost_class": self.cost_class}
+                if self.model_cache is not None:
+                    self.model_cache.forget()
+                    body["models"] = self.model_cache.poll()
+                self._post(f"/v1/agents/{self.node}/register", body)
                 self.registered = True
                 logger.warning("registered %s with %s", self.node, self.url)
             report = self.tasks.report()
             body = {"tasks": report["tasks"],
                     "logs": [{k: v for k, v in c.items() if k != "size"} for c in report["logs"]]}  # fmt: skip
+            models = self.model_cache.poll() if self.model_cache is not None else None
+            if models is not None:
+                body["models"] = models
             orders = self._post(f"/v1/agents/{self.node}/sync", body)
         except _ServiceAway as exc:
+            if self.model_cache is not None:
+                self.model_cache.forget()  # the service may not have its list: send it again
             if self._down_since is None:
                 self._down_since = time.monotonic()
                 logger.warning("scheduler service unavailable (%s); tasks keep running", exc)
@@ -168,10 +202,25 @@ class Agent:
         self.tasks.acknowledged(report)
         for order in orders.get("start", ()):
             self.tasks.start(order)
+            if self.power is not None:
+                key = (order["job_id"], int(order["attempt"]), int(order["task"]))
+                self.power.apply(key, order.get("gpus", ()), str(order.get("priority", "")))
         for order in orders.get("checkpoint", ()):
             self.tasks.checkpoint(order)
         for order in orders.get("stop", ()):
             self.tasks.stop(order)
+
+    def _read_notice(self) -> None:
+        if self.notice is None:
+            return
+        try:
+            got = self.notice.poll()
+        except InputError as exc:
+            logger.error("%s", exc)
+            return
+        if got is not None:
+            logger.warning("reclaim notice: %s at %.0f (%s)", got.node, got.deadline, got.reason)
+            self._pending_notice = got
 
     def close(self) -> None:
         self._http.close()

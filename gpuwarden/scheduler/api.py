@@ -95,6 +95,15 @@ class Registration(_Strict):
     cpu_milli: Whole
     memory_mib: Whole
     gpus: list[AgentGpu] = Field(max_length=64)
+    cost_class: Literal["owned", "reserved", "spot"] = "owned"
+    models: list[Annotated[str, Field(min_length=1, max_length=300)]] | None = Field(
+        None, max_length=4096
+    )
+
+
+class ReclaimBody(_Strict):
+    deadline: float = Field(ge=0, le=MAX_INT, description="unix seconds the node goes away")
+    reason: str = Field("spot reclaim", max_length=200)
 
 
 class TaskReport(_Strict):
@@ -120,6 +129,9 @@ class LogChunk(_Strict):
 class Sync(_Strict):
     tasks: list[TaskReport] = Field([], max_length=MAX_SYNC_ITEMS)
     logs: list[LogChunk] = Field([], max_length=MAX_SYNC_ITEMS)
+    models: list[Annotated[str, Field(min_length=1, max_length=300)]] | None = Field(
+        None, max_length=4096, description="model weights the node's local cache holds"
+    )
 
 
 class CheckpointReport(_Strict):
@@ -288,6 +300,10 @@ def create_app(
     ) -> dict[str, Any]:
         return service.set_health(who, node, index, change.health, change.reason)
 
+    @app.post("/v1/nodes/{node}/reclaim")
+    def reclaim_node(node: str, body: ReclaimBody, who: Admin) -> dict[str, Any]:
+        return service.reclaim(who, node, body.deadline, body.reason)
+
     @app.get("/v1/quota")
     def quota(who: Person) -> list[dict[str, Any]]:
         return service.quota_rows(who)
@@ -310,10 +326,12 @@ def create_app(
         rows = service.billing(who, since, until)
         if format == "csv":
             return Response(to_csv(rows), media_type="text/csv")
+        power = service.billing_energy(rows)
         return [
-            {"tenant": r.tenant, "job_id": r.job_id, "name": r.name, "gpu_hours": r.gpu_hours}
-            for r in rows
-        ]
+            {"tenant": r.tenant, "job_id": r.job_id, "name": r.name, "gpu_hours": r.gpu_hours,
+             "kwh": e.kwh, "co2_kg": e.co2_kg}
+            for r, e in zip(rows, power, strict=True)
+        ]  # fmt: skip
 
     @app.get("/v1/audit")
     def audit(
@@ -330,6 +348,10 @@ def create_app(
     @app.post("/v1/agents/{node}/register")
     def register(body: Registration, who: NodeAgent) -> dict[str, Any]:
         return service.register(who.name, body.model_dump())
+
+    @app.post("/v1/agents/{node}/reclaim")
+    def agent_reclaim(body: ReclaimBody, who: NodeAgent) -> dict[str, Any]:
+        return service.reclaim(who, str(who.name), body.deadline, body.reason)
 
     @app.post("/v1/agents/{node}/sync")
     def agent_sync(body: Sync, who: NodeAgent) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import csv
 import io
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -116,6 +116,67 @@ def gpu_hours(
         for tenant, job_id in sorted(milli_s)
         if milli_s[(tenant, job_id)] > 0
     ]
+
+
+#: GPU board power (W) from NVIDIA's datasheets (T4, P100 SXM2 300 / PCIe 250, V100 SXM2, A10,
+#: L4, L40S, A100 SXM4, H100 SXM5, H200 SXM): what a fully busy GPU draws at most.
+BOARD_POWER_W: dict[str, float] = {
+    "T4": 70.0,
+    "P100": 250.0,
+    "V100M16": 300.0,
+    "V100M32": 300.0,
+    "A10": 150.0,
+    "L4": 72.0,
+    "L40S": 350.0,
+    "A100-40GB": 400.0,
+    "A100-80GB": 400.0,
+    "H100-80GB": 700.0,
+    "H200": 700.0,
+}
+
+
+@dataclass(frozen=True)
+class EnergyRow:
+    """A job's energy inside the billing window. ``kwh``: its GPU-hours at the board power of
+    its GPU model (an upper bound: a GPU rarely draws its board power all the time); None when
+    the model's power is unknown. ``co2_kg``: ``kwh`` x the grid's intensity; None when either
+    is unknown (missing is never zero)."""
+
+    tenant: str
+    job_id: str
+    kwh: float | None
+    co2_kg: float | None
+
+
+def energy(
+    rows: Iterable[BillRow],
+    watts_per_gpu: Mapping[str, float | None],
+    grid_g_per_kwh: float | None,
+) -> list[EnergyRow]:
+    """kWh and CO2 per job of ``rows``; ``watts_per_gpu``: job id -> watts one of its GPUs
+    draws (``BOARD_POWER_W`` of its model, or a measured mean)."""
+    out = []
+    for r in rows:
+        w = watts_per_gpu.get(r.job_id)
+        kwh = None if w is None or w != w else round(r.gpu_hours * w / 1000.0, 6)
+        co2 = (
+            None
+            if kwh is None or grid_g_per_kwh is None
+            else round(kwh * grid_g_per_kwh / 1000.0, 6)
+        )
+        out.append(EnergyRow(r.tenant, r.job_id, kwh, co2))
+    return out
+
+
+def energy_totals(rows: Iterable[EnergyRow]) -> dict[str, tuple[float | None, float | None]]:
+    """(kWh, kg CO2) per tenant; None for a tenant with any job whose figure is unknown."""
+    kwh: dict[str, float | None] = {}
+    co2: dict[str, float | None] = {}
+    for r in rows:
+        for acc, v in ((kwh, r.kwh), (co2, r.co2_kg)):
+            prev = acc.get(r.tenant, 0.0)
+            acc[r.tenant] = None if prev is None or v is None else prev + v
+    return {t: (kwh[t], co2[t]) for t in sorted(kwh)}
 
 
 def tenant_totals(rows: Iterable[BillRow]) -> dict[str, float]:

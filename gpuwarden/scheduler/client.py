@@ -109,6 +109,10 @@ class SchedulerClient:
         body = {"health": health, "reason": reason}
         return self._call("POST", f"/v1/nodes/{_seg(node)}/gpus/{int(gpu)}/health", json=body)
 
+    def reclaim(self, node: str, deadline: float, reason: str = "spot reclaim") -> dict[str, Any]:
+        body = {"deadline": deadline, "reason": reason}
+        return self._call("POST", f"/v1/nodes/{_seg(node)}/reclaim", json=body)
+
     def quota(self) -> list[dict[str, Any]]:
         return self._call("GET", "/v1/quota")
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import click
 
 from gpuwarden.cliutil import DomainErrorGroup, domain_errors
-from gpuwarden.scheduler.billing import BillRow, tenant_totals, write_csv
+from gpuwarden.scheduler.billing import BillRow, EnergyRow, energy_totals, tenant_totals, write_csv
 from gpuwarden.scheduler.client import DEFAULT_URL, URL_ENV, SchedulerClient, read_token
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -84,6 +84,8 @@ def jobs() -> None:
 @click.option("--checkpoint-url", default=None, help="URL POSTed to checkpoint instead.")
 @click.option("--grace", type=click.FloatRange(0), default=30.0, show_default=True,
               help="Seconds between the checkpoint request and the stop.")  # fmt: skip
+@click.option("--model", default=None, help="Model weights the job loads (placement prefers "
+              "nodes whose cache holds them).")  # fmt: skip
 @click.option("--idempotency-key", default=None, help="Resubmitting with it returns the same job.")
 @click.option("--tenant", default=None, help="Submit for this tenant (admin token only).")
 @_connection
@@ -134,6 +136,8 @@ def job_spec(command: list[str], **o: Any) -> dict[str, Any]:
         "grace_period_s": o["grace"],
         "idempotency_key": o["idempotency_key"],
     }
+    if o.get("model"):
+        spec["model"] = o["model"]
     if o.get("tenant"):
         spec["tenant"] = o["tenant"]
     return spec
@@ -196,6 +200,25 @@ def logs(
 
 
 # ---- cluster, quota, billing -------------------------------------------------------------
+
+
+@click.command()
+@click.argument("node")
+@click.option("--in", "in_s", type=click.FloatRange(0), default=120.0, show_default=True,
+              help="Seconds until the node goes away (AWS gives 120).")  # fmt: skip
+@click.option("--reason", default="spot reclaim", show_default=True, help="Shown in the audit log.")
+@_connection
+@domain_errors()
+def reclaim(node: str, in_s: float, reason: str, url: str, token_file: str | None) -> None:
+    """Tell the scheduler NODE is being reclaimed (admin token): it takes no new work, and its
+    jobs checkpoint within the notice and go back to the queue."""
+    import time
+
+    with _client(url, token_file) as c:
+        out = c.reclaim(node, time.time() + in_s, reason)
+    evicted = out.get("evicted") or []
+    click.echo(f"{node}: reclaimed; {len(evicted)} job(s) checkpointing and requeued"
+               + (f": {', '.join(evicted)}" if evicted else ""))  # fmt: skip
 
 
 @click.command()
@@ -292,12 +315,20 @@ def billing(
     if fmt == "json":
         click.echo(json.dumps(raw, indent=2))
         return
-    table = [(r.tenant, r.job_id, r.name, f"{r.gpu_hours:.4f}") for r in rows]
-    table += [(t, "(total)", "", f"{h:.4f}") for t, h in tenant_totals(rows).items()]
-    _echo_table(("TENANT", "JOB", "NAME", "GPU_HOURS"), table)
+    power = [EnergyRow(r["tenant"], r["job_id"], r.get("kwh"), r.get("co2_kg")) for r in raw]
+    table = [(r.tenant, r.job_id, r.name, f"{r.gpu_hours:.4f}", _num(e.kwh), _num(e.co2_kg))
+             for r, e in zip(rows, power, strict=True)]  # fmt: skip
+    watts = energy_totals(power)
+    table += [(t, "(total)", "", f"{h:.4f}", _num(watts[t][0]), _num(watts[t][1]))
+              for t, h in tenant_totals(rows).items()]  # fmt: skip
+    _echo_table(("TENANT", "JOB", "NAME", "GPU_HOURS", "KWH", "CO2_KG"), table)
 
 
-COMMANDS = [jobs, nodes, quota, billing]
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+COMMANDS = [jobs, nodes, quota, billing, reclaim]
 
 
 # ---- parsing and printing ----------------------------------------------------------------

@@ -518,7 +518,9 @@ class Scheduler:
     def jobs_on(self, node: str) -> list[str]:
         """Ids of the placed jobs with a task on ``node``."""
         n = self.node_index(node)
-        return sorted(j for j, (_, allocs) in self._placed.items() if any(a.node == n for a in allocs))
+        return sorted(
+            j for j, (_, allocs) in self._placed.items() if any(a.node == n for a in allocs)
+        )
 
     def node_busy(self, node: str) -> bool:
         """Whether anything is placed on ``node`` (from the arrays: cheap, for every node)."""

@@ -53,7 +53,9 @@ def scheduler() -> None:
     show_default=True,
     help="Tasks one tenant may have queued; a submission past that is refused with a 429.",
 )
+@click.pass_context
 def serve(
+    ctx: click.Context,
     db_path: str,
     host: str,
     port: int,
@@ -85,6 +87,7 @@ def serve(
             round_every_s=round_every_s,
             node_timeout_s=node_timeout_s,
             max_queued_tasks=max_queued_tasks,
+            grid_g_per_kwh=_grid(settings(ctx)),
         )
         if quotas_path:
             for tenant, limits in load_quotas(quotas_path).items():
@@ -171,6 +174,31 @@ def load_quotas(path: str) -> dict[str, dict[str, Any]]:
 @click.option(
     "--interval", "interval_s", type=float, default=1.0, show_default=True, help="Seconds per sync."
 )
+@click.option(
+    "--cost-class",
+    type=click.Choice(["owned", "reserved", "spot"]),
+    default="owned",
+    show_default=True,
+    help="How this node is paid for; spot nodes take only interruptible work.",
+)
+@click.option(
+    "--reclaim-notice-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A file a cloud hook writes a spot reclaim notice to (JSON with deadline or in_s).",
+)
+@click.option(
+    "--model-cache",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="This node's local model-weights cache (e.g. $HF_HOME/hub), reported to placement.",
+)
+@click.option(
+    "--power-caps/--no-power-caps",
+    default=False,
+    show_default=True,
+    help="Apply the per-class power caps and clocks through NVML (needs root); reverted at job end.",
+)
 @click.pass_context
 def agent(
     ctx: click.Context,
@@ -180,6 +208,10 @@ def agent(
     fake_gpus: int | None,
     gpu_model: str,
     interval_s: float,
+    cost_class: str,
+    reclaim_notice_file: str | None,
+    model_cache: str | None,
+    power_caps: bool,
 ) -> None:
     """Run a node agent: register this node's GPUs, start, checkpoint and stop tasks.
 
@@ -192,14 +224,20 @@ def agent(
     from gpuwarden.lifecycle import wait_for_stop
     from gpuwarden.outbound import OutboundPolicy
     from gpuwarden.scheduler.agent import Agent, hide_environment, host_inventory
+    from gpuwarden.scheduler.modelcache import CacheWatcher
+    from gpuwarden.scheduler.spot import NoticeFile
 
     node = node or socket.gethostname()
     with domain_errors():
         hooks = OutboundPolicy.parse(settings(ctx)["hook_allow"])
         inventory = host_inventory(node, fake_gpus=fake_gpus, gpu_model=gpu_model)
         runner = Agent(
-            node, url, Path(workdir), inventory, interval_s=interval_s, hook_policy=hooks
-        )
+            node, url, Path(workdir), inventory, interval_s=interval_s, hook_policy=hooks,
+            cost_class=cost_class,
+            notice=NoticeFile(Path(reclaim_notice_file), node) if reclaim_notice_file else None,
+            model_cache=CacheWatcher(Path(model_cache)) if model_cache else None,
+            power=_power_governor() if power_caps else None,
+        )  # fmt: skip
     if not hide_environment():
         print(
             "gpuwarden agent: cannot make the agent non-dumpable; tasks may read its token in /proc",
@@ -234,6 +272,31 @@ def agent(
         runner.close()
     if failed:
         raise click.ClickException(failed[0])
+
+
+def _grid(conf: Any) -> float | None:
+    value = conf["grid_intensity_g_per_kwh"]
+    if value in (None, ""):
+        return None
+    try:
+        grid = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"grid_intensity_g_per_kwh must be a number, got {value!r}") from None
+    if not grid >= 0:
+        raise ConfigError(f"grid_intensity_g_per_kwh must be >= 0, got {value!r}")
+    return grid
+
+
+def _power_governor() -> Any:
+    """The agent's DVFS over the real NVML (``ConfigError`` when NVML cannot start)."""
+    from gpuwarden.collectors.libnvml import GpuControl, real_module
+    from gpuwarden.errors import CollectorUnavailable
+    from gpuwarden.scheduler.power import PowerGovernor
+
+    try:
+        return PowerGovernor(GpuControl(real_module()))
+    except CollectorUnavailable as exc:
+        raise ConfigError(f"--power-caps: {exc}") from exc
 
 
 __all__ = ["agent", "agent_token", "load_quotas", "scheduler"]

@@ -39,7 +39,15 @@ from gpuwarden.scheduler._service_types import (
     QueueFullError,
     quota_of,
 )
-from gpuwarden.scheduler.billing import BillRow, UsageInterval, gpu_hours
+from gpuwarden.scheduler.billing import (
+    BOARD_POWER_W,
+    BillRow,
+    EnergyRow,
+    UsageInterval,
+    energy,
+    gpu_hours,
+)
+from gpuwarden.scheduler.mig import canonical_model
 from gpuwarden.scheduler.resources import GPU_MILLI
 from gpuwarden.scheduler.scheduler import Scheduler
 from gpuwarden.scheduler.state import SchedulerDB
@@ -65,12 +73,14 @@ class SchedulerService:
         node_timeout_s: float = 60.0,
         clock: Callable[[], float] = time.time,
         max_queued_tasks: int | None = MAX_QUEUED_TASKS,
+        grid_g_per_kwh: float | None = None,
     ) -> None:
         if not node_timeout_s > 0:
             raise ConfigError(f"node timeout must be > 0 seconds, got {node_timeout_s}")
         if max_queued_tasks is not None and max_queued_tasks < 1:
             raise ConfigError(f"max queued tasks must be >= 1, got {max_queued_tasks}")
         self.db = db
+        self.grid_g_per_kwh = grid_g_per_kwh
         self.policy = policy
         self.round_every_s = round_every_s
         self.node_timeout_s = node_timeout_s
@@ -189,6 +199,12 @@ class SchedulerService:
         with self._tx.transition():
             return self._nodes.set_health(who.actor, node, gpu, health, reason)
 
+    def reclaim(self, who: Principal, node: str, deadline: float, reason: str) -> dict[str, Any]:
+        """A spot reclaim notice for ``node``: close it, checkpoint and requeue its jobs within
+        ``deadline`` (unix seconds)."""
+        with self._tx.transition():
+            return self._nodes.reclaim(who.actor, node, deadline, reason)
+
     def nodes(self) -> list[dict[str, Any]]:
         """Every node with its state (ok / lost) and seconds since its agent last synced; a node
         silent past the timeout is written off here, before it is shown."""
@@ -248,6 +264,20 @@ class SchedulerService:
             rows = self.db.usage_rows(tenant)
         intervals = [UsageInterval(*r) for r in rows]
         return gpu_hours(intervals, since, until, self.clock())
+
+    def billing_energy(self, rows: list[BillRow]) -> list[EnergyRow]:
+        """kWh and CO2 of each billed job, from the GPU model of the nodes its tasks ran on
+        (``billing.energy``) and the ``grid_intensity_g_per_kwh`` setting."""
+        watts: dict[str, float | None] = {}
+        with self.lock:
+            models = {n.node: next((g["model"] for g in n.gpus), "") for n in self.db.nodes()}
+            for r in rows:
+                nodes = {t.node for t in self.db.tasks(job_id=r.job_id)}
+                found = {
+                    BOARD_POWER_W.get(canonical_model(models.get(n, "") or "x")) for n in nodes
+                }
+                watts[r.job_id] = found.pop() if len(found) == 1 else None
+        return energy(rows, watts, self.grid_g_per_kwh)
 
     def audit(
         self,

@@ -187,9 +187,7 @@ class SleepController:
                 self._start_wake(node, now, "window over", done)
         if not inside or now < self._hold_until:
             return done
-        spare = sum(
-            self._idle_gpus(n) for n, st in self.state.items() if st is NodeSleep.AWAKE
-        )
+        spare = sum(self._idle_gpus(n) for n, st in self.state.items() if st is NodeSleep.AWAKE)
         calm = sorted(
             (u, n)
             for n, u in utilisation.items()
@@ -243,7 +241,9 @@ class SleepController:
 
     def _could_take(self, node: str, job: Job) -> bool:
         c, n = self.s.cluster, self.s.cluster.index[node]
-        if job.gpu_models and (c.model_idx[n] < 0 or c.models[c.model_idx[n]] not in job.gpu_models):
+        if job.gpu_models and (
+            c.model_idx[n] < 0 or c.models[c.model_idx[n]] not in job.gpu_models
+        ):
             return False
         return bool(
             c.n_gpus[n] >= job.gpus_per_task

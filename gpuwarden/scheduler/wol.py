@@ -25,9 +25,7 @@ def magic_packet(mac: str) -> bytes:
     return b"\xff" * 6 + raw * 16
 
 
-def send_magic_packet(
-    mac: str, *, host: str = "255.255.255.255", port: int = WOL_PORT
-) -> bytes:
+def send_magic_packet(mac: str, *, host: str = "255.255.255.255", port: int = WOL_PORT) -> bytes:
     """Send ``mac``'s magic packet by UDP to ``host`` (the broadcast address of the node's
     subnet, e.g. ``10.0.0.255``); returns the packet sent."""
     packet = magic_packet(mac)

@@ -15,6 +15,12 @@ Fixture layout (one JSON file per node):
                     ``from_step`` the device reads fine for ``after_calls`` more calls, then every
                     call on it raises the error, until ``until_step`` (if any).
     xid_events      {"step", "device", "xid"}: queued for ``nvmlEventSetWait`` from that step on.
+    devices[i].power_limit_constraints_mw  [min, max] the power limit may be set to (default:
+                    half the enforced limit up to it); ``power_limit_mw`` the limit now.
+    devices[i].supported_clocks_mhz  {"<memory MHz>": [graphics MHz, ...]} application clock
+                    pairs (nvidia-smi -q -d SUPPORTED_CLOCKS); ``app_clocks_mhz`` {"mem", "sm"}.
+    devices[i].set_error  an NVML error name every setter raises: "NO_PERMISSION" (not root),
+                    "NOT_SUPPORTED" (a GPU without power or clock control).
     devices[i].gpm  {"graphics_util_pct", "any_tensor_util_pct"}: the GPM metrics between two
                     GPM samples (the later sample's values; a value may be an error name);
                     a device without ``gpm`` says GPM is not supported (pre-Hopper).
@@ -208,6 +214,78 @@ class FakeNvml:
 
     def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
         return self._get(handle, "nvmlDeviceGetEnforcedPowerLimit", "enforced_power_limit_mw")
+
+    # --- power limit and application clocks (the agent's DVFS) -------------------------
+
+    def _limits(self, dev: dict[str, Any]) -> list[int]:
+        enforced = self._value(dev["enforced_power_limit_mw"])
+        return self._value(dev.get("power_limit_constraints_mw", [enforced // 2, enforced]))
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: Any) -> list[int]:
+        dev = self._device(handle, "nvmlDeviceGetPowerManagementLimitConstraints")
+        return list(self._limits(dev))
+
+    def nvmlDeviceGetPowerManagementLimit(self, handle: Any) -> int:
+        dev = self._device(handle, "nvmlDeviceGetPowerManagementLimit")
+        return self._value(dev.get("power_limit_mw", dev["enforced_power_limit_mw"]))
+
+    def nvmlDeviceSetPowerManagementLimit(self, handle: Any, limit: int) -> None:
+        dev = self._device(handle, "nvmlDeviceSetPowerManagementLimit")
+        if "set_error" in dev:
+            _raise(dev["set_error"])
+        low, high = self._limits(dev)
+        if not isinstance(limit, int) or not low <= limit <= high:
+            _raise("INVALID_ARGUMENT")
+        dev["power_limit_mw"] = dev["enforced_power_limit_mw"] = limit
+
+    def _clocks(self, dev: dict[str, Any]) -> dict[str, list[int]]:
+        table = dev.get("supported_clocks_mhz")
+        if table is None:
+            _raise("NOT_SUPPORTED")
+        return self._value(table)
+
+    def _default_clocks(self, dev: dict[str, Any]) -> dict[str, int]:
+        table = self._clocks(dev)
+        mem = max(int(m) for m in table)
+        return {"mem": mem, "sm": max(table[str(mem)])}
+
+    def nvmlDeviceGetSupportedMemoryClocks(self, handle: Any) -> list[int]:
+        dev = self._device(handle, "nvmlDeviceGetSupportedMemoryClocks")
+        return sorted((int(m) for m in self._clocks(dev)), reverse=True)
+
+    def nvmlDeviceGetSupportedGraphicsClocks(self, handle: Any, memoryClockMHz: int) -> list[int]:
+        dev = self._device(handle, "nvmlDeviceGetSupportedGraphicsClocks")
+        table = self._clocks(dev)
+        if str(memoryClockMHz) not in table:
+            _raise("INVALID_ARGUMENT")
+        return sorted(table[str(memoryClockMHz)], reverse=True)
+
+    def nvmlDeviceGetApplicationsClock(self, handle: Any, type: int) -> int:
+        dev = self._device(handle, "nvmlDeviceGetApplicationsClock")
+        now = dev.get("app_clocks_mhz") or self._default_clocks(dev)
+        keys = {pynvml.NVML_CLOCK_SM: "sm", pynvml.NVML_CLOCK_GRAPHICS: "sm",
+                pynvml.NVML_CLOCK_MEM: "mem"}  # fmt: skip
+        if type not in keys:
+            _raise("INVALID_ARGUMENT")
+        return int(now[keys[type]])
+
+    def nvmlDeviceSetApplicationsClocks(
+        self, handle: Any, maxMemClockMHz: int, maxGraphicsClockMHz: int
+    ) -> None:
+        dev = self._device(handle, "nvmlDeviceSetApplicationsClocks")
+        if "set_error" in dev:
+            _raise(dev["set_error"])
+        table = self._clocks(dev)
+        if maxGraphicsClockMHz not in table.get(str(maxMemClockMHz), []):
+            _raise("INVALID_ARGUMENT")
+        dev["app_clocks_mhz"] = {"mem": maxMemClockMHz, "sm": maxGraphicsClockMHz}
+
+    def nvmlDeviceResetApplicationsClocks(self, handle: Any) -> None:
+        dev = self._device(handle, "nvmlDeviceResetApplicationsClocks")
+        if "set_error" in dev:
+            _raise(dev["set_error"])
+        self._clocks(dev)
+        dev.pop("app_clocks_mhz", None)
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:
         return self._get(handle, "nvmlDeviceGetTotalEnergyConsumption", "total_energy_mj")
