@@ -1,0 +1,87 @@
+"""Power caps and clocks through the fake NVML: applied at task start, reverted at its end,
+and NVML's refusals (NO_PERMISSION, NOT_SUPPORTED, INVALID_ARGUMENT) leave the GPU as it was."""
+
+from __future__ import annotations
+
+import pytest
+from fake_nvml import FakeNvml, load_fixture
+
+from gpuwarden.collectors.libnvml import GpuControl
+from gpuwarden.errors import GpuControlRefused, InputError
+from gpuwarden.scheduler.power import PowerGovernor, PowerPlan
+
+CLOCKS = {"2619": [1980, 1755, 1590, 1410, 1200], "1593": [1200, 900]}
+
+
+def _nvml(**extra) -> FakeNvml:
+    fx = load_fixture("h100_hgx_8gpu.json")
+    for dev in fx["devices"]:
+        dev.update({"power_limit_constraints_mw": [200_000, 700_000],
+                    "supported_clocks_mhz": CLOCKS, **extra})  # fmt: skip
+    return FakeNvml(fx)
+
+
+def test_apply_and_revert_at_task_end():
+    nvml = _nvml()
+    gov = PowerGovernor(GpuControl(nvml), {"inference": PowerPlan(cap_share=0.7, clock_cut=0.2)})
+    before = nvml.devices[0]["enforced_power_limit_mw"]
+    assert gov.apply(("j", 1, 0), [0, 1], "inference") == []
+    assert nvml.devices[0]["power_limit_mw"] == 490_000  # 70% of the 700 W maximum
+    assert nvml.devices[1]["app_clocks_mhz"] == {"mem": 2619, "sm": 1590}  # 1980 x 0.8 = 1584
+    assert gov.apply(("train", 1, 0), [2], "training") == []  # no plan: untouched
+    assert "app_clocks_mhz" not in nvml.devices[2]
+    gov.settle([("train", 1, 0)])  # the inference task ended
+    assert nvml.devices[0]["power_limit_mw"] == before
+    assert "app_clocks_mhz" not in nvml.devices[1] and gov.applied() == {}
+
+
+def test_a_shared_gpu_is_restored_after_its_last_task():
+    nvml = _nvml()
+    gov = PowerGovernor(GpuControl(nvml))
+    gov.apply(("a", 1, 0), [3], "inference")
+    gov.apply(("b", 1, 0), [3], "inference")
+    gov.revert(("a", 1, 0))
+    assert nvml.devices[3]["power_limit_mw"] == 490_000
+    gov.revert(("b", 1, 0))
+    assert nvml.devices[3]["power_limit_mw"] == nvml.devices[3]["enforced_power_limit_mw"]
+    assert nvml.devices[3]["power_limit_mw"] != 490_000
+
+
+@pytest.mark.parametrize("error", ["NO_PERMISSION", "NOT_SUPPORTED"])
+def test_a_refusal_is_reported_and_the_task_runs_uncapped(error):
+    nvml = _nvml(set_error=error)
+    gov = PowerGovernor(GpuControl(nvml))
+    refused = gov.apply(("j", 1, 0), [0], "inference")
+    assert len(refused) == 1 and "GPU 0: set power limit 490 W" in refused[0]
+    assert "power_limit_mw" not in nvml.devices[0]
+    gov.revert(("j", 1, 0))  # nothing to restore, no error
+
+
+def test_clocks_refused_puts_the_power_limit_back():
+    fx = load_fixture("h100_hgx_8gpu.json")
+    fx["devices"][0]["power_limit_constraints_mw"] = [200_000, 700_000]  # no clock table
+    nvml = FakeNvml(fx)
+    gov = PowerGovernor(GpuControl(nvml))
+    refused = gov.apply(("j", 1, 0), [0], "inference")
+    assert len(refused) == 1 and "clocks" in refused[0] and "Not Supported" in refused[0]
+    assert nvml.devices[0]["power_limit_mw"] == nvml.devices[0]["enforced_power_limit_mw"]
+
+
+def test_nvml_refuses_values_out_of_range():
+    control = GpuControl(_nvml())
+    assert control.power_limit_range_w(0) == (200.0, 700.0)
+    with pytest.raises(GpuControlRefused, match="GPU 0: set power limit 900 W"):
+        control.set_power_limit_w(0, 900)
+    with pytest.raises(GpuControlRefused, match="set application clocks 2619,1000 MHz"):
+        control.set_app_clocks_mhz(0, 2619, 1000)
+    control.set_app_clocks_mhz(0, 1593, 900)
+    assert control.app_clocks_mhz(0) == (1593, 900)
+    control.reset_app_clocks(0)
+    assert control.app_clocks_mhz(0) == (2619, 1980)
+
+
+def test_plan_is_checked():
+    with pytest.raises(InputError, match="cap_share"):
+        PowerPlan(cap_share=1.5)
+    with pytest.raises(InputError, match="clock_cut"):
+        PowerPlan(clock_cut=1.0)
