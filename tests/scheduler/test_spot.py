@@ -9,6 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from service_helpers import ADMIN, AGENT_SECRET, HOOK, PlayAgent, agent_token, submit
 
 from gpuwarden.errors import InputError
 from gpuwarden.scheduler import Job, NodeSpec, Scheduler
@@ -18,8 +19,6 @@ from gpuwarden.scheduler.resources import CostClass
 from gpuwarden.scheduler.service import SchedulerService
 from gpuwarden.scheduler.spot import NoticeFile, parse_notice
 from gpuwarden.scheduler.state import SchedulerDB
-
-from service_helpers import ADMIN, AGENT_SECRET, HOOK, PlayAgent, agent_token, submit
 
 
 def _fleet(policy: str = "warden") -> Scheduler:
