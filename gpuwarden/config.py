@@ -56,9 +56,9 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "grid_intensity_g_per_kwh",
-        None,
-        "Carbon intensity of the grid the GPUs draw from, gCO2e per kWh (e.g. 380 for the EU "
-        "average); billing shows CO2 per job and tenant when set.",
+        "",
+        "Carbon intensity of the grid the GPUs draw from, gCO2e per kWh (empty: unknown); "
+        "billing shows CO2 per job and tenant when set.",
     ),
     Setting(
         "hook_allow",

@@ -40,3 +40,14 @@ def test_service_bills_energy_from_the_nodes_gpu_model(tmp_path, clock):
     (e,) = svc.billing_energy(rows)
     assert rows[0].job_id == job and rows[0].gpu_hours == pytest.approx(2.0)
     assert e.kwh == pytest.approx(1.4) and e.co2_kg == pytest.approx(0.56)  # 2 H100 h x 700 W
+
+
+def test_grid_setting_is_checked():
+    from gpuwarden.errors import ConfigError
+    from gpuwarden.scheduler.server_cli import _grid
+
+    assert _grid({"grid_intensity_g_per_kwh": ""}) is None
+    assert _grid({"grid_intensity_g_per_kwh": "380"}) == 380.0
+    for bad in ("lots", "-5"):
+        with pytest.raises(ConfigError, match="grid_intensity_g_per_kwh"):
+            _grid({"grid_intensity_g_per_kwh": bad})
