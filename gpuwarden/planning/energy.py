@@ -17,7 +17,6 @@ Monday 00:00, so the default window (02:00-06:00 and weekends) falls where it wo
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,25 +24,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpuwarden.errors import InputError
+from gpuwarden.planning._events import Events
 from gpuwarden.scheduler import Job, NodeSpec, Scheduler
+from gpuwarden.scheduler.billing import BOARD_POWER_W
 from gpuwarden.scheduler.openb import Pod
 from gpuwarden.scheduler.sleep import SleepController, SleepPolicy, critical
-
-#: GPU board power (W) from NVIDIA's datasheets: Tesla T4, P100 (SXM2: 300, PCIe: 250), V100
-#: (PCIe 250 / SXM2 300), A10, A100 (SXM4), H100 (SXM5), H200 (SXM), L4, L40S.
-BOARD_POWER_W: dict[str, float] = {
-    "T4": 70.0,
-    "P100": 250.0,
-    "V100M16": 300.0,
-    "V100M32": 300.0,
-    "A10": 150.0,
-    "L4": 72.0,
-    "L40S": 350.0,
-    "A100-40GB": 400.0,
-    "A100-80GB": 400.0,
-    "H100-80GB": 700.0,
-    "H200": 700.0,
-}
 
 # 2024-01-01T00:00:00Z was a Monday: the trace's second 0 is put there
 MONDAY_0 = 1_704_067_200.0
@@ -109,13 +94,8 @@ def replay_sleep(
     end = max((p.deleted_s or p.created_s or 0.0) for p in timed) - start_s
     if days is not None:
         end = min(end, days * 86_400.0)
-    heap: list[tuple[float, int, int, object]] = []
-    seq = 0
-
-    def push(ts: float, kind: int, payload: object) -> None:
-        nonlocal seq
-        heapq.heappush(heap, (ts, kind, seq, payload))
-        seq += 1
+    events = Events()
+    push = events.push
 
     _DONE, _ARRIVE, _TICK = 0, 1, 2
     duration: dict[str, float] = {}
@@ -163,8 +143,8 @@ def replay_sleep(
             ctl.need(MONDAY_0 + now, sched.pending)
 
     watts, asleep = node_power()
-    while heap:
-        now, kind, _, payload = heapq.heappop(heap)
+    while events:
+        now, kind, payload = events.pop()
         if now > end:
             break
         joules += float(watts.sum()) * (now - last)

@@ -20,7 +20,6 @@ the report is the cost saved beside its trade-off: work lost, and how much later
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -29,6 +28,7 @@ import numpy as np
 
 from gpuwarden.closedloop.workload import WorkloadSpec, make_workload
 from gpuwarden.errors import InputError
+from gpuwarden.planning._events import Events
 from gpuwarden.scheduler import Job, NodeSpec, Scheduler
 from gpuwarden.scheduler.resources import CostClass
 
@@ -139,13 +139,8 @@ def simulate(scenario: SpotScenario, *, seed: int, spot: bool) -> SpotResult:
         if not sched.place(svc, now=0.0).placed:
             raise InputError(f"service {svc.job_id} does not fit on the owned nodes")
     rng = np.random.default_rng([seed, 0x5B07])
-    heap: list[tuple[float, int, int, object]] = []
-    seq = 0
-
-    def push(ts: float, kind: int, payload: object) -> None:
-        nonlocal seq
-        heapq.heappush(heap, (ts, kind, seq, payload))
-        seq += 1
+    events = Events()
+    push = events.push
 
     runs: dict[str, _Run] = {}
     for a in wl.training:
@@ -175,8 +170,8 @@ def simulate(scenario: SpotScenario, *, seed: int, spot: bool) -> SpotResult:
             push(now + r.work_s - r.done_s, _DONE, (d.job_id, r.gen))
 
     every = sc.workload.checkpoint_s
-    while heap:
-        now, kind, _, payload = heapq.heappop(heap)
+    while events:
+        now, kind, payload = events.pop()
         if now > end:
             break
         if kind == _ARRIVE:
