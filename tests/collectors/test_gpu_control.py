@@ -85,3 +85,46 @@ def test_plan_is_checked():
         PowerPlan(cap_share=1.5)
     with pytest.raises(InputError, match="clock_cut"):
         PowerPlan(clock_cut=1.0)
+
+
+def test_the_agent_caps_an_inference_task_and_restores_the_gpu_when_it_ends(tmp_path):
+    """A real service and agent: the start order carries the job's class, the agent caps the
+    GPU it starts the task on, and restores it once the task has exited."""
+    import time
+
+    import httpx
+
+    from gpuwarden.scheduler._auth import TokenBook, node_token
+    from gpuwarden.scheduler.agent import Agent, Inventory
+    from gpuwarden.scheduler.api import SchedulerServer
+    from gpuwarden.scheduler.service import SchedulerService
+    from gpuwarden.scheduler.state import SchedulerDB
+
+    nvml = _nvml()
+    secret, admin = "the-agents-master-secret", "admin-token-0"
+    db = SchedulerDB(tmp_path / "s.db")
+    server = SchedulerServer(SchedulerService(db), TokenBook({}, admin=admin, agent=secret))
+    server.start(port=0)
+    inv = Inventory(8000, 16384, tuple({"index": i, "uuid": f"GPU-{i}", "model": "H100-80GB",
+                                        "memory_mib": 81920} for i in range(2)))  # fmt: skip
+    agent = Agent("n1", server.url, tmp_path / "w", inv, token=node_token(secret, "n1"),
+                  power=PowerGovernor(GpuControl(nvml)))  # fmt: skip
+    try:
+        agent.step()
+        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {admin}"}) as h:
+            r = h.post("/v1/jobs", json={"name": "serve", "command": ["sleep", "1"],
+                                         "priority": "inference", "tenant": "t"})  # fmt: skip
+            assert r.status_code in (200, 201), r.text
+        agent.step()
+        capped = [i for i, d in enumerate(nvml.devices) if d.get("power_limit_mw") == 490_000]
+        assert len(capped) == 1 and nvml.devices[capped[0]]["app_clocks_mhz"]["sm"] == 1590
+        deadline = time.monotonic() + 20
+        while nvml.devices[capped[0]].get("power_limit_mw") == 490_000:
+            assert time.monotonic() < deadline, "the cap was never reverted"
+            time.sleep(0.2)
+            agent.step()
+        assert "app_clocks_mhz" not in nvml.devices[capped[0]]
+    finally:
+        agent.close()
+        server.stop()
+        db.close()
