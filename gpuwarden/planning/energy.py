@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -61,6 +62,8 @@ class SleepReplay:
     wakes: int
     asleep_node_h: float
     days: float
+    #: at each tick: seconds from the start, fleet power (W), nodes asleep
+    series: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
 
 
 def replay_sleep(
@@ -119,6 +122,7 @@ def replay_sleep(
     crit_waits: list[float] = []
     joules, asleep_s, last = 0.0, 0.0, 0.0
     crit = {p.job.job_id for p in timed if critical(p.job)}
+    series: list[tuple[float, float, float]] = []
 
     def node_power() -> tuple[np.ndarray, np.ndarray]:
         used = np.where(c.exists, 1000 - c.free, 0).sum(axis=1) / 1000.0
@@ -156,7 +160,9 @@ def replay_sleep(
             sched.submit(payload)
         elif kind == _DONE:
             sched.release(str(payload))
-        elif ctl is not None:
+        else:
+            series.append((now, float(watts.sum()), float(asleep.sum())))
+        if kind == _TICK and ctl is not None:
             used = np.where(c.exists, 1000 - c.free, 0).sum(axis=1) / np.maximum(n_gpus, 1) / 1000
             util = {n: float(u) for n, u in zip(c.names, used, strict=True)}
             ctl.step(MONDAY_0 + now, util)
@@ -172,6 +178,7 @@ def replay_sleep(
         sum(1 for a in ctl.log if a.action == "wake") if ctl else 0,
         asleep_s / 3600,
         end / 86_400.0,
+        np.array(series).reshape(-1, 3),
     )
 
 
@@ -201,6 +208,32 @@ def render_sleep(on: SleepReplay, slept: SleepReplay, power: PowerModel) -> str:
             f"{mw} | {pw} | {cm} | {cp} | {r.never_started} |"
         )
     return "\n".join(rows)
+
+
+def plot_sleep(on: SleepReplay, slept: SleepReplay, path: str | Path) -> Path:
+    """Fleet power over the replay, always on and with sleep, and the nodes asleep (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 5), sharex=True,
+                                      gridspec_kw={"height_ratios": [2, 1]})  # fmt: skip
+    for r, label in ((on, "always on"), (slept, "idle-node sleep")):
+        top.plot(r.series[:, 0] / 86_400, r.series[:, 1] / 1000, label=label, lw=0.8)
+    top.set_ylabel("fleet power (kW)")
+    top.legend(loc="upper right")
+    bottom.plot(slept.series[:, 0] / 86_400, slept.series[:, 2], lw=0.8, color="tab:orange")
+    bottom.set_ylabel("nodes asleep")
+    bottom.set_xlabel("day of the replay (day 0 = a Monday)")
+    saved = 100 * (1 - slept.kwh / on.kwh)
+    top.set_title(f"openb default trace: {on.kwh:,.0f} kWh always on, {slept.kwh:,.0f} kWh "
+                  f"with sleep ({saved:.1f}% less)")  # fmt: skip
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
 
 
 # ---- power caps and clocks ------------------------------------------------------------------
@@ -277,5 +310,5 @@ def kwh_from_power(mean_power_w: float, hours: float) -> float:
     return mean_power_w * hours / 1000.0
 
 
-__all__ = ["BOARD_POWER_W", "PowerAdvice", "PowerModel", "SleepReplay", "advise",
+__all__ = ["BOARD_POWER_W", "PowerAdvice", "PowerModel", "SleepReplay", "advise", "plot_sleep",
            "clock_cut_effect", "render_sleep", "replay_sleep"]  # fmt: skip

@@ -43,6 +43,8 @@ def energy() -> None:
               help="Idle GPUs the awake nodes keep.")  # fmt: skip
 @click.option("--cold-start", "cold_start_s", type=click.FloatRange(0), default=180.0,
               show_default=True, help="Seconds from the magic packet to taking work.")  # fmt: skip
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="Also draw fleet power and nodes asleep over the replay to this PNG.")  # fmt: skip
 def sleep_replay(
     nodes_path: str | None,
     pods_path: str | None,
@@ -52,9 +54,10 @@ def sleep_replay(
     below: float,
     headroom_gpus: int,
     cold_start_s: float,
+    plot: str | None,
 ) -> None:
     """Replay a real trace always-on and with idle-node sleep; print kWh and queue wait."""
-    from gpuwarden.planning.energy import PowerModel, render_sleep, replay_sleep
+    from gpuwarden.planning.energy import PowerModel, plot_sleep, render_sleep, replay_sleep
     from gpuwarden.scheduler import openb
     from gpuwarden.scheduler.sleep import SleepPolicy, SleepWindow
 
@@ -73,6 +76,8 @@ def sleep_replay(
             slept = replay_sleep(nodes, pods, policy, power=power, days=days)
             bar.update(1)
     click.echo(render_sleep(on, slept, power))
+    if plot:
+        click.echo(f"wrote {plot_sleep(on, slept, plot)}", err=True)
 
 
 @energy.command()

@@ -60,6 +60,8 @@ def test_sleep_replay_on_the_openb_trace_saves_energy_at_a_bounded_wait():
     assert on.never_started == slept.never_started == 0
     assert len(on.waits_s) == len(slept.waits_s) > 100
     assert slept.kwh < 0.95 * on.kwh and slept.asleep_node_h > 0 and slept.sleeps > 0
+    assert on.series.shape == slept.series.shape and on.series[:, 2].max() == 0
+    assert slept.series[:, 2].max() > 0 and slept.series[:, 1].min() < on.series[:, 1].min()
     assert float(np.max(on.waits_s)) == 0.0  # always on: the trace fits at every moment
     assert float(np.percentile(slept.critical_waits_s, 90)) <= 180.0 + 300.0
     with pytest.raises(InputError, match="dry-run"):
@@ -115,9 +117,11 @@ def test_energy_and_spot_commands(tmp_path):
     assert r.exit_code != 0 and "unknown bucket" in r.output
     r = runner.invoke(main, ["energy", "sleep-replay", "--nodes",
                              str(OPENB / "openb_node_list_gpu_node.csv"), "--pods",
-                             str(OPENB / "openb_pod_list_default.csv"), "--days", "0.5"])  # fmt: skip
+                             str(OPENB / "openb_pod_list_default.csv"), "--days", "0.5",
+                             "--plot", str(tmp_path / "sleep.png")])  # fmt: skip
     assert r.exit_code == 0, r.output
     assert "| always on |" in r.output and "| sleep |" in r.output
+    assert (tmp_path / "sleep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     r = runner.invoke(main, ["energy", "sleep-replay", "--window", "2-6", "--days", "0.1",
                              "--nodes", str(OPENB / "openb_node_list_gpu_node.csv"),
                              "--pods", str(OPENB / "openb_pod_list_default.csv")])  # fmt: skip
