@@ -93,6 +93,11 @@ _VALUE_MEMBER: dict[int, str] = {
 XID_DRAIN_LIMIT = 256
 
 
+#: pynvml's error base class, for the node agent's MIG calls (``scheduler/mig_agent.py``), which
+#: must tell InUse from NoPermission from InsufficientResources rather than read them as absent.
+NVMLError = pynvml.NVMLError
+
+
 class GpuGone(Exception):
     """NVML said GpuIsLost (``kind="gpu_lost"``) or GpuRequiresReset."""
 
@@ -379,6 +384,7 @@ __all__ = [
     "GPM_METRICS",
     "NOT_AVAILABLE",
     "NO_LIBRARY",
+    "NVMLError",
     "XID_DRAIN_LIMIT",
     "DeviceQuery",
     "GpmMetrics",
