@@ -33,6 +33,11 @@ SPEC_FIELDS: dict[str, Any] = {
     "memory_mib": 0,
     "checkpoint": None,
     "grace_period_s": 30.0,
+    "sharing": "any",
+    "min_cuda": None,
+    "min_driver": None,
+    "gpu_arch": [],
+    "ptx_jit": False,
 }
 
 #: job states the service ends in; nothing moves a job out of them
@@ -93,8 +98,20 @@ def normalise_spec(body: Mapping[str, Any]) -> dict[str, Any]:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
             raise InputError(f"{attr} must be a whole number in {lo}..{hi}, got {value!r}")
-    if not isinstance(spec["interruptible"], bool):
-        raise InputError("interruptible: must be true or false")
+    for flag in ("interruptible", "ptx_jit"):
+        if not isinstance(spec[flag], bool):
+            raise InputError(f"{flag}: must be true or false")
+    check_text("sharing", spec["sharing"], max_chars=20)
+    for attr in ("min_cuda", "min_driver"):
+        if spec[attr] is not None:
+            check_text(attr, spec[attr], max_chars=20)
+    arch = spec["gpu_arch"]
+    if isinstance(arch, str):
+        arch = spec["gpu_arch"] = [a for a in arch.split("|") if a]
+    if not isinstance(arch, list) or len(arch) > 16:
+        raise InputError("gpu_arch: must be a list of up to 16 architectures, or 'ampere|hopper'")
+    for a in arch:
+        check_text("gpu_arch", a, max_chars=20)
     hook = spec["checkpoint"]
     if hook is not None:
         if not isinstance(hook, Mapping) or set(hook) != {"kind", "target"}:
@@ -162,6 +179,11 @@ def job_of(job_id: str, tenant: str, spec: Mapping[str, Any]) -> Job:
             memory_mib=spec["memory_mib"],
             checkpoint=checkpoint,
             grace_period_s=float(spec["grace_period_s"]),
+            sharing=spec.get("sharing", "any"),  # specs stored before these fields lack them
+            min_cuda=spec.get("min_cuda"),
+            min_driver=spec.get("min_driver"),
+            gpu_arch=frozenset(spec.get("gpu_arch") or ()),
+            ptx_jit=bool(spec.get("ptx_jit", False)),
         )
     except TypeError as exc:  # e.g. a list where a number belongs
         raise InputError(f"job {job_id}: {exc}") from exc
@@ -210,6 +232,8 @@ def placement_json(placement: Placement) -> list[dict[str, Any]]:
         }
         if t.mig is not None:
             entry.update(mig=t.mig.profile, mig_start=t.mig.start, mig_slices=t.mig.memory_slices)
+        if t.sharing is not None:
+            entry["sharing"] = t.sharing
         out.append(entry)
     return out
 
@@ -221,7 +245,8 @@ def task_placements(stored: Sequence[Mapping[str, Any]]) -> tuple[TaskPlacement,
         inst = None
         if t.get("mig"):
             inst = MigInstance(t["mig"], int(t["mig_start"]), int(t["mig_slices"]))
-        out.append(TaskPlacement(t["node"], tuple(t["gpus"]), int(t["gpu_milli"]), inst))
+        out.append(TaskPlacement(t["node"], tuple(t["gpus"]), int(t["gpu_milli"]), inst,
+                                 t.get("sharing")))  # fmt: skip
     return tuple(out)
 
 
@@ -240,6 +265,11 @@ def job_json(row: JobRow) -> dict[str, Any]:
         "gpus_per_task": s["gpus_per_task"],
         "gpu_milli": s["gpu_milli"],
         "mig_profile": s["mig_profile"],
+        "sharing": s.get("sharing", "any"),
+        "min_cuda": s.get("min_cuda"),
+        "min_driver": s.get("min_driver"),
+        "gpu_arch": s.get("gpu_arch", []),
+        "ptx_jit": s.get("ptx_jit", False),
         "command": s["command"],
         "submitted_at": row.submitted_at,
         "started_at": row.started_at,
@@ -249,7 +279,13 @@ def job_json(row: JobRow) -> dict[str, Any]:
         "last_checkpoint_at": row.last_checkpoint_at,
         "preemptions": row.preemptions,
         "placement": [
-            {"node": t["node"], "gpus": t["gpus"], "gpu_milli": t["gpu_milli"], "mig": t["mig"]}
+            {
+                "node": t["node"],
+                "gpus": t["gpus"],
+                "gpu_milli": t["gpu_milli"],
+                "mig": t["mig"],
+                "sharing": t.get("sharing"),
+            }
             for t in row.placement or ()
         ],
     }

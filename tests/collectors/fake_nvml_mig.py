@@ -166,14 +166,20 @@ class FakeMigNvml(FakeNvml):
 
     # --- GPU instances -------------------------------------------------------------------
 
-    def nvmlDeviceGetGpuInstanceProfileInfo(self, device: Any, profile: int, version: int = 2) -> Any:
+    def nvmlDeviceGetGpuInstanceProfileInfo(
+        self, device: Any, profile: int, version: int = 2
+    ) -> Any:
         _, rows = self._table(device, "nvmlDeviceGetGpuInstanceProfileInfo")
         row = next((r for r in rows if getattr(pynvml, r.enum) == profile), None)
         if row is None:
             _raise("NOT_SUPPORTED")
         assert row is not None
         info = pynvml.c_nvmlGpuInstanceProfileInfo_v2_t()
-        info.id, info.sliceCount, info.instanceCount = row.profile_id, row.compute_slices, row.max_count
+        info.id, info.sliceCount, info.instanceCount = (
+            row.profile_id,
+            row.compute_slices,
+            row.max_count,
+        )
         info.memorySizeMB = row.memory_gb * 1000  # -lgip reports a little under the name's GB
         info.multiprocessorCount = 16 * row.compute_slices
         info.name = f"MIG {row.name}".encode()
@@ -278,7 +284,9 @@ class FakeMigNvml(FakeNvml):
         self, gpuInstance: Any, profileId: int, computeInstancesRef: Any, countRef: Any
     ) -> int:
         gi = self._gi(gpuInstance)
-        spanning = getattr(pynvml, "NVML_COMPUTE_INSTANCE_PROFILE_" + _CI_ENUM[gi.row.compute_slices])
+        spanning = getattr(
+            pynvml, "NVML_COMPUTE_INSTANCE_PROFILE_" + _CI_ENUM[gi.row.compute_slices]
+        )
         found = list(gi.cis.values()) if profileId == spanning else []
         for i, h in enumerate(found):
             computeInstancesRef[i] = h
