@@ -218,11 +218,13 @@ def measure(services: list[Service], runs: dict[str, Run], samples: int, cv: flo
         order = np.argsort(xs)
         cum = np.cumsum(ws[order]) / ws.sum()
         p99 = float(xs[order][np.searchsorted(cum, 0.99)])
+        p50 = float(xs[order][np.searchsorted(cum, 0.50)])
         out[mode] = {
             "gpus": gpus / len(x_all),
             "util": 100.0 * served / gpus,
             "alloc": 100.0 * alloc / gpus,
             "p99x": p99,
+            "p50x": p50,
             "sat": 100.0 * saturated / active_total,
             "wait": float(np.mean(run.waited_s)),
         }
@@ -262,13 +264,13 @@ def main() -> int:
         base = res["whole"]
         print(f"\nload CV {cv:g} ({a.samples} instants, seed {a.seed})")
         print(f"{'mode':<11} {'GPUs in use':>11} {'util %':>7} {'alloc %':>8} {'util x':>7} "
-              f"{'p99 x':>6} {'saturated %':>11} {'mean wait s':>11}")  # fmt: skip
-        print("(util x: against whole GPUs; p99 x: p99 latency of the served load against a "
-              "whole GPU of its own)")  # fmt: skip
+              f"{'p50 x':>6} {'p99 x':>6} {'saturated %':>11} {'mean wait s':>11}")  # fmt: skip
+        print("(util x: against whole GPUs; p50/p99 x: latency of the served load against a "
+              "whole GPU of its own, load-weighted)")  # fmt: skip
         for mode in MODES:
             r = res[mode]
             print(f"{mode:<11} {r['gpus']:>11.1f} {r['util']:>7.1f} {r['alloc']:>8.1f} "
-                  f"{r['util'] / base['util']:>7.2f} {r['p99x']:>6.2f} {r['sat']:>11.2f} "
+                  f"{r['util'] / base['util']:>7.2f} {r['p50x']:>6.2f} {r['p99x']:>6.1f} {r['sat']:>11.2f} "
                   f"{r['wait']:>11.1f}")  # fmt: skip
         for mode, (before, after) in ESSAY.items():
             print(f"essay {mode}: {before:.0f}% -> {after:.0f}% ({after / before:.2f}x); "
