@@ -85,13 +85,7 @@ def normalise_spec(body: Mapping[str, Any]) -> dict[str, Any]:
     check_text("priority", spec["priority"], max_chars=20)
     if spec["mig_profile"] is not None:
         check_text("mig_profile", spec["mig_profile"], max_chars=20)
-    models = spec["gpu_models"]
-    if isinstance(models, str):
-        models = spec["gpu_models"] = [m for m in models.split("|") if m]
-    if not isinstance(models, list) or len(models) > 64:
-        raise InputError("gpu_models: must be a list of up to 64 model names, or 'A|B'")
-    for model in models:
-        check_text("gpu_models", model, max_chars=100)
+    _names(spec, "gpu_models", 64, 100, "model names, or 'A|B'")
     for attr, (lo, hi) in _WHOLE.items():
         value = spec[attr]
         if value is None and attr == "gpu_memory_mib":
@@ -105,13 +99,7 @@ def normalise_spec(body: Mapping[str, Any]) -> dict[str, Any]:
     for attr in ("min_cuda", "min_driver"):
         if spec[attr] is not None:
             check_text(attr, spec[attr], max_chars=20)
-    arch = spec["gpu_arch"]
-    if isinstance(arch, str):
-        arch = spec["gpu_arch"] = [a for a in arch.split("|") if a]
-    if not isinstance(arch, list) or len(arch) > 16:
-        raise InputError("gpu_arch: must be a list of up to 16 architectures, or 'ampere|hopper'")
-    for a in arch:
-        check_text("gpu_arch", a, max_chars=20)
+    _names(spec, "gpu_arch", 16, 20, "architectures, or 'ampere|hopper'")
     hook = spec["checkpoint"]
     if hook is not None:
         if not isinstance(hook, Mapping) or set(hook) != {"kind", "target"}:
@@ -124,6 +112,17 @@ def normalise_spec(body: Mapping[str, Any]) -> dict[str, Any]:
     if not 0 <= grace <= MAX_GRACE_S:  # NaN and inf fail too: a job must not keep its GPUs
         raise InputError(f"grace_period_s: must be within 0..{MAX_GRACE_S:g} s, got {grace!r}")
     return spec
+
+
+def _names(spec: dict[str, Any], field: str, most: int, chars: int, what: str) -> None:
+    """``spec[field]`` as a list of at most ``most`` names ("A|B" is split), each checked."""
+    names = spec[field]
+    if isinstance(names, str):
+        names = spec[field] = [n for n in names.split("|") if n]
+    if not isinstance(names, list) or len(names) > most:
+        raise InputError(f"{field}: must be a list of up to {most} {what}")
+    for name in names:
+        check_text(field, name, max_chars=chars)
 
 
 def check_text(field: str, value: object, *, max_chars: int) -> str:
