@@ -127,3 +127,31 @@ def test_the_service_keeps_a_job_waiting_until_an_agent_reports_a_new_enough_dri
     assert got["state"] == "running" and got["placement"][0]["sharing"] == "mps"
     (order,) = svc.agent_sync("n1", {"tasks": [], "logs": []})["start"]
     assert order["sharing"] == "mps" and order["gpu_milli"] == 500
+
+
+def test_the_agent_registers_the_driver_and_cuda_versions_nvml_reports(tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "collectors"))
+    from fake_nvml import FakeNvml
+
+    from gpuwarden.collectors.nvml import NvmlCollector
+    from gpuwarden.scheduler.agent import find_cuda_compat, host_inventory
+
+    nv = FakeNvml("h100_hgx_8gpu.json")  # driver 535.161.08, CUDA 12020
+    inv = host_inventory("n1", fake_gpus=None, gpu_model="", cuda_compat="13.0",
+                         collector=NvmlCollector(nvml=nv, hostname="n1"))  # fmt: skip
+    assert {(g["driver_version"], g["cuda_version"], g["cuda_compat"]) for g in inv.gpus} == {
+        ("535.161.08", "12.2", "13.0")
+    }
+    old = FakeNvml("v100_r470_2gpu.json")  # no CUDA version: left out, never ""
+    inv = host_inventory("n2", fake_gpus=None, gpu_model="",
+                         collector=NvmlCollector(nvml=old, hostname="n2"))  # fmt: skip
+    assert all(g["driver_version"] == "470.239.06" and "cuda_version" not in g for g in inv.gpus)
+    for version, lib in (("12.8", True), ("13.0", True), ("13.1", False)):
+        compat_dir = tmp_path / f"cuda-{version}" / "compat"
+        compat_dir.mkdir(parents=True)
+        if lib:
+            (compat_dir / "libcuda.so.580.65.06").write_bytes(b"")
+    assert find_cuda_compat(tmp_path) == "13.0" and find_cuda_compat(tmp_path / "none") is None
