@@ -183,3 +183,66 @@ def test_a_restarted_agent_adopts_running_mig_tasks_and_cleans_up_the_rest(tmp_p
     again.stop({"job_id": "keep", "attempt": 1, "task": 0})
     _until(again, ("keep", 1, 0), "exited")
     assert nv.gpu_instances(0) == []
+
+
+def test_end_to_end_a_service_places_shares_and_the_agent_sets_them_up(tmp_path):
+    """Real HTTP service, real agent: an MPS share, a MIG instance, and a CUDA 13 job that
+    waits with its reason because the node's R570 driver runs CUDA 12.8."""
+    import httpx
+    from service_helpers import AGENT_SECRET, agent_token
+
+    from gpuwarden.scheduler._auth import TokenBook
+    from gpuwarden.scheduler.agent import Agent, Inventory, host_inventory
+    from gpuwarden.scheduler.api import SchedulerServer
+    from gpuwarden.scheduler.service import SchedulerService
+    from gpuwarden.scheduler.state import SchedulerDB
+
+    db = SchedulerDB(tmp_path / "s.db")
+    server = SchedulerServer(SchedulerService(db),
+                             TokenBook({"team-a": "token-of-team-a"}, agent=AGENT_SECRET)).start(port=0)  # fmt: skip
+    team = httpx.Client(
+        base_url=server.url, headers={"Authorization": "Bearer token-of-team-a"}, timeout=10
+    )
+    binary, record = _mps_control(tmp_path)
+    inv = host_inventory("n1", fake_gpus=2, gpu_model="H100-80GB",
+                         versions=("570.124.06", "12.8"))  # fmt: skip
+    inv = Inventory(inv.cpu_milli, inv.memory_mib,
+                    (inv.gpus[0], {**inv.gpus[1], "mode": "mig"}))  # fmt: skip
+    nv = _h100()
+    sharing = GpuSharing(tmp_path / "agent", nvml=nv, gpu_model="H100-80GB",
+                         gpu_memory_mib={0: 81920, 1: 81920}, mps_control=binary)  # fmt: skip
+    agent = Agent("n1", server.url, tmp_path / "agent", inv, token=agent_token("n1"),
+                  interval_s=0.05, sharing=sharing)  # fmt: skip
+    try:
+        agent.step()  # registers
+        command = [sys.executable, "-c", SHOW_ENV]
+        ids = {}
+        for name, extra in (("mps", {"gpu_milli": 250, "sharing": "mps", "min_cuda": "12.4"}),
+                            ("mig", {"mig_profile": "3g.40gb"}),
+                            ("cuda13", {"min_cuda": "13.0"})):  # fmt: skip
+            r = team.post("/v1/jobs", json={"name": name, "command": command, **extra})
+            assert r.status_code in (200, 201), r.text
+            ids[name] = r.json()["job_id"]
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            agent.step()
+            states = {n: team.get(f"/v1/jobs/{i}").json()["state"] for n, i in ids.items()}
+            if states["mps"] == states["mig"] == "succeeded":
+                break
+            time.sleep(0.05)
+        assert states["mps"] == states["mig"] == "succeeded", states
+        mps_env = json.loads(team.get(f"/v1/jobs/{ids['mps']}/logs").text.splitlines()[0])
+        assert mps_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+        assert mps_env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M"
+        mig_env = json.loads(team.get(f"/v1/jobs/{ids['mig']}/logs").text.splitlines()[0])
+        assert mig_env["CUDA_VISIBLE_DEVICES"].startswith("MIG-")
+        agent.step()
+        assert nv.gpu_instances(1) == [] and ("quit", "0") in _commands(record)
+        waiting = team.get(f"/v1/jobs/{ids['cuda13']}").json()
+        assert waiting["state"] == "queued"
+        assert "driver 570.124.06 runs CUDA 12.8, job needs 13.0" in waiting["reason"]
+    finally:
+        agent.close()
+        team.close()
+        server.stop()
+        db.close()
