@@ -94,6 +94,26 @@ def host_inventory(
     return Inventory(cpu, memory, tuple(seen[i] for i in sorted(seen)))
 
 
+def with_mig(inventory: Inventory, spec: str) -> Inventory:
+    """``inventory`` with the GPUs ``spec`` names ("0,1", "all", "" for none) registered in MIG
+    mode: the scheduler places only MIG profiles there, and the agent turns MIG on at the
+    first instance (root, an idle GPU; docs/sharing.md). ``ConfigError`` for a GPU it lacks."""
+    if not spec.strip():
+        return inventory
+    have = {int(g["index"]) for g in inventory.gpus}
+    if spec.strip() == "all":
+        wanted = have
+    else:
+        try:
+            wanted = {int(part) for part in spec.split(",") if part.strip()}
+        except ValueError:
+            raise ConfigError(f"--mig-gpus must be GPU indices like 0,1 or all: {spec!r}") from None
+    if wanted - have:
+        raise ConfigError(f"--mig-gpus names GPU(s) {sorted(wanted - have)} this node lacks")
+    gpus = tuple({**g, "mode": "mig"} if g["index"] in wanted else g for g in inventory.gpus)
+    return Inventory(inventory.cpu_milli, inventory.memory_mib, gpus)
+
+
 def _versions(driver: str | None, cuda: str | None, compat: str | None) -> dict[str, str]:
     """The version fields a GPU registers with; unknown ones are left out, never ""."""
     got = {"driver_version": driver, "cuda_version": cuda, "cuda_compat": compat}
@@ -245,4 +265,4 @@ class _ServiceAway(Exception):
     """The service did not take a request; the agent retries next round."""
 
 
-__all__ = ["Agent", "Inventory", "host_inventory"]
+__all__ = ["Agent", "Inventory", "find_cuda_compat", "host_inventory", "with_mig"]

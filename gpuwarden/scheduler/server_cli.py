@@ -172,6 +172,9 @@ def load_quotas(path: str) -> dict[str, dict[str, Any]]:
     "--interval", "interval_s", type=float, default=1.0, show_default=True, help="Seconds per sync."
 )
 @click.option(
+    "--mig-gpus", default="", help="GPUs to run in MIG mode: indices like 0,1 or all (as root)."
+)
+@click.option(
     "--mps-control", default="nvidia-cuda-mps-control", show_default=True,
     help="The MPS control program the agent starts one daemon of per GPU running MPS shares.",
 )  # fmt: skip
@@ -195,6 +198,7 @@ def agent(
     fake_gpus: int | None,
     gpu_model: str,
     interval_s: float,
+    mig_gpus: str,
     mps_control: str,
     driver_version: str | None,
     cuda_version: str | None,
@@ -211,7 +215,13 @@ def agent(
     from gpuwarden.lifecycle import wait_for_stop
     from gpuwarden.outbound import OutboundPolicy
     from gpuwarden.scheduler._agent_sharing import GpuSharing, nvml_for_mig
-    from gpuwarden.scheduler.agent import Agent, find_cuda_compat, hide_environment, host_inventory
+    from gpuwarden.scheduler.agent import (
+        Agent,
+        find_cuda_compat,
+        hide_environment,
+        host_inventory,
+        with_mig,
+    )
 
     node = node or socket.gethostname()
     with domain_errors():
@@ -220,6 +230,7 @@ def agent(
             node, fake_gpus=fake_gpus, gpu_model=gpu_model,
             versions=(driver_version, cuda_version), cuda_compat=cuda_compat or find_cuda_compat(),
         )  # fmt: skip
+        inventory = with_mig(inventory, mig_gpus)
         gpus = inventory.gpus
         sharing = GpuSharing(
             Path(workdir), nvml=None if fake_gpus is not None else nvml_for_mig(),

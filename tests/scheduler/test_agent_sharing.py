@@ -246,3 +246,18 @@ def test_end_to_end_a_service_places_shares_and_the_agent_sets_them_up(tmp_path)
         team.close()
         server.stop()
         db.close()
+
+
+def test_mig_gpus_are_registered_in_mig_mode_and_a_gpu_the_node_lacks_is_refused(tmp_path):
+    from click.testing import CliRunner
+
+    from gpuwarden.cli import main
+    from gpuwarden.scheduler.agent import host_inventory, with_mig
+
+    inv = host_inventory("n1", fake_gpus=3, gpu_model="H100-80GB")
+    assert [g.get("mode") for g in with_mig(inv, "0,2").gpus] == ["mig", None, "mig"]
+    assert {g.get("mode") for g in with_mig(inv, "all").gpus} == {"mig"}
+    assert with_mig(inv, "") == inv
+    got = CliRunner().invoke(main, ["agent", "--node", "n1", "--fake-gpus", "2", "--mig-gpus",
+                                    "1,5", "--workdir", str(tmp_path)])  # fmt: skip
+    assert got.exit_code != 0 and "--mig-gpus names GPU(s) [5] this node lacks" in got.output
