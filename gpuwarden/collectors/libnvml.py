@@ -11,6 +11,8 @@ other piece of gpuwarden that reads NVIDIA GPUs goes through it: the ``nvml://``
     GpmMetrics(nvml)                                GPM ratios (Hopper and later)
     text(), handle_key(), sum_present()             small conversions of NVML's values
     GpuGone, NOT_AVAILABLE, GONE, NO_LIBRARY        what the errors become
+    NVMLError                                       pynvml's error class, for callers that act on
+                                                    NVML's codes (the agent's MIG calls)
 
 Every NVML call goes through ``DeviceQuery.call``, which sorts NVML's errors three ways:
 

@@ -108,3 +108,17 @@ def test_a_restarted_agent_adopts_running_tasks_and_destroys_orphans(tmp_path):
     assert nv.gpu_instances(0) == [("3g.40gb", 0, 1)]
     assert nv.gpu_instances(1) == [("7g.80gb", 0, 1)]
     assert again.devices["running"] == kept and set(again.devices) == {"running", "other-gpu"}
+
+
+def test_the_fake_mig_calls_have_pynvml_signatures():
+    import inspect
+
+    import pynvml
+
+    fake = _h100()
+    names = [n for n in vars(FakeMigNvml) if n.startswith("nvml")]
+    assert len(names) >= 15
+    for name in names:
+        ours = list(inspect.signature(getattr(fake, name)).parameters)
+        theirs = list(inspect.signature(getattr(pynvml, name)).parameters)
+        assert ours == theirs, name
