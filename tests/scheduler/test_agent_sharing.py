@@ -11,11 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "collectors"))
 from fake_nvml import load_fixture  # noqa: E402  (tests/collectors, by path)
 from fake_nvml_mig import FakeMigNvml  # noqa: E402
+from service_helpers import until_state  # noqa: E402  (this directory's helpers)
 
 from gpuwarden.scheduler._agent_sharing import GpuSharing  # noqa: E402
 from gpuwarden.scheduler._agent_tasks import TaskTable  # noqa: E402
@@ -70,15 +69,6 @@ def _order(job: str, gpus: list[int], hold_s: float = 0.0, **share: object) -> d
             "command": [sys.executable, "-c", SHOW_ENV], "env": {"HOLD": str(hold_s)}, **share}  # fmt: skip
 
 
-def _until(table: TaskTable, key: tuple, state: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while table.tasks[key].state != state:
-        if time.monotonic() > deadline:
-            pytest.fail(f"{key} never became {state}")
-        time.sleep(0.05)
-        table.poll()
-
-
 def _env_of(table: TaskTable, key: tuple) -> dict[str, str]:
     text = Path(table.tasks[key].log).read_text()
     return json.loads(text.splitlines()[0])
@@ -91,8 +81,8 @@ def test_mps_daemon_per_gpu_client_limits_and_stop_after_the_last_task(tmp_path)
     table.start(_order("a", [1], hold_s=30, sharing="mps", gpu_milli=250))
     table.start(_order("b", [1], sharing="mps", gpu_milli=500, gpu_memory_mib=10000))
     table.start(_order("c", [0], sharing="time-slice", gpu_milli=500))
-    _until(table, ("b", 1, 0), "exited")
-    _until(table, ("c", 1, 0), "exited")
+    until_state(table, ("b", 1, 0), "exited")
+    until_state(table, ("c", 1, 0), "exited")
     a, b, c = (_env_of(table, (k, 1, 0)) for k in "abc")
     assert a["CUDA_VISIBLE_DEVICES"] == "1" and a["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
     assert a["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=20480M"  # a quarter of 80 GiB
@@ -104,7 +94,7 @@ def test_mps_daemon_per_gpu_client_limits_and_stop_after_the_last_task(tmp_path)
     assert starts == [("-d", "1")]  # one daemon, for GPU 1 only, though two MPS tasks came
     assert ("quit", "1") not in _commands(record)  # task a still runs on it
     table.stop({"job_id": "a", "attempt": 1, "task": 0})
-    _until(table, ("a", 1, 0), "exited")
+    until_state(table, ("a", 1, 0), "exited")
     assert _commands(record)[-1] == ("quit", "1")
     assert not sharing.mps.running(1)
 
@@ -132,7 +122,7 @@ def test_mig_task_gets_its_instance_uuid_and_the_instance_goes_with_it(tmp_path)
     sharing = GpuSharing(tmp_path, nvml=nv, gpu_model="NVIDIA H100 80GB HBM3")
     table = TaskTable(tmp_path, sharing=sharing, n_gpus=2)
     table.start(_order("m", [1], mig="3g.40gb", mig_start=4))
-    _until(table, ("m", 1, 0), "exited")
+    until_state(table, ("m", 1, 0), "exited")
     env = _env_of(table, ("m", 1, 0))
     assert env["CUDA_VISIBLE_DEVICES"].startswith("MIG-")
     assert nv.gpu_instances(1) == []  # destroyed once the task ended
@@ -153,7 +143,7 @@ def test_an_in_use_instance_is_destroyed_once_its_processes_are_gone(tmp_path):
     table.start(_order("m", [0], mig="2g.20gb", mig_start=2))
     gi_id = table.sharing.mig.devices["m.1.0"].gi_id  # type: ignore[union-attr]
     nv.busy_instances.add((0, gi_id))  # a child the task left behind still holds the instance
-    _until(table, ("m", 1, 0), "exited")
+    until_state(table, ("m", 1, 0), "exited")
     assert nv.gpu_instances(0) == [("2g.20gb", 2, 1)] and not table.tasks[("m", 1, 0)].released
     nv.busy_instances.clear()
     table.poll()
@@ -178,10 +168,10 @@ def test_a_restarted_agent_adopts_running_mig_tasks_and_cleans_up_the_rest(tmp_p
                                                    mps_control=binary), n_gpus=2)  # fmt: skip
     assert nv.gpu_instances(0) == [("4g.40gb", 0, 1)]  # the orphan is gone, the task's is kept
     assert again.sharing.mig.devices["keep.1.0"] == kept  # type: ignore[union-attr]
-    _until(again, ("mps", 1, 0), "exited")
+    until_state(again, ("mps", 1, 0), "exited")
     assert _commands(record)[-1] == ("quit", "1")
     again.stop({"job_id": "keep", "attempt": 1, "task": 0})
-    _until(again, ("keep", 1, 0), "exited")
+    until_state(again, ("keep", 1, 0), "exited")
     assert nv.gpu_instances(0) == []
 
 
