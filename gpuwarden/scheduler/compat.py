@@ -70,9 +70,13 @@ TOOLKIT_DRIVER: dict[tuple[int, int], str] = {
 MINOR_COMPAT_MIN_DRIVER: dict[int, str] = {11: "450.80.02", 12: "525.60.13", 13: "580"}
 
 #: Driver branches (the driver's major number) that NVIDIA's data-center driver documentation
-#: lists as long-term-support or production branches, on which the forward compatibility
-#: package is supported. New-feature branches (545, 555, 560, 575, ...) are not among them.
-FORWARD_COMPAT_BRANCHES: frozenset[int] = frozenset({470, 535, 550, 570, 580})
+#: ("Supported Drivers and CUDA Toolkit Versions", Table 2, the r580 to r620 editions) lists as
+#: long-term-support (R535, R580, R620) or production (R570, R595) branches, the ones forward
+#: compatibility is supported on. New-feature branches (545, 555, 560, 575, 610, ...) and
+#: branches the same table calls end of life (R470, R525, R550, ...) are not. R535 (June 2026)
+#: and R570 (February 2026) have since reached their end of life too; placement keeps them, as
+#: fleets still run them, and does not judge support dates.
+FORWARD_COMPAT_BRANCHES: frozenset[int] = frozenset({535, 570, 580, 595, 620})
 
 #: Our GPU models that are NVIDIA data-center GPUs (forward compatibility needs one).
 DATACENTER_MODELS: frozenset[str] = frozenset(

@@ -40,6 +40,8 @@ def test_the_rules_native_minor_version_and_forward_compatibility():
     assert _runs(_node("b", "535.161.08", "12.2", "13.0"), min_cuda="13.0") is None
     # ... but not on a new-feature branch, nor on a GPU that is not a data-center one
     assert _runs(_node("c", "545.23.06", "12.3", "13.0"), min_cuda="13.0") is not None
+    # nor on a branch past its end of life when NVIDIA's table was written (R470)
+    assert _runs(_node("h", "470.239.06", "11.4", "12.2", model="V100M32"), min_cuda="12.2")
     assert _runs(_node("d", "535.161.08", "12.2", "13.0", model="RTX4090"), min_cuda="13.0")
     # an R520 driver (CUDA 11.8) cannot run CUDA 12 by minor version compatibility
     assert _runs(_node("e", "520.61.05", "11.8"), min_cuda="12.0") is not None
