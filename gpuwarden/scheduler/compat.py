@@ -44,8 +44,8 @@ Version = tuple[int, ...]
 #: Table 3 of the CUDA Toolkit release notes: CUDA toolkit (GA) -> the Linux x86_64 driver it
 #: ships with, which runs it natively with every feature.
 TOOLKIT_DRIVER: dict[tuple[int, int], str] = {
-    (11, 0): "450.36.06",
-    (11, 1): "455.23.05",
+    (11, 0): "450.51.05",
+    (11, 1): "455.23",
     (11, 2): "460.27.03",
     (11, 3): "465.19.01",
     (11, 4): "470.42.01",
@@ -173,6 +173,8 @@ def why_not_runs(
             and have_driver[0] in FORWARD_COMPAT_BRANCHES):  # fmt: skip
         return None  # 3. forward compatibility
     why = f"driver {driver} runs CUDA {cuda}, job needs {min_cuda}"
+    if (full := needed_driver(str(min_cuda))) is not None:
+        why += f" (its toolkit ships with driver {full})"
     if ptx_jit and have_cuda[0] == need_cuda[0]:
         why += " (PTX JIT rules out minor version compatibility)"
     elif compat is not None:

@@ -77,7 +77,8 @@ def test_a_job_with_too_new_a_cuda_waits_with_its_reason_and_forward_compat_plac
     assert not d.placed
     assert d.reason == (
         "job j-cuda13: no node can run its CUDA/driver needs "
-        "(e.g. old: driver 535.161.08 runs CUDA 12.2, job needs 13.0)"
+        "(e.g. old: driver 535.161.08 runs CUDA 12.2, job needs 13.0 "
+        "(its toolkit ships with driver 580.65.06))"
     )
     assert s.pending == [job]  # it waits in the queue
     # the same cluster with cuda-compat 13.0 installed on a second node: placed there, only
