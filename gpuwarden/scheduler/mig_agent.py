@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwarden.collectors import libnvml
-from gpuwarden.errors import DeviceSetupError
+from gpuwarden.errors import DeviceSetupError, InputError
 from gpuwarden.scheduler import mig
 from gpuwarden.scheduler._task_wrapper import write_atomic
 
@@ -79,7 +79,10 @@ class MigManager:
         one. ``DeviceSetupError`` saying what NVML refused, with nothing left behind."""
         if key in self.devices:
             return self.devices[key]
-        p = mig.profile(self.model, profile_name)
+        try:
+            p = mig.profile(self.model, profile_name)
+        except InputError as exc:  # an order this node's GPUs cannot take: the task fails
+            raise DeviceSetupError(str(exc)) from exc
         self._init()
         nv = self.nvml
         handle = self._call("nvmlDeviceGetHandleByIndex", gpu, what=f"GPU {gpu}")

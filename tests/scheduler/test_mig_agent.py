@@ -54,6 +54,8 @@ def test_refusals_name_the_nvml_error_and_leave_nothing_behind(tmp_path):
     v100 = FakeMigNvml("v100_r470_2gpu.json")
     with pytest.raises(DeviceSetupError, match="NVMLError_NotSupported"):
         MigManager(v100, "A100-80GB", tmp_path / "v.json").create("k", 0, "1g.10gb", 0)
+    with pytest.raises(DeviceSetupError, match="does not support MIG"):
+        MigManager(v100, "Tesla V100-SXM2-32GB", tmp_path / "v.json").create("k", 0, "1g.10gb", 0)
 
     nv = _h100()
     m = MigManager(nv, "H100-80GB", tmp_path / "mig.json")
