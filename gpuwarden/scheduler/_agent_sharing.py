@@ -77,6 +77,8 @@ class GpuSharing:
             device = self.mig.create(key, gpus[0], str(order["mig"]), int(order["mig_start"]))
             return {"CUDA_VISIBLE_DEVICES": device.uuid}
         if kind == MPS:
+            if len(gpus) != 1:
+                raise DeviceSetupError(f"an MPS share is on one GPU, the order names {gpus}")
             (gpu,) = gpus
             self.mps.start(gpu)
             milli = int(order.get("gpu_milli") or GPU_MILLI)
