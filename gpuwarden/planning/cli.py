@@ -41,6 +41,14 @@ def _source_options(command: Any) -> Any:
     return command
 
 
+train_weeks_option = click.option(
+    "--train-weeks",
+    default=12,
+    show_default=True,
+    help="Weeks of the latest history the forecast learns from (growth reads six months).",
+)
+
+
 def load_demand(db_path: str | None, openb_path: str | None, by: tuple[str, ...]) -> tuple:
     """(hourly demand frame, hourly queue wait) from exactly one of the two sources."""
     import time
@@ -90,12 +98,14 @@ def plan() -> None:
     help="Write a PNG of history and forecast.",
 )
 @click.option("--progress/--no-progress", default=True, help="Progress bar on stderr.")
+@train_weeks_option
 def forecast_cmd(
     db_path: str | None,
     openb_path: str | None,
     by: str,
     hours: int,
     level: float,
+    train_weeks: int,
     csv_path: str | None,
     plot_path: str | None,
     progress: bool,
@@ -115,7 +125,7 @@ def forecast_cmd(
 
             columns = tqdm(list(frame.columns), desc="forecast", unit="group", leave=False)
         for col in columns:
-            results[col] = forecast(frame[col], hours, level=level)
+            results[col] = forecast(frame[col].iloc[-train_weeks * 168 :], hours, level=level)
         click.echo(f"history: {len(frame)} hours from {frame.index[0]:%Y-%m-%d %H:%M} UTC")
         click.echo(f"{'group':<24} {'seasons':>8} {'now':>8} {'mean':>8} {'peak':>8} "
                    f"{'low':>8} {'high':>8}  (GPUs, next {hours} h, {level:.0%} interval)")  # fmt: skip
@@ -178,6 +188,7 @@ def parse_current(values: tuple[str, ...]) -> dict[str, int]:
 @click.option("--release-margin", default=0.1, show_default=True,
               help="Release only when more than this share of the fleet would stay idle.")  # fmt: skip
 @click.option("--level", default=0.8, show_default=True, help="Prediction interval level.")
+@train_weeks_option
 def should_scale_cmd(
     db_path: str | None,
     openb_path: str | None,
@@ -190,6 +201,7 @@ def should_scale_cmd(
     lead_weeks: int,
     release_margin: float,
     level: float,
+    train_weeks: int,
 ) -> None:
     """Per GPU model: add N GPUs now or in K weeks, release some, or hold, with the weekly plan
     (forecast mean x growth + launches, x (1 - efficiency gain) x buffer)."""
@@ -215,7 +227,7 @@ def should_scale_cmd(
         for model in models:
             if model in frame.columns:
                 series = frame[model]
-                mean = forecast(series, horizon, level=level).mean
+                mean = forecast(series.iloc[-train_weeks * 168 :], horizon, level=level).mean
                 rate = growth if growth is not None else monthly_growth(series)
             else:
                 mean = pd.Series(0.0, index=pd.date_range(start, periods=horizon, freq="h"))

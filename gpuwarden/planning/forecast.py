@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from gpuwarden.errors import InputError
+from gpuwarden.errors import ConfigError, InputError
 
 DAILY = 24
 WEEKLY = 168
@@ -66,8 +66,11 @@ def _check(series: pd.Series, horizon: int, level: float) -> np.ndarray:
 
 
 def _fit(values: np.ndarray, periods: Sequence[int], horizon: int, level: float) -> tuple:
-    from statsmodels.tsa.exponential_smoothing.ets import ETSModel
-    from statsmodels.tsa.seasonal import MSTL
+    try:
+        from statsmodels.tsa.exponential_smoothing.ets import ETSModel
+        from statsmodels.tsa.seasonal import MSTL
+    except ImportError as exc:
+        raise ConfigError("forecasts need statsmodels: pip install 'gpuwarden[planning]'") from exc
 
     with warnings.catch_warnings():
         # ETS's optimiser warns on flat stretches and converges anyway; the forecast is checked
