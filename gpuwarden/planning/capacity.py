@@ -4,8 +4,8 @@ Week ``k`` of the plan needs::
 
     (base x (1 + growth) ** (k x 7 / 30.44) + launches live in week k) x (1 - efficiency_gain) x buffer
 
-``base`` is the forecast's mean demand over the week (for weeks past the forecast, its last
-week's); ``growth`` the monthly growth of the last six months (``demand.monthly_growth``), or
+``base`` is the forecast's mean demand over the week, or its peak hour (``basis``; for weeks
+past the forecast, its last week's); ``growth`` the monthly growth of the last six months (``demand.monthly_growth``), or
 what the user sets; ``launches`` the demand a user expects from planned launches (a TOML file);
 ``efficiency_gain`` the share of GPU time quantization or a new inference engine saves; the
 buffer (default 1.3) the headroom for peaks, failures and maintenance.
@@ -27,6 +27,7 @@ from gpuwarden.planning._toml import read_toml
 
 DAYS_PER_MONTH = 30.44
 DEFAULT_BUFFER = 1.3
+Basis = Literal["mean", "peak"]
 _LAUNCH_KEYS = {"name", "gpu_model", "gpus", "start", "end", "tenant"}
 
 
@@ -135,23 +136,27 @@ def plan(
     launches: Sequence[Launch] = (),
     efficiency_gain: float = 0.0,
     buffer: float = DEFAULT_BUFFER,
+    basis: Basis = "mean",
 ) -> list[WeekNeed]:
-    """Weekly GPUs needed for ``gpu_model`` from an hourly forecast mean (``Forecast.mean``)."""
+    """Weekly GPUs needed for ``gpu_model`` from an hourly forecast mean (``Forecast.mean``).
+    ``basis``: the week's ``mean`` hourly forecast (the essay's "forecast x 1.3", the buffer
+    absorbing the daily peaks) or its ``peak`` hour (the buffer on top of the peak)."""
     _require(
         (weeks >= 1, f"weeks must be at least 1, got {weeks}"),
         (buffer >= 1, f"buffer must be at least 1 (1.3 is 30% headroom), got {buffer}"),
         (0 <= efficiency_gain < 1, f"efficiency gain must be in [0, 1), got {efficiency_gain}"),
         (growth > -1, f"monthly growth must be above -100%, got {growth}"),
         (not mean.empty, "the forecast is empty"),
+        (basis in ("mean", "peak"), f"basis must be mean or peak, got {basis!r}"),
     )
     first = mean.index[0]
     out = []
-    base = float(mean.mean())
+    base = float(mean.mean() if basis == "mean" else mean.max())
     for k in range(weeks):
         start = first + pd.Timedelta(days=7 * k)
         week = mean[(mean.index >= start) & (mean.index < start + pd.Timedelta(days=7))]
         if not week.empty:
-            base = float(week.mean())
+            base = float(week.mean() if basis == "mean" else week.max())
         grown = base * (1 + growth) ** (k * 7 / DAYS_PER_MONTH)
         day = start.date()
         extra = sum(

@@ -182,6 +182,8 @@ def parse_current(values: tuple[str, ...]) -> dict[str, int]:
 @click.option("--efficiency-gain", default=0.0, show_default=True,
               help="Share of GPU time saved by quantization, new engines (0.2 = 20% fewer GPUs).")  # fmt: skip
 @click.option("--buffer", default=1.3, show_default=True, help="Capacity = need x buffer.")
+@click.option("--basis", type=click.Choice(["mean", "peak"]), default="mean", show_default=True,
+              help="Plan on each week's mean forecast hour, or its peak hour.")  # fmt: skip
 @click.option("--weeks", default=12, show_default=True, help="Weeks planned ahead.")
 @click.option("--lead-weeks", default=4, show_default=True,
               help="Weeks between ordering GPUs and running them.")  # fmt: skip
@@ -197,6 +199,7 @@ def should_scale_cmd(
     growth: float | None,
     efficiency_gain: float,
     buffer: float,
+    basis: str,
     weeks: int,
     lead_weeks: int,
     release_margin: float,
@@ -235,7 +238,7 @@ def should_scale_cmd(
             note = "set" if growth is not None else "measured" if rate is not None else "unknown"
             needs = plan(
                 mean, model, weeks=weeks, growth=rate or 0.0, launches=launches,
-                efficiency_gain=efficiency_gain, buffer=buffer,
+                efficiency_gain=efficiency_gain, buffer=buffer, basis="peak" if basis == "peak" else "mean",
             )  # fmt: skip
             click.echo(f"{model}: growth {0.0 if rate is None else rate:+.1%}/month ({note}), "
                        f"buffer x{buffer}, efficiency gain {efficiency_gain:.0%}")  # fmt: skip

@@ -26,6 +26,13 @@ def test_plan_is_forecast_times_buffer_with_growth_launches_and_gains():
     assert needs[5].need_gpus == pytest.approx((week5 + 20) * 0.8 * 1.3)
 
 
+def test_peak_basis_plans_on_the_busiest_hour():
+    series = flat(10, weeks=1)
+    series.iloc[5] = 30
+    assert plan(series, "H100", weeks=1, basis="peak")[0].need_gpus == pytest.approx(39)
+    assert plan(series, "H100", weeks=1)[0].need_gpus == pytest.approx((10 + 20 / 168) * 1.3)
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
@@ -33,6 +40,7 @@ def test_plan_is_forecast_times_buffer_with_growth_launches_and_gains():
         ({"efficiency_gain": 1.0}, "efficiency gain"),
         ({"growth": -1.0}, "growth"),
         ({"weeks": 0}, "weeks"),
+        ({"basis": "median"}, "basis"),
     ],
 )
 def test_plan_refuses_bad_inputs(kwargs, message):
