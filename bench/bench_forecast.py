@@ -67,7 +67,7 @@ def backtest_table(series: pd.Series, horizons: list[int], progress: bool) -> No
 
 
 def ablation_table(series: pd.Series, horizons: list[int]) -> None:
-    print("\n| horizon | periods | MAPE | 80% interval coverage (uncalibrated) |")
+    print("\n| horizon | periods | MAPE | 80% interval coverage |")
     print("|---|---|---:|---:|")
     values = series.to_numpy()
     for h in horizons:

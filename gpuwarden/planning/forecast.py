@@ -97,7 +97,10 @@ def _holdout_size(horizon: int) -> int:
 
 
 def choose_periods(
-    values: np.ndarray, horizon: int, level: float = 0.8
+    values: np.ndarray,
+    horizon: int,
+    level: float = 0.8,
+    candidates: Sequence[tuple[int, ...]] = CANDIDATES,
 ) -> tuple[tuple[int, ...], float]:
     """The candidate period set with the lowest error on the last hours of ``values`` (at most a
     week), forecast from the hours before them, and the widening its ``level`` interval needed
@@ -106,10 +109,10 @@ def choose_periods(
     a holdout: the richest set that fits, and no widening."""
     holdout = _holdout_size(horizon)
     train, test = values[:-holdout], values[-holdout:]
-    usable = [p for p in CANDIDATES if len(train) >= 2 * max(p) + DAILY]
+    usable = [p for p in candidates if len(train) >= 2 * max(p) + DAILY]
     if not usable:
-        fits = [p for p in CANDIDATES if len(values) >= 2 * max(p)]
-        return (fits[0] if fits else (DAILY,)), 0.0
+        fits = [p for p in candidates if len(values) >= 2 * max(p)]
+        return (fits[0] if fits else candidates[-1]), 0.0
     best: tuple[float, tuple[int, ...], float] | None = None
     for periods in usable:
         mean, lower, upper = _fit(train, periods, holdout, level)
@@ -131,21 +134,21 @@ def forecast(
     periods: Sequence[int] | None = None,
 ) -> Forecast:
     """Forecast ``horizon`` hours after ``series`` (hourly, no gaps). ``periods``: seasonal
-    periods in hours; None chooses between daily+weekly and daily on a holdout of the history.
+    periods in hours; None chooses between daily+weekly and daily on a holdout of the history
+    (which also calibrates the interval, for given periods too).
     Demand cannot be negative, so the mean and bounds are cut at 0."""
     values = _check(series, horizon, level)
-    auto, widen = choose_periods(values, horizon, level)
-    chosen = tuple(periods) if periods else auto
-    if any(p < 2 for p in chosen):
-        raise InputError(f"seasonal periods must be at least 2 hours, got {list(chosen)}")
-    if len(values) < 2 * max(chosen):
+    if periods and any(p < 2 for p in periods):
+        raise InputError(f"seasonal periods must be at least 2 hours, got {list(periods)}")
+    if periods and len(values) < 2 * max(periods):
         raise InputError(
-            f"a {max(chosen)}-hour season needs {2 * max(chosen)} hours of history, "
+            f"a {max(periods)}-hour season needs {2 * max(periods)} hours of history, "
             f"the series has {len(values)}"
         )
+    candidates = (tuple(periods),) if periods else CANDIDATES
+    chosen, widen = choose_periods(values, horizon, level, candidates)
     mean, lower, upper = _fit(values, chosen, horizon, level)
-    if chosen == auto:
-        lower, upper = lower - widen, upper + widen
+    lower, upper = lower - widen, upper + widen
     start = series.index[-1] + pd.Timedelta(hours=1) if len(series.index) else 0
     index = pd.date_range(start, periods=horizon, freq="h")
     return Forecast(
@@ -154,7 +157,7 @@ def forecast(
         upper=pd.Series(np.clip(upper, 0, None), index=index, name="upper"),
         level=level,
         periods=chosen,
-        widened_by=widen if chosen == auto else 0.0,
+        widened_by=widen,
     )
 
 
