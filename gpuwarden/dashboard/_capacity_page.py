@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from gpuwarden.dashboard._api import _option
 from gpuwarden.errors import GpuwardenError
 from gpuwarden.planning import demand as d
 from gpuwarden.planning.forecast import forecast
@@ -26,15 +27,6 @@ from gpuwarden.planning.tco import OPTIONS, GpuPrices, load_prices, split
 
 SHOWN_H = 14 * 24
 FORECAST_TTL_S = 600
-
-
-def _option(argv: list[str], name: str) -> str | None:
-    for i, arg in enumerate(argv):
-        if arg == name and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
-    return None
 
 
 def sources(argv: list[str], environ: Mapping[str, str] | None = None) -> tuple[str, str]:

@@ -40,7 +40,9 @@ def test_forecast_and_tco_from_the_openb_trace(monkeypatch, tmp_path):
     assert m["Requested now"].endswith("GPUs")
     mean = float(m["Forecast mean"].split()[0])
     assert 20 < mean < 60  # the trace asks for 23-60 GPUs an hour
-    assert float(m["Capacity x1.3"].split()[0]) == pytest.approx(1.3 * mean, abs=0.06)
+    assert float(m["Capacity x1.3"].split()[0]) == pytest.approx(
+        1.3 * mean, abs=0.1
+    )  # both rounded to 0.1
     assert m["Break-even utilisation (own vs on-demand)"] == "38%"  # the shipped H100 prices
     assert m["Own vs on-demand at 70%"] == "44% cheaper"
     assert "Split: own / elastic" in m
