@@ -205,8 +205,13 @@ def hourly_demand(
             continue
         key = "/".join(getattr(r, k) for k in by) or "all"
         acc = groups.setdefault(key, np.zeros(len(edges) - 1))
-        overlap = np.minimum(end, edges[1:]) - np.maximum(r.submitted_s, edges[:-1])
-        acc += r.gpus * np.clip(overlap, 0.0, None) / HOUR_S
+        # only the hours the job overlaps: a database holds long histories of short jobs
+        i = max(0, int(np.searchsorted(edges, r.submitted_s, side="right")) - 1)
+        j = min(len(edges) - 1, int(np.searchsorted(edges, end, side="left")))
+        if j <= i:
+            continue
+        overlap = np.minimum(end, edges[i + 1 : j + 1]) - np.maximum(r.submitted_s, edges[i:j])
+        acc[i:j] += r.gpus * np.clip(overlap, 0.0, None) / HOUR_S
     base = epoch if epoch is not None else pd.Timestamp(0, tz="UTC")
     index = base + pd.to_timedelta(edges[:-1], unit="s")
     frame = pd.DataFrame(groups, index=pd.DatetimeIndex(index, freq="h"))

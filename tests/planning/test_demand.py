@@ -111,3 +111,21 @@ def test_openb_trace_gives_34_days_of_demand():
     assert all(r.started_s is None or r.started_s >= r.submitted_s for r in records)
     frame = hourly_demand(records, by=(), start_s=lo, end_s=hi)
     assert 20 < frame["all"].min() and frame["all"].max() < 80
+
+
+def test_hours_match_a_brute_force_count_on_random_jobs():
+    rng = np.random.default_rng(7)
+    records = []
+    for _ in range(200):
+        start = float(rng.uniform(-5 * H, 30 * H))
+        records.append(DemandRecord("t", "H100", float(rng.choice([0.25, 1, 8])), start, start,
+                                    start + float(rng.uniform(0, 10 * H))))  # fmt: skip
+    frame = hourly_demand(records, by=(), start_s=0, end_s=24 * H)
+    brute = [
+        sum(
+            r.gpus * max(0.0, min(r.ended_s, (h + 1) * H) - max(r.submitted_s, h * H)) / H
+            for r in records
+        )  # fmt: skip
+        for h in range(24)
+    ]
+    assert frame["all"].tolist() == pytest.approx(brute)
