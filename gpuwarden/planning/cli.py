@@ -10,12 +10,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from gpuwarden.cliutil import domain_errors
 from gpuwarden.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _BY = {"model": ("gpu_model",), "tenant": ("tenant",), "model+tenant": ("gpu_model", "tenant")}
 
@@ -49,8 +52,11 @@ train_weeks_option = click.option(
 )
 
 
-def load_demand(db_path: str | None, openb_path: str | None, by: tuple[str, ...]) -> tuple:
-    """(hourly demand frame, hourly queue wait) from exactly one of the two sources."""
+def load_demand(
+    db_path: str | None, openb_path: str | None, by: tuple[str, ...]
+) -> tuple[pd.DataFrame, pd.Series, pd.Series]:
+    """(hourly demand frame, hourly queue wait, GPU-hours waiting per hour) from exactly one of
+    the two sources."""
     import time
 
     from gpuwarden.planning import demand as d
@@ -60,21 +66,22 @@ def load_demand(db_path: str | None, openb_path: str | None, by: tuple[str, ...]
     if openb_path:
         records = d.records_from_openb(openb_path)
         lo, hi = d.openb_window(records)
-        frame = d.hourly_demand(
-            records,
-            by=by,
-            start_s=math.ceil(lo / d.HOUR_S) * d.HOUR_S,
-            end_s=math.floor(hi / d.HOUR_S) * d.HOUR_S,
-            epoch=d.TRACE_EPOCH,
+        start, end = math.ceil(lo / d.HOUR_S) * d.HOUR_S, math.floor(hi / d.HOUR_S) * d.HOUR_S
+        frame = d.hourly_demand(records, by=by, start_s=start, end_s=end, epoch=d.TRACE_EPOCH)
+        queued = d.hourly_demand(
+            d.waiting(records), by=(), start_s=start, end_s=end, epoch=d.TRACE_EPOCH
         )
-        return frame, d.queue_wait_hourly(records, epoch=d.TRACE_EPOCH)
+        return frame, d.queue_wait_hourly(records, epoch=d.TRACE_EPOCH), queued["all"]
     assert db_path is not None
     records = d.records_from_scheduler(db_path)
     if not records:
         raise InputError(f"{db_path}: no GPU job recorded yet, nothing to plan from")
     now = time.time()
-    frame = d.hourly_demand(records, by=by, now_s=now, end_s=math.floor(now / d.HOUR_S) * d.HOUR_S)
-    return frame, d.queue_wait_hourly(records)
+    end = math.floor(now / d.HOUR_S) * d.HOUR_S
+    frame = d.hourly_demand(records, by=by, now_s=now, end_s=end)
+    start = frame.index[0].timestamp()
+    queued = d.hourly_demand(d.waiting(records), by=(), now_s=now, start_s=start, end_s=end)
+    return frame, d.queue_wait_hourly(records), queued["all"]
 
 
 @click.group("plan")
@@ -117,7 +124,7 @@ def forecast_cmd(
     from gpuwarden.planning.forecast import forecast
 
     with domain_errors():
-        frame, waits = load_demand(db_path, openb_path, _BY[by])
+        frame, waits, queued = load_demand(db_path, openb_path, _BY[by])
         results = {}
         columns: Iterable[str] = list(frame.columns)
         if progress and len(frame.columns) > 1:
@@ -135,6 +142,17 @@ def forecast_cmd(
                 f"{col:<24} {seasons:>8} {frame[col].iloc[-1]:>8.1f} {fc.mean.mean():>8.1f} "
                 f"{fc.mean.max():>8.1f} {fc.lower.min():>8.1f} {fc.upper.max():>8.1f}"
             )
+        train = queued.iloc[-train_weeks * 168 :]
+        if train.any():
+            q = forecast(train, hours, level=level)
+            click.echo(
+                f"{'queued (waiting)':<24} {'':>8} {queued.iloc[-1]:>8.1f} {q.mean.mean():>8.1f} "
+                f"{q.mean.max():>8.1f} {q.lower.min():>8.1f} {q.upper.max():>8.1f}"
+            )
+            results["queued"] = q
+            frame = frame.assign(queued=queued)
+        else:
+            click.echo("queued (waiting): no GPU-hour waited in the history, nothing to forecast")
         measured = waits.dropna()
         if measured.empty:
             click.echo("queue wait: no job has started yet")
@@ -217,7 +235,7 @@ def should_scale_cmd(
     with domain_errors():
         fleet = parse_current(current)
         launches = load_launches(launches_path) if launches_path else []
-        frame, _ = load_demand(db_path, openb_path, ("gpu_model",))
+        frame, _, _ = load_demand(db_path, openb_path, ("gpu_model",))
         models = sorted(set(frame.columns) | {lc.gpu_model for lc in launches} | set(fleet))
         missing = [m for m in models if m not in fleet]
         if missing:
@@ -283,7 +301,7 @@ def tco_cmd(
             raise InputError(f"no prices for {', '.join(unknown)}; the file has {', '.join(table)}")
         demand = None
         if db_path or openb_path:
-            frame, _ = load_demand(db_path, openb_path, ("gpu_model",))
+            frame, _, _ = load_demand(db_path, openb_path, ("gpu_model",))
             if demand_model and demand_model not in frame.columns:
                 raise InputError(
                     f"no demand for {demand_model!r}; there is {', '.join(frame.columns)}"

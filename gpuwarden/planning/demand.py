@@ -218,6 +218,18 @@ def hourly_demand(
     return frame.reindex(sorted(frame.columns), axis=1)
 
 
+def waiting(records: Iterable[DemandRecord]) -> list[DemandRecord]:
+    """Each job's time in the queue as a request of its own: from submission until it started
+    (or, never started, until it ended or still). ``hourly_demand`` of these is the GPU-hours
+    that waited in each hour, the demand the fleet did not meet; an hour with an empty queue is
+    a measured 0."""
+    out = []
+    for r in records:
+        end = r.started_s if r.started_s is not None else r.ended_s
+        out.append(DemandRecord(r.tenant, r.gpu_model, r.gpus, r.submitted_s, None, end))
+    return out
+
+
 def queue_wait_hourly(
     records: Iterable[DemandRecord], epoch: pd.Timestamp | None = None
 ) -> pd.Series:

@@ -23,7 +23,8 @@ def test_forecast_prints_writes_csv_and_plot(tmp_path):
     assert "history: 814 hours" in r.output
     assert "queue wait: mean" in r.output
     header = (tmp_path / "f.csv").read_text().splitlines()[0]
-    assert header == "hour,any:mean,any:lower,any:upper"
+    assert header == "hour,any:mean,any:lower,any:upper,queued:mean,queued:lower,queued:upper"
+    assert "queued (waiting)" in r.output
     assert len((tmp_path / "f.csv").read_text().splitlines()) == 25
     assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
 

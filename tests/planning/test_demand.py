@@ -16,6 +16,7 @@ from gpuwarden.planning.demand import (
     records_from_openb,
     records_from_scheduler,
     spec_gpus,
+    waiting,
 )
 from gpuwarden.scheduler.state import JobRow, NodeRow, SchedulerDB
 
@@ -129,3 +130,13 @@ def test_hours_match_a_brute_force_count_on_random_jobs():
         for h in range(24)
     ]
     assert frame["all"].tolist() == pytest.approx(brute)
+
+
+def test_waiting_gpu_hours_are_the_unmet_demand():
+    records = [
+        DemandRecord("a", "H100", 2, submitted_s=0, started_s=0.5 * H, ended_s=3 * H),
+        DemandRecord("a", "H100", 1, submitted_s=H, started_s=None, ended_s=2.5 * H),
+        DemandRecord("a", "H100", 4, submitted_s=0, started_s=0, ended_s=H),
+    ]
+    queued = hourly_demand(waiting(records), by=(), start_s=0, end_s=3 * H)
+    assert queued["all"].tolist() == pytest.approx([1.0, 1.0, 0.5])
