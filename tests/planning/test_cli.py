@@ -98,3 +98,20 @@ def test_tco_prints_break_even_split_and_charts(tmp_path):
 def test_tco_errors(tmp_path, args, message):
     r = CliRunner().invoke(main, ["plan", "tco", "--chart-dir", str(tmp_path), *args])
     assert r.exit_code == 1 and message in r.output
+
+
+def test_tco_with_a_users_price_file(tmp_path):
+    prices = tmp_path / "prices.toml"
+    prices.write_text(
+        "[X.own]\npurchase_usd = 10000\ndepreciation_years = 5\nmaintenance_share_per_year = 0\n"
+        "power_busy_w = 1000\npower_idle_w = 0\npue = 1.0\nelectricity_usd_per_kwh = 0.1\n"
+        "space_usd_per_gpu_month = 0\nstaff_usd_per_gpu_year = 0\n"
+        "[X.bare_metal]\nusd_per_gpu_hour = 0.6\n"
+        "[X.cloud]\non_demand = 1.0\nreserved = 0.7\nspot = 0.4\n"
+    )
+    r = run("tco", "--prices", str(prices), "--chart-dir", str(tmp_path))
+    assert r.exit_code == 0, r.output
+    # 2,000 a year of depreciation + 876 u of energy = 8,760 u of on-demand: u = 25.4%
+    assert "break-even own vs cloud on-demand: 25%" in r.output
+    assert "break-even bare_metal vs cloud on-demand: 60%" in r.output
+    assert (tmp_path / "tco-X.png").is_file()
