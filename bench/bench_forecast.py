@@ -34,7 +34,14 @@ from gpuwarden.planning import demand as d
 from gpuwarden.planning.backtest import mape, rolling_origin
 from gpuwarden.planning.capacity import plan
 from gpuwarden.planning.forecast import DAILY, WEEKLY, forecast, seasonal_naive
-from gpuwarden.planning.tco import OPTIONS, load_prices, split
+from gpuwarden.planning.tco import (
+    ESSAY_HIGH,
+    ESSAY_LOW,
+    OPTIONS,
+    TABLE_UTILISATION,
+    load_prices,
+    split,
+)
 from gpuwarden.scheduler import openb
 
 VENDORED = Path(__file__).resolve().parents[1] / "tests" / "data" / "openb"
@@ -119,7 +126,7 @@ def tco_table(series: pd.Series) -> None:
     print("|---|---|---:|---:|---:|---:|---:|")
     for model, p in prices.items():
         for option in OPTIONS:
-            cells = " | ".join(f"{p.per_used_hour(option, u):.2f}" for u in (0.3, 0.5, 0.7, 0.9))
+            cells = " | ".join(f"{p.per_used_hour(option, u):.2f}" for u in TABLE_UTILISATION)
             be = p.break_even(option) if option in ("own", "bare_metal", "cloud_reserved") else None
             print(f"| {model} | {option} | {cells} | {'-' if be is None else f'{be:.0%}'} |")
     print("\n| GPU | own vs on-demand at 70% | own vs on-demand at 30% | split of this demand |")
@@ -127,8 +134,8 @@ def tco_table(series: pd.Series) -> None:
     for model, p in prices.items():
         od = p.on_demand.value
         s = split(series.to_numpy(), p)
-        print(f"| {model} | {1 - p.per_used_hour('own', 0.7) / od:+.0%} cheaper | "
-              f"{1 - p.per_used_hour('own', 0.3) / od:+.0%} cheaper | own {s.base_gpus} "
+        print(f"| {model} | {1 - p.per_used_hour('own', ESSAY_HIGH) / od:+.0%} cheaper | "
+              f"{1 - p.per_used_hour('own', ESSAY_LOW) / od:+.0%} cheaper | own {s.base_gpus} "
               f"({s.base_share_of_hours:.0%} of GPU-hours), {s.elastic_gpus} elastic to p99 "
               f"{s.peak_gpus} |")  # fmt: skip
 

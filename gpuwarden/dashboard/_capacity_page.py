@@ -23,7 +23,14 @@ from gpuwarden.dashboard._api import _option
 from gpuwarden.errors import GpuwardenError
 from gpuwarden.planning import demand as d
 from gpuwarden.planning.forecast import forecast
-from gpuwarden.planning.tco import OPTIONS, GpuPrices, load_prices, split
+from gpuwarden.planning.tco import (
+    ESSAY_HIGH,
+    OPTIONS,
+    TABLE_UTILISATION,
+    GpuPrices,
+    load_prices,
+    split,
+)
 
 SHOWN_H = 14 * 24
 FORECAST_TTL_S = 600
@@ -145,7 +152,7 @@ def _tco_section(prices_path: str, frame: pd.DataFrame | None) -> None:
     cols[0].metric(
         "Break-even utilisation (own vs on-demand)", "never" if be is None else f"{be:.0%}"
     )
-    saving = 1 - prices.per_used_hour("own", 0.7) / prices.on_demand.value
+    saving = 1 - prices.per_used_hour("own", ESSAY_HIGH) / prices.on_demand.value
     cols[1].metric("Own vs on-demand at 70%", f"{saving:.0%} cheaper")
     if frame is not None:
         s = split(frame.sum(axis=1).to_numpy(), prices)
@@ -162,7 +169,7 @@ def _tco_section(prices_path: str, frame: pd.DataFrame | None) -> None:
         )
     )  # fmt: skip
     st.altair_chart(chart, width="stretch")
-    points = tco_frame(prices, np.array([0.3, 0.5, 0.7, 0.9]))
+    points = tco_frame(prices, np.array(TABLE_UTILISATION))
     st.dataframe(
         points.pivot(index="option", columns="utilisation_pct", values="usd_per_gpu_hour").round(2),
         width="stretch",

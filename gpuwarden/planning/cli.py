@@ -291,7 +291,15 @@ def tco_cmd(
     """Cost per used GPU-hour of owning, bare-metal rental and cloud (reserved, on-demand,
     spot) against utilisation; break-even utilisation; with a demand source, the split into
     base load to own and an elastic part for cloud."""
-    from gpuwarden.planning.tco import OPTIONS, chart, load_prices, split
+    from gpuwarden.planning.tco import (
+        ESSAY_HIGH,
+        ESSAY_LOW,
+        OPTIONS,
+        TABLE_UTILISATION,
+        chart,
+        load_prices,
+        split,
+    )
 
     with domain_errors():
         table = load_prices(prices_path)
@@ -311,18 +319,16 @@ def tco_cmd(
         for model in chosen:
             p = table[model]
             click.echo(f"{model}: USD per used GPU-hour by yearly utilisation")
-            click.echo(
-                "  " + f"{'option':<16}" + "".join(f"{u:>8.0%}" for u in (0.3, 0.5, 0.7, 0.9))
-            )
+            click.echo("  " + f"{'option':<16}" + "".join(f"{u:>8.0%}" for u in TABLE_UTILISATION))
             for option in OPTIONS:
-                row = "".join(f"{p.per_used_hour(option, u):>8.2f}" for u in (0.3, 0.5, 0.7, 0.9))
+                row = "".join(f"{p.per_used_hour(option, u):>8.2f}" for u in TABLE_UTILISATION)
                 click.echo(f"  {option:<16}{row}")
             for option in ("own", "bare_metal", "cloud_reserved"):
                 be = p.break_even(option)
                 text = "never within 0-100%" if be is None else f"{be:.0%}"
                 click.echo(f"  break-even {option} vs cloud on-demand: {text}")
             od = p.on_demand.value
-            own70, own30 = p.per_used_hour("own", 0.7), p.per_used_hour("own", 0.3)
+            own70, own30 = p.per_used_hour("own", ESSAY_HIGH), p.per_used_hour("own", ESSAY_LOW)
             click.echo(f"  essay check: own at 70% is {1 - own70 / od:.0%} cheaper than on-demand; "
                        f"at 30% {'cloud' if od < own30 else 'owning'} is cheaper "
                        f"({own30:.2f} own vs {od:.2f} on-demand)")  # fmt: skip

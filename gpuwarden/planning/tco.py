@@ -44,6 +44,10 @@ OWN_FIELDS = (
 )
 RATE_FIELDS = {"bare_metal": ("usd_per_gpu_hour",), "cloud": ("on_demand", "reserved", "spot")}
 OPTIONS = ("own", "bare_metal", "cloud_reserved", "cloud_on_demand", "cloud_spot")
+#: Yearly utilisations the tables show; the essay's figures are about the first (cloud is
+#: cheaper below it) and the third (owning is 40-60% cheaper above it).
+TABLE_UTILISATION = (0.3, 0.5, 0.7, 0.9)
+ESSAY_LOW, ESSAY_HIGH = TABLE_UTILISATION[0], TABLE_UTILISATION[2]
 
 
 @dataclass(frozen=True)
