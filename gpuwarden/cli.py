@@ -565,6 +565,7 @@ def _register_subcommands() -> None:
     from gpuwarden.closedloop.cli import closed_loop
     from gpuwarden.dashboard.cli import dashboard
     from gpuwarden.models.cli import COMMANDS, evaluate
+    from gpuwarden.planning.cli import plan
     from gpuwarden.planning.energy_cli import energy, spot
     from gpuwarden.scheduler.client_cli import COMMANDS as SCHEDULER_CLIENT
     from gpuwarden.scheduler.server_cli import agent, scheduler
@@ -577,6 +578,7 @@ def _register_subcommands() -> None:
     main.add_command(agent)
     main.add_command(energy)
     main.add_command(spot)
+    main.add_command(plan)
     for command in [*COMMANDS, *SCHEDULER_CLIENT]:
         main.add_command(command)
 

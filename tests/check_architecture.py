@@ -36,10 +36,10 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "ingest collect summary",
         "models",
         "alerts scheduler exporter",
+        "planning",
         "scheduler_hooks",
         "serve",
         "closedloop dashboard",
-        "planning",
         "demo cliutil cli __main__",
     )
 )

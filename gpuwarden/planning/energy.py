@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from gpuwarden.errors import InputError
-from gpuwarden.planning._events import Events
+from gpuwarden.planning.events import Events
 from gpuwarden.scheduler import Job, NodeSpec, Scheduler
 from gpuwarden.scheduler.billing import BOARD_POWER_W
 from gpuwarden.scheduler.openb import Pod

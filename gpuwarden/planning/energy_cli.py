@@ -161,7 +161,7 @@ def simulate(
 ) -> None:
     """Run the closed-loop workload on a hybrid fleet: cost saved vs all on demand, and the work
     lost and delay that spot reclaims cost, per published interruption rate."""
-    from gpuwarden.planning.spot import ADVISOR_BUCKETS, SpotScenario, compare, render
+    from gpuwarden.closedloop.spot import ADVISOR_BUCKETS, SpotScenario, compare, render
 
     with domain_errors():
         sc = SpotScenario(owned_nodes=owned, spot_nodes=spot_nodes, days=days,

@@ -230,9 +230,14 @@ def node_spec(n: NodeRow) -> NodeSpec:
                 memory_mib=g.get("memory_mib") or GPU_MEMORY_MIB.get(model))
         for g in sorted(n.gpus, key=lambda g: g["index"])
     )  # fmt: skip
+    first = n.gpus[0] if n.gpus else {}
     # the cost class the agent registered is kept with each GPU's inventory (one per node)
     cost = next((g["cost_class"] for g in n.gpus if g.get("cost_class")), "owned")
-    return NodeSpec(n.node, n.cpu_milli, n.memory_mib, model, gpus, CostClass(cost))
+    return NodeSpec(n.node, n.cpu_milli, n.memory_mib, model, gpus,
+                    driver_version=first.get("driver_version"),
+                    cuda_version=first.get("cuda_version"),
+                    cuda_compat=first.get("cuda_compat"),
+                    cost_class=CostClass(cost))  # fmt: skip
 
 
 def agent_time(value: Any, lo: float, hi: float) -> float:

@@ -88,6 +88,12 @@ class NodeSpec:
     memory_mib: int
     gpu_model: str = ""
     gpus: tuple[GpuSpec, ...] = field(default_factory=tuple)
+    #: what the node's agent reported from NVML (None: unknown, which meets no stated need):
+    #: driver "550.54.15", the CUDA version it runs natively "12.4", and the CUDA version of
+    #: an installed forward compatibility package (cuda-compat) "12.8"
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    cuda_compat: str | None = None
     cost_class: CostClass = CostClass.OWNED
 
     def __post_init__(self) -> None:
@@ -129,4 +135,4 @@ class NodeSpec:
         model = mig.canonical_model(gpu_model) if gpu_model else ""
         mem = gpu_memory_mib if gpu_memory_mib is not None else GPU_MEMORY_MIB.get(model)
         specs = tuple(GpuSpec(i, mode=mode, memory_mib=mem) for i in range(gpus))
-        return cls(name, cpu_milli, memory_mib, model, specs, CostClass(cost_class))
+        return cls(name, cpu_milli, memory_mib, model, specs, cost_class=CostClass(cost_class))

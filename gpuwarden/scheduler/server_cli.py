@@ -199,6 +199,24 @@ def load_quotas(path: str) -> dict[str, dict[str, Any]]:
     show_default=True,
     help="Apply the per-class power caps and clocks through NVML (needs root); reverted at job end.",
 )
+@click.option(
+    "--mig-gpus", default="", help="GPUs to run in MIG mode: indices like 0,1 or all (as root)."
+)
+@click.option(
+    "--mps-control", default="nvidia-cuda-mps-control", show_default=True,
+    help="The MPS control program the agent starts one daemon of per GPU running MPS shares.",
+)  # fmt: skip
+@click.option(
+    "--driver-version", default=None, help="Driver version of the fake GPUs (with --fake-gpus)."
+)
+@click.option(
+    "--cuda-version", default=None, help="CUDA version of the fake GPUs' driver (--fake-gpus)."
+)
+@click.option(
+    "--cuda-compat", default=None,
+    help="CUDA version of the installed forward compatibility package; default: the newest "
+    "/usr/local/cuda-X.Y/compat holding libcuda.so.",
+)  # fmt: skip
 @click.pass_context
 def agent(
     ctx: click.Context,
@@ -208,6 +226,11 @@ def agent(
     fake_gpus: int | None,
     gpu_model: str,
     interval_s: float,
+    mig_gpus: str,
+    mps_control: str,
+    driver_version: str | None,
+    cuda_version: str | None,
+    cuda_compat: str | None,
     cost_class: str,
     reclaim_notice_file: str | None,
     model_cache: str | None,
@@ -223,16 +246,35 @@ def agent(
 
     from gpuwarden.lifecycle import wait_for_stop
     from gpuwarden.outbound import OutboundPolicy
-    from gpuwarden.scheduler.agent import Agent, hide_environment, host_inventory
+    from gpuwarden.scheduler._agent_sharing import GpuSharing, nvml_for_mig
+    from gpuwarden.scheduler.agent import (
+        Agent,
+        find_cuda_compat,
+        hide_environment,
+        host_inventory,
+        with_mig,
+    )
     from gpuwarden.scheduler.modelcache import CacheWatcher
     from gpuwarden.scheduler.spot import NoticeFile
 
     node = node or socket.gethostname()
     with domain_errors():
         hooks = OutboundPolicy.parse(settings(ctx)["hook_allow"])
-        inventory = host_inventory(node, fake_gpus=fake_gpus, gpu_model=gpu_model)
+        inventory = host_inventory(
+            node, fake_gpus=fake_gpus, gpu_model=gpu_model,
+            versions=(driver_version, cuda_version), cuda_compat=cuda_compat or find_cuda_compat(),
+        )  # fmt: skip
+        inventory = with_mig(inventory, mig_gpus)
+        gpus = inventory.gpus
+        sharing = GpuSharing(
+            Path(workdir), nvml=None if fake_gpus is not None else nvml_for_mig(),
+            gpu_model=str(gpus[0]["model"]) if gpus else gpu_model,
+            gpu_memory_mib={int(g["index"]): g.get("memory_mib") for g in gpus},
+            mps_control=mps_control,
+        )  # fmt: skip
         runner = Agent(
             node, url, Path(workdir), inventory, interval_s=interval_s, hook_policy=hooks,
+            sharing=sharing,
             cost_class=cost_class,
             notice=NoticeFile(Path(reclaim_notice_file), node) if reclaim_notice_file else None,
             model_cache=CacheWatcher(Path(model_cache)) if model_cache else None,

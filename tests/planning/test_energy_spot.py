@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from gpuwarden.cli import main
+from gpuwarden.closedloop.spot import SpotScenario, compare, render, simulate
 from gpuwarden.closedloop.workload import WorkloadSpec
 from gpuwarden.errors import InputError
 from gpuwarden.planning.energy import PowerModel, advise, clock_cut_effect, replay_sleep
-from gpuwarden.planning.spot import SpotScenario, compare, render, simulate
 from gpuwarden.scheduler import openb
 from gpuwarden.scheduler.sleep import SleepPolicy
 

@@ -1,4 +1,4 @@
-"""The event queue the planning simulations share: (time, kind, payload) in time order, kinds
+"""The event queue of the discrete-event simulations (sleep replay, spot): (time, kind, payload) in time order, kinds
 at one instant in their number's order, ties in the order they were pushed."""
 
 from __future__ import annotations

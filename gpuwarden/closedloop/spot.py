@@ -28,7 +28,7 @@ import numpy as np
 
 from gpuwarden.closedloop.workload import WorkloadSpec, make_workload
 from gpuwarden.errors import InputError
-from gpuwarden.planning._events import Events
+from gpuwarden.planning.events import Events
 from gpuwarden.scheduler import Job, NodeSpec, Scheduler
 from gpuwarden.scheduler.resources import CostClass
 
