@@ -31,6 +31,7 @@ from typing import Any
 from gpuwarden.errors import InputError
 from gpuwarden.scheduler._service_jobs import FINISHED
 from gpuwarden.scheduler._service_lifecycle import JobLifecycle, node_spec
+from gpuwarden.scheduler._service_sleep import ServiceSleep
 from gpuwarden.scheduler._service_types import NotFoundError
 from gpuwarden.scheduler.resources import GPU_MILLI, Health
 from gpuwarden.scheduler.state import NodeRow
@@ -54,6 +55,7 @@ class Nodes:
         self.node_timeout_s = node_timeout_s
         self.started_at = started_at  # silence before this (the service was down) does not count
         self.clock = clock
+        self.sleep: ServiceSleep | None = None  # idle-node sleep, when the service runs it
 
     def run_round(self, now: float, *, preempt: bool) -> None:
         """Write off nodes whose agent went silent, then place what waits (and preempt for it)."""
@@ -63,6 +65,8 @@ class Nodes:
             return
         for decision in s.schedule(now=now, preempt=preempt):
             self.lifecycle.apply_decision(decision, now)
+        if self.sleep is not None:
+            self.sleep.after_round(now)
 
     def register(self, node: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """An agent says what its node has; rebuilds the scheduler when the inventory changed."""
@@ -74,6 +78,7 @@ class Nodes:
         for g in body["gpus"]:
             prev = keep.get(g["index"], {})
             gpus.append({**g, "health": prev.get("health", "ok"), "cost_class": cost,
+                         "mac": body.get("mac"),
                          "mode": g.get("mode") or prev.get("mode", "fractional")})  # fmt: skip
         row = NodeRow(
             node, body["cpu_milli"], body["memory_mib"], gpus, now, old.sync_seq if old else 0
@@ -153,6 +158,8 @@ class Nodes:
         ):  # up for less than a timeout: every agent gets its chance
             return []
         silent = self.db.silent_nodes(quiet_since)
+        if self.sleep is not None:  # a sleeping node's agent is silent by design
+            silent = [(n, seen) for n, seen in silent if not self.sleep.resting(n, now)]
         for node, seen in silent:
             self._lose(node, self.started_at if seen is None else seen, now)
         if silent:

@@ -33,9 +33,7 @@ class AgentSync:
     def __init__(self, lifecycle: JobLifecycle, nodes: Nodes) -> None:
         self.lifecycle, self.nodes, self.db = lifecycle, nodes, lifecycle.db
 
-    def agent_sync(
-        self, node: str, body: Mapping[str, Any], now: float
-    ) -> dict[str, list[dict[str, Any]]]:
+    def agent_sync(self, node: str, body: Mapping[str, Any], now: float) -> dict[str, Any]:
         """Take in what an agent reports (task states, checkpoints, log text); answer with what
         it must start, checkpoint and stop."""
         old = self.db.node(node)
@@ -44,6 +42,8 @@ class AgentSync:
         seq = self.db.bump_sync(node, now)
         if old.lost_at is not None:
             self.nodes.node_back(old, now)
+        if self.nodes.sleep is not None:
+            self.nodes.sleep.synced(node)
         if body.get("models") is not None:
             self.nodes.set_model_cache(node, list(body["models"]))
         reported: dict[Key, dict[str, Any]] = {}
@@ -126,7 +126,7 @@ class AgentSync:
 
     def _orders(
         self, node: str, seq: int, now: float, reported: dict, strangers: list[Key]
-    ) -> dict[str, list[dict[str, Any]]]:
+    ) -> dict[str, Any]:
         start: list[dict[str, Any]] = []
         hooks: list[dict[str, Any]] = []
         stop = [{"job_id": k[0], "attempt": k[1], "task": k[2]} for k in strangers]
@@ -173,7 +173,10 @@ class AgentSync:
                               "priority": job.spec.get("priority", "batch")})  # fmt: skip
                 self.db.upsert_task(TaskRow(job.job_id, job.attempt, i, node, list(t["gpus"]),
                                             "starting", None, None, seq))  # fmt: skip
-        return {"start": start, "checkpoint": hooks, "stop": stop}
+        orders: dict[str, Any] = {"start": start, "checkpoint": hooks, "stop": stop}
+        if self.nodes.sleep is not None and self.nodes.sleep.order_for(node):
+            orders["sleep"] = True
+        return orders
 
     def _gpu_memory(self, placement: list[dict[str, Any]]) -> list[float | None]:
         """Framebuffer (MiB) of the first GPU of each placed task, as the scheduler counts it

@@ -19,8 +19,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -178,6 +180,8 @@ class Agent:
         notice: NoticeFile | None = None,
         cost_class: str = "owned",
         model_cache: CacheWatcher | None = None,
+        mac: str | None = None,
+        sleep_command: Sequence[str] = (),
     ) -> None:
         self.node = node or socket.gethostname()
         self.url = url.rstrip("/")
@@ -199,6 +203,8 @@ class Agent:
         self.notice = notice
         self.cost_class = cost_class
         self.model_cache = model_cache
+        self.mac = mac
+        self.sleep_command = tuple(sleep_command)
         self._pending_notice: ReclaimNotice | None = None
 
     def run(self, stop: threading.Event | None = None) -> None:
@@ -229,6 +235,8 @@ class Agent:
                 self._pending_notice = None
             if not self.registered:
                 body = {**self.inventory.body(), "cost_class": self.cost_class}
+                if self.mac:
+                    body["mac"] = self.mac
                 if self.model_cache is not None:
                     self.model_cache.forget()
                     body["models"] = self.model_cache.poll()
@@ -264,6 +272,19 @@ class Agent:
             self.tasks.checkpoint(order)
         for order in orders.get("stop", ()):
             self.tasks.stop(order)
+        if orders.get("sleep"):
+            self._go_to_sleep()
+
+    def _go_to_sleep(self) -> None:
+        """The service put this node to sleep (it is drained): run the sleep command."""
+        if not self.sleep_command:
+            logger.warning("the service put %s to sleep, but no --sleep-command is set", self.node)
+            return
+        logger.warning("going to sleep: %s", " ".join(self.sleep_command))
+        try:
+            subprocess.run(self.sleep_command, check=False, timeout=60)  # noqa: S603
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            logger.error("sleep command failed: %s", exc)
 
     def _read_notice(self) -> None:
         if self.notice is None:

@@ -99,6 +99,7 @@ class Registration(_Strict):
     memory_mib: Whole
     gpus: list[AgentGpu] = Field(max_length=64)
     cost_class: Literal["owned", "reserved", "spot"] = "owned"
+    mac: str | None = Field(None, pattern=r"^[0-9A-Fa-f]{2}([:-]?[0-9A-Fa-f]{2}){5}$")
     models: list[Annotated[str, Field(min_length=1, max_length=300)]] | None = Field(
         None, max_length=4096
     )

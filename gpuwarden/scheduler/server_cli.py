@@ -53,6 +53,17 @@ def scheduler() -> None:
     show_default=True,
     help="Tasks one tenant may have queued; a submission past that is refused with a 429.",
 )
+@click.option(
+    "--sleep",
+    type=click.Choice(["off", "dry-run", "on"]),
+    default="off",
+    show_default=True,
+    help="Idle-node sleep (docs/planning.md): dry-run only logs what it would do.",
+)
+@click.option("--sleep-window", default="02:00-06:00", show_default=True,
+              help="When idle nodes may sleep (UTC), and all weekend.")  # fmt: skip
+@click.option("--wol-broadcast", default="255.255.255.255", show_default=True,
+              help="Where Wake-on-LAN packets go: the nodes' subnet broadcast address.")  # fmt: skip
 @click.pass_context
 def serve(
     ctx: click.Context,
@@ -64,6 +75,9 @@ def serve(
     round_every_s: float,
     node_timeout_s: float,
     max_queued_tasks: int,
+    sleep: str,
+    sleep_window: str,
+    wol_broadcast: str,
 ) -> None:
     """Serve the scheduler API; state in --db survives restarts (even kill -9).
 
@@ -76,6 +90,7 @@ def serve(
     from gpuwarden.scheduler._auth import TokenBook
     from gpuwarden.scheduler.api import SchedulerServer
     from gpuwarden.scheduler.service import Principal, SchedulerService
+    from gpuwarden.scheduler.sleep import SleepPolicy, SleepWindow
     from gpuwarden.scheduler.state import SchedulerDB
 
     with domain_errors():
@@ -88,7 +103,10 @@ def serve(
             node_timeout_s=node_timeout_s,
             max_queued_tasks=max_queued_tasks,
             grid_g_per_kwh=_grid(settings(ctx)),
-        )
+            sleep=None if sleep == "off" else SleepPolicy(
+                SleepWindow.parse(sleep_window), dry_run=sleep == "dry-run"),
+            wol_broadcast=wol_broadcast,
+        )  # fmt: skip
         if quotas_path:
             for tenant, limits in load_quotas(quotas_path).items():
                 service.set_quota(Principal("admin"), tenant, limits.get("gpus"),
@@ -193,6 +211,9 @@ def load_quotas(path: str) -> dict[str, dict[str, Any]]:
     default=None,
     help="This node's local model-weights cache (e.g. $HF_HOME/hub), reported to placement.",
 )
+@click.option("--mac", default=None, help="This node's MAC address, for Wake-on-LAN.")
+@click.option("--sleep-command", default=None,
+              help="Run when the service puts this node to sleep, e.g. 'systemctl suspend'.")  # fmt: skip
 @click.option(
     "--power-caps/--no-power-caps",
     default=False,
@@ -235,6 +256,8 @@ def agent(
     reclaim_notice_file: str | None,
     model_cache: str | None,
     power_caps: bool,
+    mac: str | None,
+    sleep_command: str | None,
 ) -> None:
     """Run a node agent: register this node's GPUs, start, checkpoint and stop tasks.
 
@@ -255,11 +278,15 @@ def agent(
         with_mig,
     )
     from gpuwarden.scheduler.modelcache import CacheWatcher
+    from gpuwarden.scheduler.sleep import SleepPolicy
     from gpuwarden.scheduler.spot import NoticeFile
+    from gpuwarden.scheduler.wol import magic_packet
 
     node = node or socket.gethostname()
     with domain_errors():
         hooks = OutboundPolicy.parse(settings(ctx)["hook_allow"])
+        if mac:
+            magic_packet(mac)  # a bad address is an error here, not a refusal at registration
         inventory = host_inventory(
             node, fake_gpus=fake_gpus, gpu_model=gpu_model,
             versions=(driver_version, cuda_version), cuda_compat=cuda_compat or find_cuda_compat(),
@@ -279,6 +306,8 @@ def agent(
             notice=NoticeFile(Path(reclaim_notice_file), node) if reclaim_notice_file else None,
             model_cache=CacheWatcher(Path(model_cache)) if model_cache else None,
             power=_power_governor() if power_caps else None,
+            mac=mac,
+            sleep_command=SleepPolicy.command(sleep_command) if sleep_command else (),
         )  # fmt: skip
     if not hide_environment():
         print(

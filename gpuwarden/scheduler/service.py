@@ -30,6 +30,7 @@ from gpuwarden.errors import ConfigError, InputError
 from gpuwarden.scheduler._service_lifecycle import JobLifecycle
 from gpuwarden.scheduler._service_nodes import Nodes, health_of
 from gpuwarden.scheduler._service_requests import JobRequests
+from gpuwarden.scheduler._service_sleep import ServiceSleep
 from gpuwarden.scheduler._service_sync import AgentSync
 from gpuwarden.scheduler._service_tx import Transactions
 from gpuwarden.scheduler._service_types import (
@@ -50,7 +51,9 @@ from gpuwarden.scheduler.billing import (
 from gpuwarden.scheduler.mig import canonical_model
 from gpuwarden.scheduler.resources import GPU_MILLI
 from gpuwarden.scheduler.scheduler import Scheduler
+from gpuwarden.scheduler.sleep import SleepPolicy
 from gpuwarden.scheduler.state import SchedulerDB
+from gpuwarden.scheduler.wol import WOL_PORT
 
 logger = logging.getLogger("gpuwarden.scheduler.service")
 
@@ -74,6 +77,9 @@ class SchedulerService:
         clock: Callable[[], float] = time.time,
         max_queued_tasks: int | None = MAX_QUEUED_TASKS,
         grid_g_per_kwh: float | None = None,
+        sleep: SleepPolicy | None = None,
+        wol_broadcast: str = "255.255.255.255",
+        wol_port: int = WOL_PORT,
     ) -> None:
         if not node_timeout_s > 0:
             raise ConfigError(f"node timeout must be > 0 seconds, got {node_timeout_s}")
@@ -92,6 +98,10 @@ class SchedulerService:
             self._lifecycle, node_timeout_s=node_timeout_s, started_at=self.started_at, clock=clock
         )
         self._agents = AgentSync(self._lifecycle, self._nodes)
+        if sleep is not None:
+            self._nodes.sleep = ServiceSleep(
+                self._lifecycle, sleep, broadcast=wol_broadcast, port=wol_port
+            )
         self._jobs = JobRequests(
             self._lifecycle, self._nodes, clock, max_queued_tasks=max_queued_tasks
         )

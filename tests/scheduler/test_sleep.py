@@ -127,3 +127,84 @@ def test_magic_packet_over_udp():
         sent = send_magic_packet("00:11:22:aa:bb:cc", host="127.0.0.1", port=rx.getsockname()[1])
         got, _ = rx.recvfrom(1024)
     assert got == sent == pkt
+
+
+def test_the_service_sleeps_an_idle_node_keeps_it_and_wakes_it_for_the_queue(tmp_path):
+    """Inside the service: the sleep order rides on the agent's sync answer, a sleeping node's
+    silence does not make it lost, and waiting work wakes it with a real magic packet."""
+    from service_helpers import Clock, PlayAgent, submit
+
+    from gpuwarden.scheduler.service import SchedulerService
+    from gpuwarden.scheduler.state import SchedulerDB
+
+    clock = Clock()
+    clock.t = MON_1200  # registered and busy outside the window
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
+        rx.bind(("127.0.0.1", 0))
+        rx.settimeout(5)
+        svc = SchedulerService(SchedulerDB(tmp_path / "s.db"), clock=clock,
+                               sleep=SleepPolicy(dry_run=False, headroom_gpus=0),
+                               wol_broadcast="127.0.0.1", wol_port=rx.getsockname()[1])  # fmt: skip
+        a1, a2 = PlayAgent(svc, "n1", gpus=2), PlayAgent(svc, "n2", gpus=2)
+        svc.register("n2", {"cpu_milli": 64000, "memory_mib": 262144, "mac": "02:00:00:00:00:02",
+                            "gpus": [{"index": i, "uuid": f"GPU-n2-{i}", "model": "H100-80GB",
+                                      "memory_mib": 81920} for i in range(2)]})  # fmt: skip
+        busy = submit(svc, gpus_per_task=2)
+        assert svc.db.job(busy).placement[0]["node"] == "n1"
+        a1.sync()
+        a2.sync()
+        clock.t = MON_0300 + 86_400  # Tuesday 03:00
+        told = [a2.sync()]
+        a1.sync()
+        svc.tick()
+        told += [a2.sync(), a2.sync()]
+        assert [o.get("sleep", False) for o in told].count(True) == 1  # told once
+        assert "sleep" not in a1.sync()  # n1 holds work
+        clock.t += 3600  # n2's agent is silent for an hour: asleep, not lost
+        a1.sync()
+        svc.tick()
+        assert {n["node"]: n["state"] for n in svc.nodes()}["n2"] == "ok"
+        job = submit(svc, gpus_per_task=2)
+        assert svc.db.job(job).state == "queued"
+        packet, _ = rx.recvfrom(1024)  # the queue woke n2
+        assert packet == magic_packet("02:00:00:00:00:02")
+        clock.t += 120  # still booting: silent, and not lost
+        svc.tick()
+        assert {n["node"]: n["state"] for n in svc.nodes()}["n2"] == "ok"
+        clock.t += 60  # cold start over: the node takes the job, and its agent is back
+        a1.sync()
+        svc.tick()
+        a2.sync()
+        assert svc.db.job(job).state == "running"
+        assert svc.db.job(job).placement[0]["node"] == "n2"
+
+
+def test_the_agent_runs_its_sleep_command_when_told(tmp_path):
+    """A real service answers a sync with the sleep order; the agent runs its command."""
+    from service_helpers import AGENT_SECRET, agent_token
+
+    from gpuwarden.scheduler._auth import TokenBook
+    from gpuwarden.scheduler.agent import Agent, Inventory
+    from gpuwarden.scheduler.api import SchedulerServer
+    from gpuwarden.scheduler.service import SchedulerService
+    from gpuwarden.scheduler.state import SchedulerDB
+
+    db = SchedulerDB(tmp_path / "s.db")
+    svc = SchedulerService(db, clock=lambda: MON_0300,
+                           sleep=SleepPolicy(dry_run=False, headroom_gpus=0))  # fmt: skip
+    server = SchedulerServer(svc, TokenBook({}, admin="admin-token-0", agent=AGENT_SECRET))
+    server.start(port=0)
+    marker = tmp_path / "slept"
+    inv = Inventory(8000, 16384, ({"index": 0, "uuid": "GPU-0", "model": "H100-80GB",
+                                   "memory_mib": 81920},))  # fmt: skip
+    agent = Agent("n1", server.url, tmp_path / "w", inv, token=agent_token("n1"),
+                  mac="02:00:00:00:00:01", sleep_command=("touch", str(marker)))  # fmt: skip
+    try:
+        for _ in range(3):
+            agent.step()
+        assert marker.exists()
+        assert svc.db.node("n1").gpus[0]["mac"] == "02:00:00:00:00:01"
+    finally:
+        agent.close()
+        server.stop()
+        db.close()

@@ -1,0 +1,103 @@
+"""Idle-node sleep inside the scheduler service (``sleep.py``'s controller over its scheduler).
+
+After every placement round the controller looks at each node's allocation and the queue. A node
+it puts to sleep is told so in its agent's next sync answer (``"sleep": true``); the agent runs
+its sleep command (``gpuwarden agent --sleep-command``). A sleeping node's agent stops syncing,
+so the node-liveness rule passes over sleeping and waking nodes: they are not lost. To wake one
+the service sends a Wake-on-LAN magic packet to the MAC address its agent registered (``--mac``),
+to ``broadcast``; the node takes work again ``cold_start_s`` later. The scheduler is rebuilt
+from the database now and then, so the controller follows the current one and closes its
+draining and sleeping nodes in it again. Dry run (the default policy) only logs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import numpy as np
+
+from gpuwarden.scheduler._service_lifecycle import JobLifecycle
+from gpuwarden.scheduler.sleep import NodeSleep, SleepController, SleepPolicy
+from gpuwarden.scheduler.wol import WOL_PORT, send_magic_packet
+
+logger = logging.getLogger("gpuwarden.scheduler.service")
+
+#: seconds after a woken node's cold start within which its agent is expected to sync again
+BOOT_GRACE_S = 600.0
+
+
+class ServiceSleep:
+    def __init__(
+        self,
+        lifecycle: JobLifecycle,
+        policy: SleepPolicy,
+        *,
+        broadcast: str = "255.255.255.255",
+        port: int = WOL_PORT,
+        send: Callable[..., bytes] = send_magic_packet,
+    ) -> None:
+        self.lifecycle, self.policy = lifecycle, policy
+        self.broadcast, self.port, self._send = broadcast, port, send
+        self.ctl: SleepController | None = None
+        self._orders: set[str] = set()  # nodes to tell to sleep in their next sync
+        self._woken: dict[str, float] = {}  # node -> when its magic packet went, until it syncs
+
+    def _controller(self) -> SleepController | None:
+        s = self.lifecycle.scheduler
+        if s is None:
+            return None
+        if self.ctl is None:
+            self.ctl = SleepController(s, self.policy, wake=self._wake, sleep=self._orders.add)
+        elif self.ctl.s is not s:  # rebuilt from the database
+            self.ctl.s = s
+        ctl = self.ctl
+        for node in [n for n in ctl.state if n not in s.cluster.index]:
+            del ctl.state[node]  # lost or gone
+            ctl.ready_at.pop(node, None)
+        for node in s.cluster.names:
+            st = ctl.state.setdefault(node, NodeSleep.AWAKE)
+            if st is not NodeSleep.AWAKE and not self.policy.dry_run:
+                s.set_open(node, False)
+        return ctl
+
+    def after_round(self, now: float) -> None:
+        """Sleep, drain or wake nodes by the policy and the queue."""
+        ctl = self._controller()
+        if ctl is None:
+            return
+        c = ctl.s.cluster
+        used = np.where(c.exists, 1000 - c.free, 0).sum(axis=1) / np.maximum(c.n_gpus, 1) / 1000
+        ctl.step(now, {n: float(u) for n, u in zip(c.names, used, strict=True)})
+        ctl.need(now, ctl.s.pending)
+
+    def resting(self, node: str, now: float) -> bool:
+        """Whether ``node``'s agent's silence is expected: it is asleep, or was woken and has
+        not synced yet (for its cold start and ``BOOT_GRACE_S`` more; a node that never comes
+        back is lost after that, as any silent node)."""
+        if self.ctl is not None and self.ctl.state.get(node) is NodeSleep.ASLEEP:
+            return True
+        woke = self._woken.get(node)
+        return woke is not None and now < woke + self.policy.cold_start_s + BOOT_GRACE_S
+
+    def synced(self, node: str) -> None:
+        """``node``'s agent synced: it is up."""
+        self._woken.pop(node, None)
+
+    def order_for(self, node: str) -> bool:
+        """Whether ``node``'s agent must run its sleep command now (told once)."""
+        if node in self._orders:
+            self._orders.discard(node)
+            return True
+        return False
+
+    def _wake(self, node: str) -> None:
+        assert self.ctl is not None
+        self._woken[node] = self.ctl.ready_at.get(node, 0.0) - self.policy.cold_start_s
+        row = self.lifecycle.db.node(node)
+        mac = next((g.get("mac") for g in (row.gpus if row else ()) if g.get("mac")), None)
+        if mac is None:
+            logger.warning("cannot wake %s: its agent registered no MAC address (--mac)", node)
+            return
+        self._send(mac, host=self.broadcast, port=self.port)
+        logger.warning("sent the Wake-on-LAN packet for %s (%s) to %s", node, mac, self.broadcast)
