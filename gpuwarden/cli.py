@@ -565,6 +565,7 @@ def _register_subcommands() -> None:
     from gpuwarden.closedloop.cli import closed_loop
     from gpuwarden.dashboard.cli import dashboard
     from gpuwarden.models.cli import COMMANDS, evaluate
+    from gpuwarden.reports.cli import report
     from gpuwarden.scheduler.client_cli import COMMANDS as SCHEDULER_CLIENT
     from gpuwarden.scheduler.server_cli import agent, scheduler
     from gpuwarden.serve.cli import serve
@@ -574,6 +575,7 @@ def _register_subcommands() -> None:
     main.add_command(dashboard)
     main.add_command(scheduler)
     main.add_command(agent)
+    main.add_command(report)
     for command in [*COMMANDS, *SCHEDULER_CLIENT]:
         main.add_command(command)
 

@@ -38,7 +38,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "alerts scheduler exporter",
         "scheduler_hooks",
         "serve",
-        "closedloop dashboard",
+        "closedloop dashboard reports",
         "demo cliutil cli __main__",
     )
 )

@@ -1,0 +1,114 @@
+"""Scheduler facts from the bundled scheduler's SQLite file, and the alert log's re-tags.
+
+Queue wait is ``started_at - queued_at`` of the jobs that started in the period; GPU-hours are
+the service's own bill (``scheduler.billing.gpu_hours``), so the report and ``gpuwarden
+billing`` never disagree. Capacity is the GPUs the scheduler's nodes registered times the hours.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gpuwarden.alerts.audit import AuditLog
+from gpuwarden.errors import InputError
+from gpuwarden.health import GpuState
+from gpuwarden.reports.model import Alerts, Cost, Scheduler, TenantUsage
+from gpuwarden.scheduler.billing import UsageInterval, gpu_hours, tenant_totals
+from gpuwarden.scheduler.state import SchedulerDB
+
+#: The audit log holds at most this many rows per report period before the count says so.
+AUDIT_LIMIT = 10_000
+
+
+def alerts(transitions: pd.DataFrame, audit_path: str | None, since: float, until: float) -> Alerts:
+    """Transitions from the stored verdicts; re-tags (hook rows) from the audit log if any."""
+    states = transitions["state"].astype(str)
+    retags_ok = retags_failed = None
+    by_hook: dict[str, int] | None = None
+    if audit_path and Path(audit_path).is_file():
+        log = AuditLog(audit_path)
+        try:
+            rows = [r for r in log.rows(limit=AUDIT_LIMIT, since=since) if r.ts < until]
+        finally:
+            log.close()
+        hooks = [r for r in rows if r.hook is not None and r.hook != "slack"]
+        retags_ok = sum(r.result.startswith("ok") for r in hooks)
+        retags_failed = len(hooks) - retags_ok
+        by_hook = {}
+        for r in hooks:
+            by_hook[str(r.hook)] = by_hook.get(str(r.hook), 0) + 1
+    return Alerts(
+        transitions=len(transitions),
+        to_at_risk=int((states == str(GpuState.AT_RISK)).sum()),
+        to_unhealthy=int((states == str(GpuState.UNHEALTHY)).sum()),
+        to_ok=int((states == str(GpuState.OK)).sum()),
+        hard_signal_transitions=int((transitions["cause"] == "hard-signal").sum()),
+        retags_ok=retags_ok,
+        retags_failed=retags_failed,
+        retags_by_hook=by_hook,
+    )
+
+
+def scheduler(path: str, since: float, until: float, now: float) -> Scheduler:
+    if not Path(path).is_file():
+        raise InputError(f"scheduler database {path} does not exist")
+    db = SchedulerDB(path)
+    try:
+        jobs = db.jobs()
+        usage = [UsageInterval(*r) for r in db.usage_rows()]
+        preempts = [
+            r for r in db.audit_rows(limit=1_000_000, since=since, action="preempt") if r.at < until
+        ]
+        quotas = {str(r["tenant"]): r["gpus"] for r in db.quotas()}
+        capacity_gpus = sum(len(n.gpus) for n in db.nodes())
+    finally:
+        db.close()
+    waits = [
+        (j.started_at - j.queued_at) / 60.0
+        for j in jobs
+        if j.started_at is not None and since <= j.started_at < until
+    ]
+    hours = (until - since) / 3600.0
+    totals = tenant_totals(gpu_hours(usage, since, until, min(now, until)))
+    used = sum(totals.values())
+    capacity = capacity_gpus * hours
+    tenants = []
+    for tenant, h in sorted(totals.items(), key=lambda kv: -kv[1]):
+        quota = quotas.get(tenant)
+        quota_used = 100.0 * (h / hours) / quota if quota and hours else None
+        tenants.append(
+            TenantUsage(
+                tenant=tenant, gpu_hours=round(h, 1),
+                share_pct=round(100.0 * h / used, 1) if used else 0.0,
+                quota_gpus=float(quota) if quota is not None else None,
+                quota_used_pct=round(quota_used, 1) if quota_used is not None else None,
+            )
+        )  # fmt: skip
+    return Scheduler(
+        jobs_started=len(waits),
+        queue_wait_median_min=round(float(np.median(waits)), 1) if waits else None,
+        queue_wait_p95_min=round(float(np.percentile(waits, 95)), 1) if waits else None,
+        jobs_waiting=sum(j.state == "queued" for j in jobs),
+        preemptions=len(preempts),
+        gpu_hours=round(used, 1),
+        capacity_gpu_hours=round(capacity, 1),
+        allocated_pct=round(100.0 * used / capacity, 1) if capacity else 0.0,
+        by_tenant=tenants,
+    )
+
+
+def cost(sched: Scheduler, price: float, currency: str) -> Cost | None:
+    """Cost per tenant at one price per GPU-hour; None (left out) when no price is set."""
+    if not (price > 0 and math.isfinite(price)):
+        return None
+    by_tenant = {t.tenant: round(t.gpu_hours * price, 2) for t in sched.by_tenant}
+    return Cost(
+        currency=currency,
+        price_per_gpu_hour=price,
+        total=round(sum(by_tenant.values()), 2),
+        by_tenant=by_tenant,
+    )
