@@ -164,8 +164,8 @@ def index(f: Facts, catalogue: set[int] | None = None) -> Index:
         s = f.scheduler
         ix.add(g, "jobs", s.jobs_started, "count")
         ix.add(g, "jobs_waiting", s.jobs_waiting, "count")
-        ix.add(g, "queue_wait", _h(s.queue_wait_median_min), "hours")
-        ix.add(g, "queue_wait", _h(s.queue_wait_p95_min), "hours")
+        ix.add(g, "queue_wait_median", _h(s.queue_wait_median_min), "hours")
+        ix.add(g, "queue_wait_p95", _h(s.queue_wait_p95_min), "hours")
         ix.add(g, "preemptions", s.preemptions, "count")
         ix.add(g, "gpu_hours", s.gpu_hours, "gpu_hours")
         ix.add(g, "capacity", s.capacity_gpu_hours, "gpu_hours")
@@ -208,7 +208,7 @@ def _gpu(ix: Index, hostname: str, gpu: int, uuid: str) -> str:
 _CHANGE_DIMS = {"%": "pct", "kWh": "kwh", "min": "hours", "GPU-hours": "gpu_hours"}
 _CHANGE_METRICS = {
     "fleet availability": "availability", "fleet GPU utilisation": "util", "energy": "energy",
-    "queue wait p95": "queue_wait", "preemptions": "preemptions", "failures": "failures",
+    "queue wait p95": "queue_wait_p95", "preemptions": "preemptions", "failures": "failures",
     "Xids": "xids", "verdict transitions": "transitions", "GPUs": "gpus",
     "GPUs at risk or unhealthy": "flagged", "GPU-hours allocated": "gpu_hours",
 }  # fmt: skip

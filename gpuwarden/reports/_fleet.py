@@ -7,7 +7,6 @@ never a model: the report says what gpuwarden decided, as ``serve`` decided it.
 
 from __future__ import annotations
 
-import math
 from datetime import UTC, datetime
 
 import numpy as np
@@ -182,7 +181,7 @@ def failures(failed: pd.DataFrame, verdicts: pd.DataFrame, models: dict[str, str
             FailureFact(
                 hostname=str(f.hostname), gpu=int(f.gpu), uuid=str(f.uuid),
                 model=models.get(str(f.uuid), ""), date=day(ts), kind=str(f.kind),
-                xid=int(xid) if xid is not None and not _nan(xid) else None,
+                xid=None if _nan(xid) else int(xid),  # type: ignore[call-overload]
                 caught=flag_ts is not None,
                 flagged_date=day(flag_ts) if flag_ts is not None else None,
                 lead_time_h=round((ts - flag_ts) / HOUR_S, 1) if flag_ts is not None else None,
@@ -201,7 +200,8 @@ def failures(failed: pd.DataFrame, verdicts: pd.DataFrame, models: dict[str, str
 
 
 def _nan(x: object) -> bool:
-    return isinstance(x, float) and math.isnan(x)
+    """Missing: None, NaN or pandas' NA."""
+    return x is None or (not isinstance(x, str | tuple | list) and bool(pd.isna(x)))
 
 
 def risk(

@@ -54,12 +54,15 @@ NOT_NAMES = re.compile(
 )
 GPU_AFTER = re.compile(r"^(?:/|:|'s\s+GPU\s*#?|\s+GPU\s*#?|\s+gpu\s*#?)(\d+)\b")
 GPU_BEFORE = re.compile(r"\bGPU\s*#?(\d+)\s+(?:on|of|in|at)\s+$", re.I)
-NUMBER = re.compile(
-    r"(?<![\w.])(?P<cur>[$€£])?(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)"
+UNIT = (
     r"(?P<unit>\s*(?:%|percent\b|per cent\b|percentage points?\b|pp\b|"
-    r"GPU[- ]hours?\b|GPU[- ]h\b|[kMG]?Wh\b|kg\b|tonnes?\b|t\b|g\b|"
+    r"GPU[- ]hours?\b|GPU[- ]h\b|g(?:\s*CO2)?\s*(?:per|/)\s*kWh\b|[kMG]?Wh\b|kg\b|tonnes?\b|t\b|g\b|"
     r"hours?\b|hrs?\b|h\b|minutes?\b|mins?\b|min\b|days?\b|d\b|weeks?\b|"
-    r"USD\b|EUR\b|GBP\b|dollars?\b|euros?\b))?",
+    r"USD\b|EUR\b|GBP\b|dollars?\b|euros?\b))?"
+)
+NUMBER = re.compile(
+    r"(?<![\w.])(?P<cur>[$€£])?(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)(?!(?:st|nd|rd|th)\b)"
+    + UNIT,
     re.I,
 )
 WORD_NUMBERS = {
@@ -76,16 +79,17 @@ TENS = {
 WORD_NUMBER = re.compile(
     r"\b(?:(?P<tens>"
     + "|".join(TENS)
-    + r")(?:[- ](?P<unit>"
+    + r")(?:[- ](?P<ones>"
     + "|".join(list(WORD_NUMBERS)[1:10])
     + r"))?"
     r"|(?P<small>" + "|".join(WORD_NUMBERS) + r")|(?P<dozen>a dozen|dozen))"
-    r"(?P<hundred>\s+hundred)?\b(?!\s+of\b)(?!-)",
+    r"(?P<hundred>\s+hundred)?\b(?!\s+of\b)(?!-)" + UNIT,
     re.I,
 )
 _UNIT_DIMS: list[tuple[str, str, float]] = [
     (r"%|percent|per cent|percentage points?|pp", "pct", 1.0),
     (r"gpu[- ]hours?|gpu[- ]h", "gpu_hours", 1.0),
+    (r"g(?:\s*co2)?\s*(?:per|/)\s*kwh", "g_per_kwh", 1.0),
     (r"gwh", "kwh", 1e6), (r"mwh", "kwh", 1000.0), (r"kwh", "kwh", 1.0), (r"wh", "kwh", 1e-3),
     (r"kg", "kg", 1.0), (r"tonnes?|t", "kg", 1000.0), (r"g", "kg", 1e-3),
     (r"hours?|hrs?|h", "hours", 1.0), (r"minutes?|mins?|min", "hours", 1 / 60),
@@ -109,17 +113,18 @@ METRIC_WORDS: dict[str, str] = {
     "hard_signal_transitions": r"hard[- ]signal",
     "retags": r"re-?tag|tagg|hook", "retags_ok": r"re-?tag|tagg|hook|succe",
     "retags_failed": r"re-?tag|hook|fail",
-    "xids": r"xid|error|event", "xid_codes": r"code|kind|type|distinct",
+    "xids": r"xid|error|event|times|occurr|logged", "xid_codes": r"code|kind|type|distinct",
     "hard_signals": r"hard[- ]signal|fatal|lost|reset|double-bit|remap|signal",
     "util": r"utili[sz]|busy|\butil\b|\bload\b|active",
     "memory": r"memory|framebuffer|\bmem\b|\bvram\b", "idle": r"idle|unused",
     "energy": r"energy|kwh|mwh|gwh|consum|power|electric",
-    "co2": r"co2|carbon|emission", "grid": r"grid|intensity",
+    "co2": r"co2|carbon|emission", "grid": r"grid|intensity|per kwh|/kwh",
     "gpu_hours": r"gpu[- ]h", "gpu_hours_measured": r"gpu[- ]h|measured|power",
     "capacity": r"capacity|available gpu[- ]h",
-    "allocated": r"allocat|booked|reserved|used|busy|held",
+    "allocated": r"allocat|booked|reserved|used|busy|held|capacity",
     "jobs": r"\bjobs?\b|started", "jobs_waiting": r"waiting|queued|pending",
-    "queue_wait": r"wait|queue", "preemptions": r"preempt",
+    "queue_wait_median": r"median|typical|p50|half of",
+    "queue_wait_p95": r"p95|95th|percentile|tail|worst", "preemptions": r"preempt",
     "share": r"share|of (?:the|all)|percent of", "quota": r"quota", "quota_used": r"quota",
     "cost": r"cost|spen[dt]|bill|charge|\$|€|£|usd|eur", "price": r"price|rate|per gpu[- ]hour",
     "gpus": r"\bgpus?\b|\bboards?\b|\bcards?\b|\bdevices?\b",
@@ -154,7 +159,7 @@ def sentences(text: str) -> list[str]:
     """Sentences and list items, in order, as written (markup and all)."""
     out: list[str] = []
     for line in text.splitlines():
-        for part in re.split(r"(?<=[.!?])\s+(?=[A-Z0-9\[*_(\"'])", line):
+        for part in re.split(r"(?<=[.!?])\s+(?=\S)", line):
             if part.strip():
                 out.append(part.strip())
     return out
@@ -219,9 +224,9 @@ def check_sentence(sentence: str, ix: Index) -> list[ClaimError]:
             errors.append(f"{claim.text}: no such date in the facts for what the sentence names")
     for claim in _numbers(text()):
         clause = _clause(lowered, claim.start)
-        why = _unsupported(
-            claim, _bound(mentions, claim.start, claim.start + len(claim.text)), clause, ix
-        )
+        visible = _visible(mentions, sentence, claim.start)
+        bound = _bound(visible, claim.start, claim.start + len(claim.text))
+        why = _unsupported(claim, bound, clause, ix)
         if why:
             errors.append(f"{claim.text.strip()}: {why}")
     return [ClaimError(sentence, e.split(":", 1)[0], e) for e in errors]
@@ -261,6 +266,15 @@ def _names(sentence: str, text: str, ix: Index, mentions: list, errors: list, ma
 
 def _host_of(entity: str) -> str:
     return f"host:{entity[4:].rsplit('/', 1)[0]}" if entity.startswith("gpu:") else entity
+
+
+def _visible(mentions: list[tuple[int, str]], sentence: str, pos: int) -> list[tuple[int, str]]:
+    """The mentions a claim at ``pos`` can see: one inside parentheses ("gpu7 GPU 1
+    (A100-80GB) is at risk with 0.77") binds only the claims inside the same parentheses."""
+    spans = [(m.start(), m.end()) for m in re.finditer(r"\([^()]*\)", sentence)]
+    here = next(((a, b) for a, b in spans if a <= pos < b), None)
+    return [(p, e) for p, e in mentions
+            if not any(a <= p < b for a, b in spans) or (here and here[0] <= p < here[1])]  # fmt: skip
 
 
 def _bound(mentions: list[tuple[int, str]], pos: int, end: int | None = None) -> list[str]:
@@ -335,16 +349,28 @@ def _numbers(text: str) -> list[_Claim]:
             value = 12.0
         elif m.group("tens"):
             value = TENS[m.group("tens").lower()] + (
-                WORD_NUMBERS[m.group("unit").lower()] if m.group("unit") else 0
+                WORD_NUMBERS[m.group("ones").lower()] if m.group("ones") else 0
             )
         else:
             value = float(WORD_NUMBERS[m.group("small").lower()])
         if m.group("hundred"):
             value *= 100
-        if value == 1 and not m.group("hundred"):
+        if value == 1 and not m.group("hundred") and not m.group("unit"):
             continue  # "one" is more often a pronoun ("the one that failed") than a count
-        claims.append(_Claim(m.start(), m.group(), value, None, 0.0, _side(text[: m.start()])))
+        dim, scale = _unit(m)
+        claims.append(
+            _Claim(m.start(), m.group(), value * scale, dim, 0.0, _side(text[: m.start()]))
+        )
     return claims
+
+
+def _unit(m: re.Match[str]) -> tuple[str | None, float]:
+    """The dimension and scale of a number's written unit (None: no unit)."""
+    unit = (m.group("unit") or "").strip().lower()
+    for pattern, dim, scale in _UNIT_DIMS:
+        if unit and re.fullmatch(pattern, unit):
+            return dim, scale
+    return None, 1.0
 
 
 def _side(before: str) -> str:

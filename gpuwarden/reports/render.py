@@ -87,9 +87,7 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
     b.append(Block("h2", "Failures and lead time"))
     _img(b, charts, "failures")
     if fl.items:
-        rows = [
-            ("node", "GPU", "date", "kind", "Xid", "flagged", "lead time h", "by")
-        ]
+        rows = [("node", "GPU", "date", "kind", "Xid", "flagged", "lead time h", "by")]
         rows += [(i.hostname, str(i.gpu), i.date, i.kind, str(i.xid or ""), i.flagged_date or "missed",
                   f"{i.lead_time_h:g}" if i.lead_time_h is not None else "", i.flag_cause or "")
                  for i in fl.items[:TABLE_ROWS]]  # fmt: skip
@@ -99,9 +97,7 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
     b.append(Block("h2", "GPUs at risk now"))
     _img(b, charts, "risk")
     if f.risk.gpus:
-        rows = [
-            ("node", "GPU", "model", "state", "risk", "reasons", "action")
-        ]
+        rows = [("node", "GPU", "model", "state", "risk", "reasons", "action")]
         rows += [(g.hostname, str(g.gpu), g.model, g.state, f"{g.risk:g}" if g.risk is not None else "",
                   "; ".join(g.reasons[:3]), g.action) for g in f.risk.gpus[:TABLE_ROWS]]  # fmt: skip
         b.append(Block("table", rows=tuple(rows)))
@@ -130,9 +126,7 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
         b.append(Block("h2", "Utilisation and energy"))
         _img(b, charts, "utilisation")
     if ut is not None:
-        rows = [
-            ("GPU model", "GPUs", "GPU util %", "memory used %", "energy kWh")
-        ]
+        rows = [("GPU model", "GPUs", "GPU util %", "memory used %", "energy kWh")]
         rows += [
             (m.model, str(m.gpus), _f(m.gpu_util_pct), _f(m.memory_used_pct), _f(m.energy_kwh))
             for m in ut.by_model
@@ -158,9 +152,7 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
                        f"p95 {_f(s.queue_wait_p95_min)} min; {s.jobs_waiting} waiting now; {s.preemptions} "
                        f"preemptions; {s.gpu_hours:g} of {s.capacity_gpu_hours:g} GPU-hours allocated "
                        f"({s.allocated_pct:g}%)."))  # fmt: skip
-        rows = [
-            ("tenant", "GPU-hours", "share %", "quota GPUs", "quota used %", "cost")
-        ]
+        rows = [("tenant", "GPU-hours", "share %", "quota GPUs", "quota used %", "cost")]
         rows += [(t.tenant, f"{t.gpu_hours:g}", f"{t.share_pct:g}", _f(t.quota_gpus), _f(t.quota_used_pct),
                   f"{f.cost.by_tenant.get(t.tenant, 0):,.2f} {f.cost.currency}" if f.cost else "")
                  for t in s.by_tenant[:TABLE_ROWS]]  # fmt: skip
