@@ -181,7 +181,7 @@ def failures(failed: pd.DataFrame, verdicts: pd.DataFrame, models: dict[str, str
             FailureFact(
                 hostname=str(f.hostname), gpu=int(f.gpu), uuid=str(f.uuid),
                 model=models.get(str(f.uuid), ""), date=day(ts), kind=str(f.kind),
-                xid=None if _nan(xid) else int(xid),  # type: ignore[call-overload]
+                xid=None if _nan(xid) else int(xid),  # type: ignore[arg-type]
                 caught=flag_ts is not None,
                 flagged_date=day(flag_ts) if flag_ts is not None else None,
                 lead_time_h=round((ts - flag_ts) / HOUR_S, 1) if flag_ts is not None else None,

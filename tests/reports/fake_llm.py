@@ -58,7 +58,11 @@ class FakeLLM:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
                 with fake._lock:
                     fake.requests.append(
-                        {"path": self.path, "headers": dict(self.headers), "body": body}
+                        {
+                            "path": self.path,
+                            "headers": {k.lower(): v for k, v in self.headers.items()},
+                            "body": body,
+                        }
                     )
                     step = fake.script.pop(0) if fake.script else fake.default
                 if self.path != "/v1/chat/completions":
