@@ -80,6 +80,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "report_slack_channel", "", "Slack channel id the report files are uploaded to (bot token)."
     ),
+    Setting("slack_api_url", "https://slack.com/api/", "Slack Web API base URL (report uploads)."),
     Setting(
         "scheduler_db", "", "The bundled scheduler's SQLite file, for queue, tenant and cost facts."
     ),

@@ -153,6 +153,7 @@ def _post(facts, prose, files, cfg) -> None:
         ids = upload_files(
             [files.html, files.markdown],
             cfg["report_slack_channel"],
+            base_url=cfg["slack_api_url"],
             comment=f"GPU cluster report, week of {facts.period.since[:10]}",
         )
         click.echo(f"uploaded {len(ids)} files to Slack")
