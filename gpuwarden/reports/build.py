@@ -21,6 +21,7 @@ from gpuwarden.reports.model import Facts
 from gpuwarden.reports.pseudonym import Pseudonyms
 from gpuwarden.reports.recommend import recommend
 from gpuwarden.reports.writer import Prose, llm_prose, template_prose
+from gpuwarden.store.base import ReadableStore
 
 
 @dataclass
@@ -75,3 +76,16 @@ def write_report(f: Facts, prose: Prose, out: Path, llm: LlmConfig | None) -> Re
     files.html.write_text(render.html_page(blocks))
     files.facts.write_text(f.model_dump_json(indent=2))
     return files
+
+
+def offline_report(store: ReadableStore, out: Path, *, days: float = 7.0) -> Path:
+    """The report of the ``days`` before the store's newest hour, template text only (no LLM,
+    no Slack): what ``make demo`` writes. Returns the Markdown file's path."""
+    from gpuwarden.reports.facts import build_facts
+
+    newest = float(store.gpus()["last_ts"].max())
+    until = newest // 3600 * 3600
+    f = build_facts(store, until - days * 86400, until)
+    return write_report(
+        f, template_prose(f, recommend(f), "Offline demo: template text only."), out, None
+    ).markdown

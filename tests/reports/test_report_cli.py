@@ -134,3 +134,16 @@ def test_a_bad_date_is_a_usage_error(week, tmp_path, since):
 def test_a_period_ending_before_it_starts_is_one_line(week, tmp_path):
     result = run(week, tmp_path, "--until", "2025-11-20")
     assert result.exit_code == 1 and "must end after it starts" in result.output
+
+
+def test_offline_report_of_make_demo(week, tmp_path):
+    from gpuwarden.reports.build import offline_report
+    from gpuwarden.store import open_store
+
+    store = open_store(week[0])
+    try:
+        path = offline_report(store, tmp_path / "reports")
+    finally:
+        store.close()
+    md = path.read_text()
+    assert "Offline demo: template text only." in md and "**[template]** This report covers" in md

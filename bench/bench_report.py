@@ -1,0 +1,78 @@
+"""How fast `gpuwarden report` builds its facts: 10,000 GPUs with 7 days of history in SQLite.
+
+    .venv/bin/python bench/bench_report.py                  # reuses bench_score.py's store
+    .venv/bin/python bench/bench_report.py --gpus 2000      # a smaller fleet
+
+The store is bench_score.py's (simulated once at 15-minute samples, compacted into hourly
+rollups, cached under the temp dir; building it takes minutes). Each run builds the facts of the
+store's last 7 days, as `gpuwarden report --since ... --facts-only` does (the week before
+included, for the changes), and prints the time next to the baseline: one plain read of the same
+hourly window (``read_window`` at 3600 s), the read the facts cannot do without. Target: under
+30 s for the whole fleet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from bench_score import build
+
+from gpuwarden.reports import build_facts
+from gpuwarden.reports._usage import USAGE_FIELDS
+from gpuwarden.store.sqlite import SqliteStore
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--gpus", type=int, default=10_000)
+    ap.add_argument("--days", type=float, default=7.0)
+    ap.add_argument("--step", type=int, default=900, help="seconds between simulated samples")
+    ap.add_argument(
+        "--cache", type=Path, default=Path(tempfile.gettempdir()) / "gpuwarden-bench-score"
+    )
+    ap.add_argument("--repeat", type=int, default=2, help="runs; the best is reported")
+    args = ap.parse_args()
+    args.cache.mkdir(parents=True, exist_ok=True)
+    db = args.cache / f"fleet-{args.gpus}-{args.days:g}d-{args.step}s.db"
+    meta = db.with_suffix(".json")
+    if not (db.is_file() and meta.is_file()):
+        meta.write_text(json.dumps({"end": build(db, args.gpus, args.days, args.step)}))
+    end = json.loads(meta.read_text())["end"]
+    since = end - 7 * 86400
+    best = {"read": float("inf"), "facts": float("inf")}
+    facts = None
+    for _ in range(args.repeat):
+        with SqliteStore(db) as store:
+            t0 = time.perf_counter()
+            frame = store.read_window(
+                start=since, end=end, fields=list(USAGE_FIELDS), resolution_s=3600
+            )
+            t1 = time.perf_counter()
+            facts = build_facts(store, since, end, now=end)
+            t2 = time.perf_counter()
+        best["read"] = min(best["read"], t1 - t0)
+        best["facts"] = min(best["facts"], t2 - t1)
+    assert facts is not None
+    print(f"store: {db} ({db.stat().st_size / 2**30:.1f} GiB), {facts.inventory.gpus:,} GPUs, "
+          f"{len(frame):,} hourly rows in the week")  # fmt: skip
+    print(f"{'stage':<44} {'seconds':>8} {'x baseline':>11}")
+    print(
+        f"{'baseline: read_window, 4 fields, 1 h (SQLite)':<44} {best['read']:>8.2f} {1.0:>11.2f}"
+    )
+    print(f"{'build_facts, week + week before (SQLite)':<44} {best['facts']:>8.2f} "
+          f"{best['facts'] / best['read']:>11.2f}")  # fmt: skip
+    verdict = "meets" if best["facts"] < 30 else "misses"
+    print(
+        f"target < 30 s: {verdict} ({facts.failures.failures} failures, {facts.xids.xids:,} Xids, "
+        f"fleet availability {facts.availability.fleet_availability_pct if facts.availability else 'n/a'}%)"
+    )
+
+
+if __name__ == "__main__":
+    main()
