@@ -112,8 +112,8 @@ def index(f: Facts, catalogue: set[int] | None = None) -> Index:
     for host, n in per_host.items():
         ix.add(f"host:{host}", "failures", n, "count")
     rk = f.risk
-    ix.add(g, "at_risk", rk.at_risk_gpus, "count")
-    ix.add(g, "unhealthy", rk.unhealthy_gpus, "count")
+    ix.add(g, "risk_now", rk.at_risk_gpus, "count")
+    ix.add(g, "bad_now", rk.unhealthy_gpus, "count")
     ix.add(g, "flagged", rk.at_risk_gpus + rk.unhealthy_gpus, "count")
     for d, n_risk, n_bad in rk.daily:
         ix.dates[g].add(d)

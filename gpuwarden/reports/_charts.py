@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpuwarden.health import GpuState
 from gpuwarden.reports.model import Facts
 
 MAX_BARS = 30
@@ -41,9 +42,19 @@ def charts(f: Facts, folder: Path) -> dict[str, Path]:
     if f.risk.daily:
         days = [d for d, _, _ in f.risk.daily]
         fig, ax = plt.subplots(figsize=(8, 3))
-        ax.plot(days, [r for _, r, _ in f.risk.daily], marker="o", label="at-risk", color="#f58518")
         ax.plot(
-            days, [u for _, _, u in f.risk.daily], marker="s", label="unhealthy", color="#e45756"
+            days,
+            [r for _, r, _ in f.risk.daily],
+            marker="o",
+            label=str(GpuState.AT_RISK),
+            color="#f58518",
+        )
+        ax.plot(
+            days,
+            [u for _, _, u in f.risk.daily],
+            marker="s",
+            label=str(GpuState.UNHEALTHY),
+            color="#e45756",
         )
         ax.set_ylabel("GPUs at the end of the day")
         ax.set_title("GPUs at risk over the period (stored verdicts)")

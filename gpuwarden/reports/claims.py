@@ -28,6 +28,7 @@ import calendar
 import re
 from dataclasses import dataclass
 
+from gpuwarden.health import GpuState
 from gpuwarden.reports._atoms import FLEET, Atom, Index, gpu_entity
 
 ABOUT = re.compile(r"(?:about|around|roughly|approximately|nearly|almost|some|~|≈)\s*$", re.I)
@@ -97,6 +98,7 @@ _UNIT_DIMS: list[tuple[str, str, float]] = [
     (r"usd|eur|gbp|dollars?|euros?", "money", 1.0),
 ]  # fmt: skip
 
+BAD = re.escape(str(GpuState.UNHEALTHY))
 METRIC_WORDS: dict[str, str] = {
     "availability": r"availab|uptime|\bup\b",
     "downtime": r"downtime|\bdown\b|outage|unavailab|offline",
@@ -104,11 +106,11 @@ METRIC_WORDS: dict[str, str] = {
     "caught": r"caught|flag|predict|foresaw|warn|in advance|ahead",
     "missed": r"miss|no warning|unflagged|without warning",
     "lead_time": r"lead|before|ahead|advance|earlier|warn|notice",
-    "at_risk": r"at[- ]risk", "unhealthy": r"unhealthy", "flagged": r"flag|at[- ]risk|unhealthy",
-    "at_risk_daily": r"at[- ]risk", "unhealthy_daily": r"unhealthy",
+    "risk_now": r"at[- ]risk", "bad_now": BAD, "flagged": r"flag|at[- ]risk|" + BAD,
+    "at_risk_daily": r"at[- ]risk", "unhealthy_daily": BAD,
     "risk": r"risk|score", "xid_code": r"xid",
     "transitions": r"transition|alert|state change|changed state|decision",
-    "to_at_risk": r"at[- ]risk", "to_unhealthy": r"unhealthy",
+    "to_at_risk": r"at[- ]risk", "to_unhealthy": BAD,
     "to_ok": r"\bok\b|recover|returned|cleared|back to",
     "hard_signal_transitions": r"hard[- ]signal",
     "retags": r"re-?tag|tagg|hook", "retags_ok": r"re-?tag|tagg|hook|succe",
