@@ -57,25 +57,20 @@ def expected(gpus: pd.DataFrame, since: float, until: float) -> pd.DataFrame:
 def inventory(gpus: pd.DataFrame, since: float, until: float) -> Inventory:
     """GPUs present, added (a new slot), replaced (a new board in a known slot), missing."""
     seen = in_period(gpus, since, until).sort_values("first_ts")
-    added: list[GpuRef] = []
-    replaced: list[Replacement] = []
-    missing: list[GpuRef] = []
-    for (host, idx), slot in gpus.sort_values("first_ts").groupby(["hostname", "gpu"], sort=True):
-        boards = slot.to_dict("records")
-        for before, after in zip(boards, boards[1:], strict=False):
-            if since <= after["first_ts"] < until:
-                replaced.append(
-                    Replacement(
-                        hostname=str(host), gpu=int(idx), old_uuid=str(before["uuid"]),
-                        new_uuid=str(after["uuid"]), model=str(after["model"]),
-                        date=day(float(after["first_ts"])),
-                    )
-                )  # fmt: skip
-        first, last = boards[0], boards[-1]
-        if since <= first["first_ts"] < until and len(boards) == 1:
-            added.append(_ref(first))
-        if since - LOOKBACK_S <= last["last_ts"] < until - STALE_S:
-            missing.append(_ref(last))
+    boards = gpus.sort_values(["hostname", "gpu", "first_ts"]).reset_index(drop=True)
+    slot = boards.groupby(["hostname", "gpu"], sort=False)
+    boards["prev_uuid"] = slot["uuid"].shift()
+    boards["boards"] = slot["uuid"].transform("size")
+    boards["last"] = slot.cumcount() == boards["boards"] - 1
+    new = (boards["first_ts"] >= since) & (boards["first_ts"] < until)
+    replaced = [
+        Replacement(hostname=str(r.hostname), gpu=int(r.gpu), old_uuid=str(r.prev_uuid),
+                    new_uuid=str(r.uuid), model=str(r.model), date=day(float(r.first_ts)))
+        for r in boards[new & boards["prev_uuid"].notna()].itertuples()
+    ]  # fmt: skip
+    added = [_ref(r) for r in boards[new & (boards["boards"] == 1)].to_dict("records")]
+    silent = (boards["last_ts"] >= since - LOOKBACK_S) & (boards["last_ts"] < until - STALE_S)
+    missing = [_ref(r) for r in boards[boards["last"] & silent].to_dict("records")]
     now = seen.drop_duplicates(["hostname", "gpu"], keep="last")
     return Inventory(
         gpus=len(now),

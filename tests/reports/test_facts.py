@@ -158,3 +158,24 @@ def test_simulated_store_facts_agree_with_ground_truth(tmp_path):
         assert 0 < f.availability.fleet_availability_pct <= 100
     finally:
         store.close()
+
+
+def test_inventory_added_replaced_and_missing():
+    import pandas as pd
+
+    from gpuwarden.reports._fleet import inventory
+
+    day = 86400.0
+    rows = [  # hostname, gpu, uuid, first_ts, last_ts
+        ("n1", 0, "old", SINCE - 30 * day, SINCE + 2 * day),  # replaced on day 3 ...
+        ("n1", 0, "new", SINCE + 3 * day, UNTIL - 60),  # ... by this board
+        ("n1", 1, "quiet", SINCE - 30 * day, SINCE + 5 * day),  # silent since day 5: missing
+        ("n2", 0, "fresh", SINCE + day, UNTIL - 60),  # a new slot: added
+        ("n2", 1, "gone", SINCE - 60 * day, SINCE - 40 * day),  # long gone: not missing
+    ]
+    gpus = pd.DataFrame(rows, columns=["hostname", "gpu", "uuid", "first_ts", "last_ts"]).assign(model="H100")
+    inv = inventory(gpus, SINCE, UNTIL)
+    assert [(r.old_uuid, r.new_uuid, r.date) for r in inv.replaced] == [("old", "new", "2025-11-27")]
+    assert [g.uuid for g in inv.added] == ["fresh"]
+    assert [g.uuid for g in inv.missing] == ["quiet"]
+    assert inv.gpus == 3 and inv.slots == {"n1": [0, 1], "n2": [0]}
