@@ -145,38 +145,21 @@ def index(f: Facts, catalogue: set[int] | None = None) -> Index:
     ix.add(g, "hard_signals", sum(x.hard_signals.values()), "count")
     if f.utilisation:
         u = f.utilisation
-        ix.add(g, "util", u.fleet_gpu_util_pct, "pct")
-        ix.add(g, "memory", u.fleet_memory_used_pct, "pct")
+        _fields(ix, g, u, USAGE)
         ix.add(g, "idle", u.idle_gpus, "count")
         for m in u.by_model:
-            e = f"model:{m.model}"
             ix.models.add(m.model)
-            ix.add(e, "util", m.gpu_util_pct, "pct")
-            ix.add(e, "memory", m.memory_used_pct, "pct")
-            ix.add(e, "energy", m.energy_kwh, "kwh")
-            ix.add(e, "gpus", m.gpus, "count")
+            _fields(ix, f"model:{m.model}", m, MODEL_USAGE)
     if f.energy:
-        ix.add(g, "energy", f.energy.energy_kwh, "kwh")
-        ix.add(g, "co2", f.energy.co2_kg, "kg")
-        ix.add(g, "grid", f.energy.grid_g_co2_per_kwh, "g_per_kwh")
-        ix.add(g, "gpu_hours_measured", f.energy.gpu_hours_measured, "gpu_hours")
+        _fields(ix, g, f.energy, ENERGY)
     if f.scheduler:
         s = f.scheduler
-        ix.add(g, "jobs", s.jobs_started, "count")
-        ix.add(g, "jobs_waiting", s.jobs_waiting, "count")
+        _fields(ix, g, s, SCHEDULER)
         ix.add(g, "queue_wait_median", _h(s.queue_wait_median_min), "hours")
         ix.add(g, "queue_wait_p95", _h(s.queue_wait_p95_min), "hours")
-        ix.add(g, "preemptions", s.preemptions, "count")
-        ix.add(g, "gpu_hours", s.gpu_hours, "gpu_hours")
-        ix.add(g, "capacity", s.capacity_gpu_hours, "gpu_hours")
-        ix.add(g, "allocated", s.allocated_pct, "pct")
         for t in s.by_tenant:
-            e = f"tenant:{t.tenant}"
             ix.tenants.add(t.tenant)
-            ix.add(e, "gpu_hours", t.gpu_hours, "gpu_hours")
-            ix.add(e, "share", t.share_pct, "pct")
-            ix.add(e, "quota", t.quota_gpus, "count")
-            ix.add(e, "quota_used", t.quota_used_pct, "pct")
+            _fields(ix, f"tenant:{t.tenant}", t, TENANT)
     if f.cost:
         ix.add(g, "cost", f.cost.total, "money")
         ix.add(g, "price", f.cost.price_per_gpu_hour, "money")
@@ -191,6 +174,25 @@ def index(f: Facts, catalogue: set[int] | None = None) -> Index:
     if catalogue:
         ix.xids |= catalogue
     return ix
+
+
+#: metric -> (field, dimension) of the sections read field by field
+USAGE = {"util": ("fleet_gpu_util_pct", "pct"), "memory": ("fleet_memory_used_pct", "pct")}
+MODEL_USAGE = {"util": ("gpu_util_pct", "pct"), "memory": ("memory_used_pct", "pct"),
+               "energy": ("energy_kwh", "kwh"), "gpus": ("gpus", "count")}  # fmt: skip
+ENERGY = {"energy": ("energy_kwh", "kwh"), "co2": ("co2_kg", "kg"),
+          "grid": ("grid_g_co2_per_kwh", "g_per_kwh"),
+          "gpu_hours_measured": ("gpu_hours_measured", "gpu_hours")}  # fmt: skip
+SCHEDULER = {"jobs": ("jobs_started", "count"), "jobs_waiting": ("jobs_waiting", "count"),
+             "preemptions": ("preemptions", "count"), "gpu_hours": ("gpu_hours", "gpu_hours"),
+             "capacity": ("capacity_gpu_hours", "gpu_hours"), "allocated": ("allocated_pct", "pct")}  # fmt: skip
+TENANT = {"gpu_hours": ("gpu_hours", "gpu_hours"), "share": ("share_pct", "pct"),
+          "quota": ("quota_gpus", "count"), "quota_used": ("quota_used_pct", "pct")}  # fmt: skip
+
+
+def _fields(ix: Index, entity: str, obj: object, spec: dict[str, tuple[str, str]]) -> None:
+    for metric, (name, dim) in spec.items():
+        ix.add(entity, metric, getattr(obj, name), dim)
 
 
 def _h(minutes: float | None) -> float | None:

@@ -42,20 +42,10 @@ def charts(f: Facts, folder: Path) -> dict[str, Path]:
     if f.risk.daily:
         days = [d for d, _, _ in f.risk.daily]
         fig, ax = plt.subplots(figsize=(8, 3))
-        ax.plot(
-            days,
-            [r for _, r, _ in f.risk.daily],
-            marker="o",
-            label=str(GpuState.AT_RISK),
-            color="#f58518",
-        )
-        ax.plot(
-            days,
-            [u for _, _, u in f.risk.daily],
-            marker="s",
-            label=str(GpuState.UNHEALTHY),
-            color="#e45756",
-        )
+        for column, marker, state, color in ((1, "o", GpuState.AT_RISK, "#f58518"),
+                                             (2, "s", GpuState.UNHEALTHY, "#e45756")):  # fmt: skip
+            counts = [row[column] for row in f.risk.daily]
+            ax.plot(days, counts, marker=marker, label=str(state), color=color)
         ax.set_ylabel("GPUs at the end of the day")
         ax.set_title("GPUs at risk over the period (stored verdicts)")
         ax.legend()

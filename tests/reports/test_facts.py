@@ -173,9 +173,13 @@ def test_inventory_added_replaced_and_missing():
         ("n2", 0, "fresh", SINCE + day, UNTIL - 60),  # a new slot: added
         ("n2", 1, "gone", SINCE - 60 * day, SINCE - 40 * day),  # long gone: not missing
     ]
-    gpus = pd.DataFrame(rows, columns=["hostname", "gpu", "uuid", "first_ts", "last_ts"]).assign(model="H100")
+    gpus = pd.DataFrame(rows, columns=["hostname", "gpu", "uuid", "first_ts", "last_ts"]).assign(
+        model="H100"
+    )
     inv = inventory(gpus, SINCE, UNTIL)
-    assert [(r.old_uuid, r.new_uuid, r.date) for r in inv.replaced] == [("old", "new", "2025-11-27")]
+    assert [(r.old_uuid, r.new_uuid, r.date) for r in inv.replaced] == [
+        ("old", "new", "2025-11-27")
+    ]
     assert [g.uuid for g in inv.added] == ["fresh"]
     assert [g.uuid for g in inv.missing] == ["quiet"]
     assert inv.gpus == 3 and inv.slots == {"n1": [0, 1], "n2": [0]}
