@@ -187,7 +187,8 @@ SCHEDULER = {"jobs": ("jobs_started", "count"), "jobs_waiting": ("jobs_waiting",
              "preemptions": ("preemptions", "count"), "gpu_hours": ("gpu_hours", "gpu_hours"),
              "capacity": ("capacity_gpu_hours", "gpu_hours"), "allocated": ("allocated_pct", "pct")}  # fmt: skip
 TENANT = {"gpu_hours": ("gpu_hours", "gpu_hours"), "share": ("share_pct", "pct"),
-          "quota": ("quota_gpus", "count"), "quota_used": ("quota_used_pct", "pct")}  # fmt: skip
+          "quota": ("quota_gpus", "count"), "quota_used": ("quota_used_pct", "pct"),
+          "util": ("gpu_util_pct", "pct"), "memory": ("memory_used_pct", "pct")}  # fmt: skip
 
 
 def _fields(ix: Index, entity: str, obj: object, spec: dict[str, tuple[str, str]]) -> None:

@@ -53,7 +53,11 @@ def alerts(transitions: pd.DataFrame, audit_path: str | None, since: float, unti
     )
 
 
-def scheduler(path: str, since: float, until: float, now: float) -> Scheduler:
+def scheduler(
+    path: str, since: float, until: float, now: float, hourly: pd.DataFrame | None = None
+) -> Scheduler:
+    """``hourly``: the store's hourly telemetry; with it, each tenant's GPU utilisation and
+    memory use on the GPUs its tasks held (the scheduler's node names are the hostnames)."""
     if not Path(path).is_file():
         raise InputError(f"scheduler database {path} does not exist")
     db = SchedulerDB(path)
@@ -65,6 +69,13 @@ def scheduler(path: str, since: float, until: float, now: float) -> Scheduler:
         ]
         quotas = {str(r["tenant"]): r["gpus"] for r in db.quotas()}
         capacity_gpus = sum(len(n.gpus) for n in db.nodes())
+        tenant_of = {j.job_id: j.tenant for j in jobs}
+        held = [
+            (tenant_of.get(t.job_id, ""), t.node, gpu, t.started_at, t.ended_at or now)
+            for t in db.tasks()
+            if t.started_at is not None and t.started_at < until and (t.ended_at or now) > since
+            for gpu in t.gpus
+        ]
     finally:
         db.close()
     waits = [
@@ -76,6 +87,7 @@ def scheduler(path: str, since: float, until: float, now: float) -> Scheduler:
     totals = tenant_totals(gpu_hours(usage, since, until, min(now, until)))
     used = sum(totals.values())
     capacity = capacity_gpus * hours
+    use = _tenant_use(hourly, held)
     tenants = []
     for tenant, h in sorted(totals.items(), key=lambda kv: -kv[1]):
         quota = quotas.get(tenant)
@@ -86,6 +98,8 @@ def scheduler(path: str, since: float, until: float, now: float) -> Scheduler:
                 share_pct=round(100.0 * h / used, 1) if used else 0.0,
                 quota_gpus=float(quota) if quota is not None else None,
                 quota_used_pct=round(quota_used, 1) if quota_used is not None else None,
+                gpu_util_pct=use.get(tenant, (None, None))[0],
+                memory_used_pct=use.get(tenant, (None, None))[1],
             )
         )  # fmt: skip
     return Scheduler(
@@ -99,6 +113,29 @@ def scheduler(path: str, since: float, until: float, now: float) -> Scheduler:
         allocated_pct=round(100.0 * used / capacity, 1) if capacity else 0.0,
         by_tenant=tenants,
     )
+
+
+def _tenant_use(
+    hourly: pd.DataFrame | None, held: list[tuple[str, str, int, float, float]]
+) -> dict[str, tuple[float | None, float | None]]:
+    """Per tenant: mean utilisation and memory use of the hourly rows of the GPUs its tasks
+    held, inside the hours they held them."""
+    if hourly is None or hourly.empty or not held:
+        return {}
+    spans = pd.DataFrame(held, columns=["tenant", "hostname", "gpu", "start", "end"])
+    rows = hourly[["hostname", "gpu", "ts", "gpu_util_pct", "fb_used_mib", "fb_total_mib"]]
+    joined = rows.merge(spans, on=["hostname", "gpu"])
+    mid = joined["ts"] + 1800.0  # the middle of the hour
+    joined = joined[(mid >= joined["start"]) & (mid < joined["end"])]
+    joined = joined.assign(mem=100.0 * joined["fb_used_mib"] / joined["fb_total_mib"])
+    out: dict[str, tuple[float | None, float | None]] = {}
+    for tenant, g in joined.groupby("tenant"):
+        util, mem = g["gpu_util_pct"].dropna(), g["mem"].dropna()
+        out[str(tenant)] = (
+            round(float(util.mean()), 1) if len(util) else None,
+            round(float(mem.mean()), 1) if len(mem) else None,
+        )
+    return out
 
 
 def cost(sched: Scheduler, price: float, currency: str) -> Cost | None:

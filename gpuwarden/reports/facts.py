@@ -96,7 +96,7 @@ def build_facts(
         absent.append(Absent(section="co2", why="no grid intensity set (grid_g_co2_per_kwh)"))
     sched = cost = None
     if sources.scheduler_db:
-        sched = _sched.scheduler(sources.scheduler_db, since, until, now)
+        sched = _sched.scheduler(sources.scheduler_db, since, until, now, hourly)
         cost = _sched.cost(sched, sources.gpu_hour_price, sources.currency)
         if cost is None:
             absent.append(Absent(section="cost", why="no price per GPU-hour set (gpu_hour_price)"))

@@ -171,6 +171,9 @@ class TenantUsage(_Frozen):
     share_pct: float
     quota_gpus: float | None
     quota_used_pct: float | None  # mean GPUs held / quota GPUs
+    #: telemetry of the GPUs its tasks held, while they held them (None: no task matched)
+    gpu_util_pct: float | None = None
+    memory_used_pct: float | None = None
 
 
 class Scheduler(_Frozen):

@@ -152,9 +152,20 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
                        f"p95 {_f(s.queue_wait_p95_min)} min; {s.jobs_waiting} waiting now; {s.preemptions} "
                        f"preemptions; {s.gpu_hours:g} of {s.capacity_gpu_hours:g} GPU-hours allocated "
                        f"({s.allocated_pct:g}%)."))  # fmt: skip
-        rows = [("tenant", "GPU-hours", "share %", "quota GPUs", "quota used %", "cost")]
+        rows = [
+            (
+                "tenant",
+                "GPU-hours",
+                "share %",
+                "quota GPUs",
+                "quota used %",
+                "GPU util %",
+                "memory %",
+                "cost",
+            )
+        ]
         rows += [(t.tenant, f"{t.gpu_hours:g}", f"{t.share_pct:g}", _f(t.quota_gpus), _f(t.quota_used_pct),
-                  f"{f.cost.by_tenant.get(t.tenant, 0):,.2f} {f.cost.currency}" if f.cost else "")
+                  _f(t.gpu_util_pct), _f(t.memory_used_pct), f"{f.cost.by_tenant.get(t.tenant, 0):,.2f} {f.cost.currency}" if f.cost else "")
                  for t in s.by_tenant[:TABLE_ROWS]]  # fmt: skip
         b.append(Block("table", rows=tuple(rows)))
     if f.changes:

@@ -11,7 +11,8 @@ Fleet: ``gpu-a01`` (2 x H100-80GB, 80 % busy, 500 W) and ``gpu-b02`` (2 x A100-8
 
 So availability (156 + 168 + 168 + 144) / 672 = 94.64 %, 36 h down; 246 kWh (98.4 kg CO2 at
 400 g/kWh); 4 transitions; scheduler: alice 200 GPU-hours (quota 4), bob 50 (quota 2), queue
-waits 10 and 60 min, 1 preemption, capacity 672 GPU-hours.
+waits 10 and 60 min, 1 preemption, capacity 672 GPU-hours; alice's tasks ran on gpu-a01 (80 %
+busy), bob's on gpu-b02 GPU 0 (20 %).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pandas as pd
 from gpuwarden.alerts.audit import AuditLog
 from gpuwarden.alerts.base import Transition
 from gpuwarden.health import AT_RISK_ACTION, GpuState, Verdict
-from gpuwarden.scheduler.state import JobRow, NodeRow, SchedulerDB
+from gpuwarden.scheduler.state import JobRow, NodeRow, SchedulerDB, TaskRow
 from gpuwarden.store.sqlite import SqliteStore
 from gpuwarden.telemetry import Event, Failure, GpuId
 
@@ -92,6 +93,12 @@ def build_scheduler(path: Path) -> str:
                                             ("j2", "bob", SINCE + 9 * H, SINCE + 10 * H)):  # fmt: skip
         db.insert_job(JobRow(job_id, 1 if job_id == "j1" else 2, tenant, job_id, {}, "succeeded", 1,
                              None, queued, queued, started_at=started))  # fmt: skip
+    db.upsert_task(
+        TaskRow("j1", 1, 0, "gpu-a01", [0, 1], "exited", 1, 0, 1, True, SINCE, SINCE + 100 * H)
+    )
+    db.upsert_task(
+        TaskRow("j2", 1, 0, "gpu-b02", [0], "exited", 2, 0, 2, True, SINCE + 10 * H, SINCE + 60 * H)
+    )
     db.open_usage("j1", "alice", "j1", 2000, SINCE)
     db.close_usage("j1", SINCE + 100 * H)
     db.open_usage("j2", "bob", "j2", 1000, SINCE + 10 * H)

@@ -91,8 +91,9 @@ def test_scheduler_queue_tenants_and_cost(facts):
     s = facts.scheduler
     assert (s.jobs_started, s.queue_wait_median_min, s.queue_wait_p95_min) == (2, 35.0, 57.5)
     assert (s.preemptions, s.gpu_hours, s.capacity_gpu_hours) == (1, 250.0, 672.0)
-    tenants = {t.tenant: (t.gpu_hours, t.quota_used_pct) for t in s.by_tenant}
-    assert tenants == {"alice": (200.0, 29.8), "bob": (50.0, 14.9)}
+    tenants = {t.tenant: (t.gpu_hours, t.quota_used_pct, t.gpu_util_pct, t.memory_used_pct)
+               for t in s.by_tenant}  # fmt: skip
+    assert tenants == {"alice": (200.0, 29.8, 80.0, 50.0), "bob": (50.0, 14.9, 20.0, 50.0)}
     assert facts.cost.by_tenant == {"alice": 500.0, "bob": 125.0} and facts.cost.total == 625.0
 
 
