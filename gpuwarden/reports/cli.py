@@ -91,9 +91,10 @@ def report(
         currency=cfg["currency"],
         grid_g_co2_per_kwh=cfg["grid_g_co2_per_kwh"],
     )
+    previous = _previous_facts(Path(out_dir or cfg["report_dir"]), start, end)  # type: ignore[arg-type]
     store = open_store(store_url, cfg)
     try:
-        facts = build_facts(store, start, end, sources=sources, progress=True)  # type: ignore[arg-type]
+        facts = build_facts(store, start, end, sources=sources, previous=previous, progress=True)  # type: ignore[arg-type]
     finally:
         store.close()
     if facts_only:
@@ -132,6 +133,24 @@ def report(
         click.echo(f"note: {note}", err=True)
     if slack:
         _post(facts, prose, files, cfg)
+
+
+def _previous_facts(out: Path, since: float, until: float):
+    """The facts.json of the report of the period before, when it is in ``out`` and readable:
+    the comparison then costs no second read of the store."""
+    from datetime import UTC, datetime
+
+    from pydantic import ValidationError
+
+    from gpuwarden.reports import FACTS_VERSION, Facts
+
+    day = datetime.fromtimestamp(since - (until - since), UTC).strftime("%Y-%m-%d")
+    path = out / f"report-{day}" / "facts.json"
+    try:
+        facts = Facts.model_validate_json(path.read_text())
+    except (OSError, ValidationError):
+        return None
+    return facts if facts.version == FACTS_VERSION else None
 
 
 def _post(facts, prose, files, cfg) -> None:

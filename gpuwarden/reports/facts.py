@@ -54,8 +54,12 @@ def build_facts(
     sources: FactSources = FactSources(),
     now: float | None = None,
     compare: bool = True,
+    previous: Facts | None = None,
     progress: bool = False,
 ) -> Facts:
+    """The facts of ``[since, until)``. ``compare``: also the changes against the period
+    before, taken from ``previous`` (the last report's facts.json) when it covers exactly that
+    period, else built here (a second read of the store)."""
     if not until > since:
         raise InputError(
             f"the report period must end after it starts ({_iso(since)} .. {_iso(until)})"
@@ -134,7 +138,15 @@ def build_facts(
     )
     if compare:
         span = until - since
-        before = build_facts(store, since - span, since, sources=sources, now=now, compare=False)
+        if previous is not None and (previous.period.since_ts, previous.period.until_ts) == (
+            since - span,
+            since,
+        ):
+            before = previous
+        else:
+            before = build_facts(
+                store, since - span, since, sources=sources, now=now, compare=False
+            )
         facts = facts.model_copy(update={"changes": changes(before, facts)})
     return facts
 

@@ -147,3 +147,15 @@ def test_offline_report_of_make_demo(week, tmp_path):
         store.close()
     md = path.read_text()
     assert "Offline demo: template text only." in md and "**[template]** This report covers" in md
+
+
+def test_the_comparison_reuses_last_weeks_facts(week, tmp_path):
+    assert run(week, tmp_path, "--since", "2025-11-17", "--no-slack").exit_code == 0
+    last = tmp_path / "out" / "report-2025-11-17" / "facts.json"
+    data = json.loads(last.read_text())
+    assert data["failures"]["failures"] == 0
+    data["failures"]["failures"] = 9  # marked: a rebuilt comparison would say 0
+    last.write_text(json.dumps(data))
+    result = run(week, tmp_path, "--facts-only")
+    changes = {c["metric"]: (c["before"], c["after"]) for c in json.loads(result.stdout)["changes"]}
+    assert changes["failures"] == (9.0, 2.0)
