@@ -100,8 +100,9 @@ def states_at(verdicts: pd.DataFrame, frame: pd.DataFrame) -> pd.Series:
     "" where the GPU has none."""
     if verdicts.empty or frame.empty:
         return pd.Series("", index=frame.index)
-    left = frame[["uuid", "ts"]].assign(_row=np.arange(len(frame))).sort_values("ts")
-    right = verdicts[["uuid", "ts", "state"]].sort_values("ts")
+    left = frame[["uuid", "ts"]].astype({"uuid": str}).assign(_row=np.arange(len(frame)))
+    left = left.sort_values("ts")
+    right = verdicts[["uuid", "ts", "state"]].astype({"uuid": str}).sort_values("ts")
     merged = pd.merge_asof(left, right, on="ts", by="uuid", direction="backward")
     out = pd.Series("", index=frame.index, dtype=object)
     out.iloc[merged["_row"].to_numpy()] = merged["state"].fillna("").to_numpy()

@@ -71,7 +71,10 @@ def build_facts(
         start=since, end=until, fields=list(_usage.USAGE_FIELDS), resolution_s=3600,
         progress=progress,
     )  # fmt: skip
-    hourly = hourly[(hourly["ts"] >= since) & (hourly["ts"] < until)]
+    # categories: the groupings over a million hourly rows run on integer codes, not strings
+    hourly = hourly[(hourly["ts"] >= since) & (hourly["ts"] < until)].astype(
+        {"hostname": "category", "uuid": "category", "model": "category"}
+    )
     verdicts = _verdicts(store, since, until)
     period_verdicts = verdicts[verdicts["ts"] >= since]
     events = store.read_events(start=since, end=until)
