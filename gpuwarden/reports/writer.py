@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from gpuwarden.reports import templates
 from gpuwarden.reports._atoms import Index
-from gpuwarden.reports.claims import check
+from gpuwarden.reports.claims import check, sentences
 from gpuwarden.reports.llm import LlmClient, LlmUnavailable, Usage
 from gpuwarden.reports.model import Facts
 from gpuwarden.reports.pseudonym import Pseudonyms
@@ -175,8 +175,6 @@ def _patch(summary: str, f: Facts, ix: Index) -> list[Part]:
     failing = check(summary, ix)
     spare = templates.summary(f)
     parts: list[Part] = []
-    from gpuwarden.reports.claims import sentences
-
     for s in sentences(summary):
         if s not in failing:
             parts.append(Part(s, LLM))
