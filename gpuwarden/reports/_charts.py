@@ -56,8 +56,16 @@ def charts(f: Facts, folder: Path) -> dict[str, Path]:
         fig, ax = plt.subplots(figsize=(8, max(2.5, 0.3 * len(items) + 1)))
         labels = [f"{i.hostname} GPU {i.gpu} ({i.date})" for i in items]
         leads = [i.lead_time_h or 0.0 for i in items]
+        stub = max([*leads, 1.0]) * 0.02  # a missed failure: a short red stub, labelled
         colors = ["#54a24b" if i.caught else "#e45756" for i in items]
-        ax.barh(labels, leads, color=colors)
+        ax.barh(
+            labels,
+            [lead if i.caught else stub for lead, i in zip(leads, items, strict=True)],
+            color=colors,
+        )
+        for y, i in enumerate(items):
+            if not i.caught:
+                ax.text(stub * 1.5, y, "missed", va="center", color="#e45756")
         ax.set_xlabel("hours flagged before failing (red: missed)")
         ax.set_title(f"Failures: {f.failures.caught} caught, {f.failures.missed} missed")
         ax.invert_yaxis()

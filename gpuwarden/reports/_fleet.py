@@ -202,7 +202,7 @@ def _nan(x: object) -> bool:
 
 def risk(
     latest: pd.DataFrame,
-    period_verdicts: pd.DataFrame,
+    verdicts: pd.DataFrame,
     gpus: pd.DataFrame,
     since: float,
     until: float,
@@ -225,13 +225,16 @@ def risk(
         for r in flagged.itertuples()
     ]  # fmt: skip
     daily: list[tuple[str, int, int]] = []
-    if len(period_verdicts):
-        v = period_verdicts.assign(day=[day(t) for t in period_verdicts["ts"]])
-        last = v.sort_values("ts").drop_duplicates(["day", "uuid"], keep="last")
-        for d, g in last.groupby("day"):
-            daily.append(
-                (str(d), int((g["state"] == AT_RISK).sum()), int((g["state"] == UNHEALTHY).sum()))
-            )
+    if len(verdicts):
+        # each GPU's state at the end of each day: its newest verdict by then, carried forward
+        present = set(expected(gpus, since, until)["uuid"].astype(str))
+        uuids = [u for u in verdicts["uuid"].astype(str).unique() if u in present]
+        ends = np.arange(since + 86400.0, until + 1.0, 86400.0) - 1.0
+        grid = pd.DataFrame({"uuid": np.repeat(uuids, len(ends)), "ts": np.tile(ends, len(uuids))})
+        grid["state"] = states_at(verdicts, grid).to_numpy()
+        for end, g in grid.groupby("ts"):
+            daily.append((day(float(end)), int((g["state"] == AT_RISK).sum()),
+                          int((g["state"] == UNHEALTHY).sum())))  # fmt: skip
     return Risk(
         at_risk_gpus=sum(i.state == AT_RISK for i in items),
         unhealthy_gpus=sum(i.state == UNHEALTHY for i in items),

@@ -129,7 +129,7 @@ def build_facts(
         failures=_fleet.failures(
             failed, fail_verdicts, dict(zip(gpus["uuid"], gpus["model"], strict=False))
         ),
-        risk=_fleet.risk(latest, period_verdicts, gpus, since, until),
+        risk=_fleet.risk(latest, verdicts, gpus, since, until),
         alerts=alerts,
         xids=_fleet.xids(events),
         utilisation=utilisation,

@@ -65,6 +65,14 @@ def test_risk_now_and_transitions(facts):
     )
 
 
+def test_risk_per_day_carries_each_gpus_state_forward(facts):
+    # gpu-a01/0 at risk from day 2 18:00 to day 4 (unhealthy, then ok); gpu-b02/1 from day 7
+    assert facts.risk.daily == [
+        ("2025-11-24", 0, 0), ("2025-11-25", 1, 0), ("2025-11-26", 1, 0), ("2025-11-27", 0, 0),
+        ("2025-11-28", 0, 0), ("2025-11-29", 0, 0), ("2025-11-30", 1, 0),
+    ]  # fmt: skip
+
+
 def test_xids_by_code_and_class(facts):
     x = facts.xids
     assert x.xids == 4
