@@ -83,6 +83,13 @@ def prompt_facts(f: Facts) -> str:
     data["risk"]["gpus"] = data["risk"]["gpus"][:PROMPT_LIST_MAX]
     data["failures"]["items"] = data["failures"]["items"][:PROMPT_LIST_MAX]
     data["xids"]["by_code"] = data["xids"]["by_code"][:PROMPT_LIST_MAX]
+    for key in ("added", "replaced", "missing"):
+        data["inventory"][key] = data["inventory"][key][:PROMPT_LIST_MAX]
+    if data.get("scheduler"):
+        data["scheduler"]["by_tenant"] = data["scheduler"]["by_tenant"][:PROMPT_LIST_MAX]
+    if data.get("cost"):
+        top = sorted(data["cost"]["by_tenant"].items(), key=lambda kv: -kv[1])[:PROMPT_LIST_MAX]
+        data["cost"]["by_tenant"] = dict(top)
     return json.dumps(data, separators=(",", ":"))
 
 
@@ -106,6 +113,9 @@ def _guard(msgs: list[dict[str, str]], secrets: list[str]) -> None:
 
 def parse(answer: str) -> tuple[str, dict[str, str]]:
     """The summary text and the recommendations by id."""
+    # markup around the two headings ("**SUMMARY:**", "## Recommendations") is the same heading
+    answer = re.sub(r"(?im)^[#*_\s]*(summary|recommendations)[*_\s]*:?[*_\s]*$",
+                    lambda m: m.group(1).upper() + ":", answer)  # fmt: skip
     head, _, tail = answer.partition("RECOMMENDATIONS:")
     summary = head.split("SUMMARY:", 1)[-1].strip()
     recs: dict[str, str] = {}

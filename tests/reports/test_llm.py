@@ -161,3 +161,24 @@ def test_pseudonyms_round_trip():
     hidden = names.hide(text)
     assert "node10 " not in hidden and "ml-team" not in hidden and "node100" in hidden
     assert names.restore(hidden) == text
+
+
+def test_headings_in_markdown_are_read_as_the_format():
+    from gpuwarden.reports.writer import parse
+
+    summary, recs = parse(
+        "## Summary\nFleet availability was 94.64%.\n\n**Recommendations:**\n- [R1] Do it.\n"
+    )
+    assert summary == "Fleet availability was 94.64%." and recs == {"R1": "Do it."}
+
+
+def test_the_prompt_carries_at_most_twenty_of_each_list(facts):
+    import json
+
+    from gpuwarden.reports.model import GpuRef
+    from gpuwarden.reports.writer import prompt_facts
+
+    many = [GpuRef(hostname=f"n{i}", gpu=0, uuid=f"GPU-{i}", model="H100") for i in range(500)]
+    big = facts.model_copy(update={"inventory": facts.inventory.model_copy(update={"added": many})})
+    data = json.loads(prompt_facts(big))
+    assert len(data["inventory"]["added"]) == 20 and "slots" not in data["inventory"]
