@@ -160,6 +160,9 @@ def index(f: Facts, catalogue: set[int] | None = None) -> Index:
         for t in s.by_tenant:
             ix.tenants.add(t.tenant)
             _fields(ix, f"tenant:{t.tenant}", t, TENANT)
+    for t in f.namespaces or []:
+        ix.tenants.add(t.tenant)
+        _fields(ix, f"tenant:{t.tenant}", t, TENANT)
     if f.cost:
         ix.add(g, "cost", f.cost.total, "money")
         ix.add(g, "price", f.cost.price_per_gpu_hour, "money")

@@ -116,15 +116,25 @@ def scheduler(
 
 
 def _tenant_use(
-    hourly: pd.DataFrame | None, held: list[tuple[str, str, int, float, float]]
+    hourly: pd.DataFrame | None,
+    held: list[tuple[str, str, int, float, float]],
 ) -> dict[str, tuple[float | None, float | None]]:
     """Per tenant: mean utilisation and memory use of the hourly rows of the GPUs its tasks
-    held, inside the hours they held them."""
+    held (tenant, hostname, gpu, start, end), inside the hours they held them."""
     if hourly is None or hourly.empty or not held:
         return {}
     spans = pd.DataFrame(held, columns=["tenant", "hostname", "gpu", "start", "end"])
-    rows = hourly[["hostname", "gpu", "ts", "gpu_util_pct", "fb_used_mib", "fb_total_mib"]]
-    joined = rows.merge(spans, on=["hostname", "gpu"])
+    return use_during(hourly, spans, ["hostname", "gpu"])
+
+
+def use_during(
+    hourly: pd.DataFrame, spans: pd.DataFrame, keys: list[str]
+) -> dict[str, tuple[float | None, float | None]]:
+    """Mean utilisation and memory use per ``spans.tenant`` of the hourly rows matching a span
+    on ``keys`` whose middle falls in its [start, end)."""
+    rows = hourly[[*keys, "ts", "gpu_util_pct", "fb_used_mib", "fb_total_mib"]]
+    rows = rows.astype({k: str for k in keys if k != "gpu"})
+    joined = rows.merge(spans.astype({k: str for k in keys if k != "gpu"}), on=keys)
     mid = joined["ts"] + 1800.0  # the middle of the hour
     joined = joined[(mid >= joined["start"]) & (mid < joined["end"])]
     joined = joined.assign(mem=100.0 * joined["fb_used_mib"] / joined["fb_total_mib"])
@@ -136,6 +146,36 @@ def _tenant_use(
             round(float(mem.mean()), 1) if len(mem) else None,
         )
     return out
+
+
+def namespaces(
+    assignments: pd.DataFrame, hourly: pd.DataFrame, since: float, until: float
+) -> list[TenantUsage] | None:
+    """Kubernetes namespaces as tenants, from the GPUs' assignments (dcgm-exporter's pod
+    labels): GPU-hours held in the period, and utilisation and memory use while held. A GPU
+    shared by two pods counts for both. None when no GPU was assigned to a namespace."""
+    a = assignments[assignments["namespace"].astype(str) != ""]
+    if a.empty:
+        return None
+    end = a["ts_to"].where(a["ts_to"].notna(), a["last_seen"])
+    spans = pd.DataFrame({
+        "tenant": a["namespace"].astype(str), "uuid": a["uuid"].astype(str),
+        "start": a["ts_from"].clip(lower=since), "end": end.clip(upper=until),
+    })  # fmt: skip
+    spans = spans[spans["end"] > spans["start"]]
+    hours = ((spans["end"] - spans["start"]) / 3600.0).groupby(spans["tenant"]).sum()
+    total = float(hours.sum())
+    use = use_during(hourly, spans, ["uuid"]) if len(hourly) else {}
+    return [
+        TenantUsage(
+            tenant=str(ns), gpu_hours=round(float(h), 1),
+            share_pct=round(100.0 * float(h) / total, 1) if total else 0.0,
+            quota_gpus=None, quota_used_pct=None,
+            gpu_util_pct=use.get(str(ns), (None, None))[0],
+            memory_used_pct=use.get(str(ns), (None, None))[1],
+        )
+        for ns, h in hours.sort_values(ascending=False).items()
+    ]  # fmt: skip
 
 
 def cost(sched: Scheduler, price: float, currency: str) -> Cost | None:

@@ -110,6 +110,9 @@ def build_facts(
     else:
         absent.append(Absent(section="scheduler", why="no bundled scheduler database (scheduler_db): "
                              "no queue wait, preemptions, GPU-hours or cost by tenant"))  # fmt: skip
+    namespaces = _sched.namespaces(
+        store.read_assignments(start=since, end=until), hourly, since, until
+    )
     transitions = period_verdicts[period_verdicts["changed_from"].notna()]
     alerts = _sched.alerts(transitions, sources.audit_db, since, until)
     if alerts.retags_ok is None:
@@ -134,6 +137,7 @@ def build_facts(
         xids=_fleet.xids(events),
         utilisation=utilisation,
         scheduler=sched,
+        namespaces=namespaces,
         cost=cost,
         energy=energy,
         changes=[],

@@ -227,6 +227,8 @@ class Facts(_Frozen):
     xids: Xids
     utilisation: Utilisation | None
     scheduler: Scheduler | None
+    #: Kubernetes namespaces as tenants, from the GPUs' pod assignments (no scheduler needed)
+    namespaces: list[TenantUsage] | None = None
     cost: Cost | None
     energy: Energy | None
     capacity: dict[str, object] | None = None  # issue 19's planner fills this

@@ -47,6 +47,7 @@ class Pseudonyms:
         if f.availability:
             hosts |= {n.hostname for n in f.availability.by_node}
         tenants = {t.tenant for t in f.scheduler.by_tenant} if f.scheduler else set()
+        tenants |= {t.tenant for t in f.namespaces or []}
         if f.cost:
             tenants |= set(f.cost.by_tenant)
         return cls(hosts, tenants, jobs, uuids)

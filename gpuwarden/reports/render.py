@@ -168,6 +168,12 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
                   _f(t.gpu_util_pct), _f(t.memory_used_pct), f"{f.cost.by_tenant.get(t.tenant, 0):,.2f} {f.cost.currency}" if f.cost else "")
                  for t in s.by_tenant[:TABLE_ROWS]]  # fmt: skip
         b.append(Block("table", rows=tuple(rows)))
+    if f.namespaces:
+        b.append(Block("h2", "Kubernetes namespaces"))
+        rows = [("namespace", "GPU-hours held", "share %", "GPU util %", "memory %")]
+        rows += [(t.tenant, f"{t.gpu_hours:g}", f"{t.share_pct:g}", _f(t.gpu_util_pct), _f(t.memory_used_pct))
+                 for t in f.namespaces[:TABLE_ROWS]]  # fmt: skip
+        b.append(Block("table", rows=tuple(rows)))
     if f.changes:
         b.append(Block("h2", "Biggest changes against the previous period"))
         rows = [("metric", "before", "after", "change %")]

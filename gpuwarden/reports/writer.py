@@ -87,6 +87,8 @@ def prompt_facts(f: Facts) -> str:
         data["inventory"][key] = data["inventory"][key][:PROMPT_LIST_MAX]
     if data.get("scheduler"):
         data["scheduler"]["by_tenant"] = data["scheduler"]["by_tenant"][:PROMPT_LIST_MAX]
+    if data.get("namespaces"):
+        data["namespaces"] = data["namespaces"][:PROMPT_LIST_MAX]
     if data.get("cost"):
         top = sorted(data["cost"]["by_tenant"].items(), key=lambda kv: -kv[1])[:PROMPT_LIST_MAX]
         data["cost"]["by_tenant"] = dict(top)

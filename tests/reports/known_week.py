@@ -12,7 +12,8 @@ Fleet: ``gpu-a01`` (2 x H100-80GB, 80 % busy, 500 W) and ``gpu-b02`` (2 x A100-8
 So availability (156 + 168 + 168 + 144) / 672 = 94.64 %, 36 h down; 246 kWh (98.4 kg CO2 at
 400 g/kWh); 4 transitions; scheduler: alice 200 GPU-hours (quota 4), bob 50 (quota 2), queue
 waits 10 and 60 min, 1 preemption, capacity 672 GPU-hours; alice's tasks ran on gpu-a01 (80 %
-busy), bob's on gpu-b02 GPU 0 (20 %).
+busy), bob's on gpu-b02 GPU 0 (20 %). Kubernetes namespace ml-train held both gpu-a01 GPUs
+from +1 h to +100 h: 198 GPU-hours at 80 %.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from gpuwarden.alerts.base import Transition
 from gpuwarden.health import AT_RISK_ACTION, GpuState, Verdict
 from gpuwarden.scheduler.state import JobRow, NodeRow, SchedulerDB, TaskRow
 from gpuwarden.store.sqlite import SqliteStore
-from gpuwarden.telemetry import Event, Failure, GpuId
+from gpuwarden.telemetry import Assignment, Batch, Event, Failure, GpuId, Sample
 
 SINCE = 1_763_942_400.0  # Monday 2025-11-24 00:00 UTC
 UNTIL = SINCE + 7 * 86400
@@ -80,6 +81,11 @@ def build_store(path: Path) -> str:
         store.write_failures([Failure(SINCE + 72 * H, a0, "xid", xid=79),
                               Failure(SINCE + 100 * H, b0, "xid", xid=48)])  # fmt: skip
         store.write_verdicts(verdicts)
+        # Kubernetes: namespace ml-train holds both gpu-a01 GPUs from +1 h to +100 h
+        for at, ns, pod in ((SINCE + H, "ml-train", "trainer-0"), (SINCE + 100 * H, "", "")):
+            batch = Batch(at, samples=tuple(Sample(at, g, {"gpu_util_pct": 80.0}) for g in (a0, a1)),
+                          assignments=tuple(Assignment(at, g, ns, pod, "main" if ns else "") for g in (a0, a1)))  # fmt: skip
+            store.write_batch(batch)
     return f"sqlite:///{path}"
 
 

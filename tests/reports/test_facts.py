@@ -105,6 +105,16 @@ def test_scheduler_queue_tenants_and_cost(facts):
     assert facts.cost.by_tenant == {"alice": 500.0, "bob": 125.0} and facts.cost.total == 625.0
 
 
+def test_kubernetes_namespaces_as_tenants(facts):
+    (ns,) = facts.namespaces
+    assert (ns.tenant, ns.gpu_hours, ns.share_pct, ns.gpu_util_pct) == (
+        "ml-train",
+        198.0,
+        100.0,
+        80.0,
+    )
+
+
 def test_changes_against_the_week_before(facts):
     changes = {c.metric: (c.before, c.after) for c in facts.changes}
     assert changes["failures"] == (0.0, 2.0)
