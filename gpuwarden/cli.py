@@ -566,6 +566,7 @@ def _register_subcommands() -> None:
     from gpuwarden.dashboard.cli import dashboard
     from gpuwarden.models.cli import COMMANDS, evaluate
     from gpuwarden.planning.cli import plan
+    from gpuwarden.reports.cli import report
     from gpuwarden.scheduler.client_cli import COMMANDS as SCHEDULER_CLIENT
     from gpuwarden.scheduler.server_cli import agent, scheduler
     from gpuwarden.serve.cli import serve
@@ -576,6 +577,7 @@ def _register_subcommands() -> None:
     main.add_command(scheduler)
     main.add_command(agent)
     main.add_command(plan)
+    main.add_command(report)
     for command in [*COMMANDS, *SCHEDULER_CLIENT]:
         main.add_command(command)
 
