@@ -567,6 +567,7 @@ def _register_subcommands() -> None:
     from gpuwarden.models.cli import COMMANDS, evaluate
     from gpuwarden.scheduler.client_cli import COMMANDS as SCHEDULER_CLIENT
     from gpuwarden.scheduler.server_cli import agent, scheduler
+    from gpuwarden.scheduler_hooks.k8s_cli import COMMANDS as K8S
     from gpuwarden.serve.cli import serve
 
     evaluate.add_command(closed_loop)
@@ -574,7 +575,7 @@ def _register_subcommands() -> None:
     main.add_command(dashboard)
     main.add_command(scheduler)
     main.add_command(agent)
-    for command in [*COMMANDS, *SCHEDULER_CLIENT]:
+    for command in [*COMMANDS, *SCHEDULER_CLIENT, *K8S]:
         main.add_command(command)
 
 

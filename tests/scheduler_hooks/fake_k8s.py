@@ -247,6 +247,8 @@ class FakeKubernetes:
                                 "fieldManager: Required value: is required for apply patch",
                             )
                         if current is None:
+                            if ns is not None and not fake._has_namespace(ns):
+                                return self._status(404, "NotFound", f'namespaces "{ns}" not found')
                             coll[name] = fake._stamp(body, ns)
                             return self._send(201, coll[name])
                     elif ctype != "application/merge-patch+json":
@@ -301,6 +303,9 @@ class FakeKubernetes:
         coll[obj["metadata"]["name"]] = obj = copy.deepcopy(obj)
         obj["metadata"].setdefault("resourceVersion", "1")
         return obj
+
+    def _has_namespace(self, ns: str) -> bool:
+        return ns in self.store.get(("/api/v1", None, "namespaces"), {})
 
     def _stamp(self, obj: dict, ns: str | None) -> dict:
         obj = copy.deepcopy(obj)

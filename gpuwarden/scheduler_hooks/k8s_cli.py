@@ -1,0 +1,96 @@
+"""``gpuwarden k8s ...`` and ``gpuwarden tenants ...``: gpuwarden's Kubernetes commands.
+
+gpuwarden k8s extender --listen 127.0.0.1:8888        the kube-scheduler extender
+gpuwarden k8s billing --store prometheus://prom:9090  GPU-hours per namespace and pod
+gpuwarden tenants apply --file tenants.toml [--dry-run]
+"""
+
+from __future__ import annotations
+
+import click
+
+from gpuwarden.cliutil import DomainErrorGroup
+
+
+def _cluster_options(fn):  # type: ignore[no-untyped-def]
+    fn = click.option("--context", default=None, help="kubeconfig context.")(fn)
+    return click.option(
+        "--kubeconfig",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="kubeconfig file (default: in-cluster service account, else ~/.kube/config).",
+    )(fn)
+
+
+@click.group(cls=DomainErrorGroup)
+def k8s() -> None:
+    """gpuwarden on Kubernetes: the scheduler extender and billing per namespace."""
+
+
+@k8s.command()
+@click.option(
+    "--listen", default="127.0.0.1:8888", show_default=True, help="HOST:PORT to serve on."
+)
+@click.option(
+    "--resync", "resync_s", type=float, default=5.0, show_default=True,
+    help="Seconds between listings of Nodes and Pods.",
+)  # fmt: skip
+@_cluster_options
+def extender(listen: str, resync_s: float, kubeconfig: str | None, context: str | None) -> None:
+    """Serve the kube-scheduler extender (POST /filter, /prioritize): critical pods never go
+    where an idle GPU is at risk; nodes are ranked by warden's packing."""
+    from kubernetes import client
+
+    from gpuwarden.config import parse_listen
+    from gpuwarden.lifecycle import AppServer, wait_for_stop
+    from gpuwarden.scheduler_hooks._k8s_api import api_client_from
+    from gpuwarden.scheduler_hooks.k8s_extender import Extender, KubeSource, make_app
+
+    host, port = parse_listen(listen)
+    ext = Extender()
+    source = KubeSource(
+        client.CoreV1Api(api_client_from(kubeconfig, context)), ext.set_view, resync_s=resync_s
+    )
+    view = source.sync()  # a first picture before serving, or one clear error
+    server = AppServer(make_app(ext), source).start(host, port)
+    click.echo(
+        f"gpuwarden extender: {server.url} ({view.cluster.n_nodes} nodes, "
+        f"resync every {resync_s:g} s)",
+        err=True,
+    )
+    try:
+        wait_for_stop()
+    finally:
+        server.stop()
+
+
+@click.group(cls=DomainErrorGroup)
+def tenants() -> None:
+    """Tenants on Kubernetes, from the bundled scheduler's tenant file."""
+
+
+@tenants.command("apply")
+@click.option(
+    "--file", "path", required=True, type=click.Path(dir_okay=False),
+    help="The tenant file: [quotas.TENANT] tables, optional [kubernetes] settings.",
+)  # fmt: skip
+@click.option("--dry-run", is_flag=True, help="Print the objects as YAML; change nothing.")
+@_cluster_options
+def tenants_apply(path: str, dry_run: bool, kubeconfig: str | None, context: str | None) -> None:
+    """Namespace, ResourceQuota, LimitRange, NetworkPolicy and PVC per tenant, and a
+    PriorityClass per job class, applied server-side (fieldManager gpuwarden)."""
+    from gpuwarden.scheduler_hooks import k8s_tenants
+
+    objects = k8s_tenants.render(path)
+    if dry_run:
+        click.echo(k8s_tenants.to_yaml(objects), nl=False)
+        return
+    from gpuwarden.scheduler_hooks._k8s_api import api_client_from
+
+    n = k8s_tenants.apply(objects, api_client_from(kubeconfig, context), echo=click.echo)
+    click.echo(f"{n} objects applied", err=True)
+
+
+COMMANDS = [k8s, tenants]
+
+__all__ = ["COMMANDS", "k8s", "tenants"]

@@ -1,0 +1,239 @@
+"""A kube-scheduler extender: keep critical pods off at-risk GPUs, rank nodes by warden's packing.
+
+kube-scheduler POSTs ``ExtenderArgs`` (``{"Pod": ..., "Nodes": {...}}``, or with
+``nodeCacheCapable: true`` only ``{"Pod": ..., "NodeNames": [...]}``) to ``/filter`` and
+``/prioritize`` (k8s.io/kube-scheduler/extender/v1; its Go types carry no JSON tags, so the keys
+are the Go field names and are matched here without regard to case, as Go's decoder does).
+
+filter      A pod that is not interruptible (no toleration of ``gpuwarden.io/at-risk`` and no
+            label ``gpuwarden.io/interruptible=true``) and asks for GPUs through the device
+            plugin loses every node with an at-risk GPU and an idle GPU: the kubelet, not the
+            scheduler, picks the device, so any idle GPU may be the one it hands out. Pods whose
+            GPUs come through DRA claims keep all nodes: device taints steer those per GPU.
+            Answer: ``ExtenderFilterResult`` with the nodes kept and the others in
+            ``FailedAndUnresolvableNodes`` (preempting pods would not make the GPU healthy).
+prioritize  ``HostPriorityList``, 0..10: 10 for the nodes warden (the policy that beats FGD on
+            openb, docs/scheduler.md) would take first, else its FGD score / 10, at most 9.
+bind        not used: kube-scheduler binds, the kubelet picks devices.
+
+The cluster picture (``_k8s_view.ClusterView``) comes from listing Nodes and Pods every
+``resync_s`` seconds; node annotations in the request (``nodeCacheCapable: false``) win over it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from gpuwarden.errors import InputError
+from gpuwarden.scheduler.policies import WardenPolicy
+from gpuwarden.scheduler_hooks._k8s_view import (
+    ClusterView,
+    GpuMark,
+    marked_gpus,
+    pod_job,
+    uses_dra,
+)
+
+logger = logging.getLogger(__name__)
+
+MAX_PRIORITY = 10  # extender/v1 MaxExtenderPriority
+MAX_BODY_BYTES = 64 << 20  # a NodeList of 5,000 nodes is about 50 MiB
+
+
+def field(args: Mapping[str, Any], name: str) -> Any:
+    """``args[name]`` matched without case, as Go's encoding/json matches struct fields."""
+    if name in args:
+        return args[name]
+    low = name.lower()
+    return next((v for k, v in args.items() if k.lower() == low), None)
+
+
+class Extender:
+    """Filter and prioritize on one ``ClusterView`` (replaced whole by ``set_view``)."""
+
+    def __init__(self, view: ClusterView | None = None, *, policy: WardenPolicy | None = None):
+        self.view = view
+        self.policy = policy if policy is not None else WardenPolicy()
+        self._lock = threading.Lock()
+        self.calls = {"filter": 0, "prioritize": 0, "refused": 0}
+
+    def set_view(self, view: ClusterView) -> None:
+        with self._lock:
+            self.view = view
+
+    def _args(self, args: Any) -> tuple[dict[str, Any], list[str], dict[str, Any] | None]:
+        if not isinstance(args, dict):
+            raise InputError("ExtenderArgs must be a JSON object")
+        pod = field(args, "Pod")
+        if not isinstance(pod, dict):
+            raise InputError("ExtenderArgs has no Pod")
+        names, objs = field(args, "NodeNames"), None
+        nodes = field(args, "Nodes")
+        if names is None and isinstance(nodes, dict):
+            items = nodes.get("items") or []
+            objs = {(n.get("metadata") or {}).get("name", ""): n for n in items}
+            names = list(objs)
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise InputError("ExtenderArgs needs NodeNames (a list of names) or Nodes (a NodeList)")
+        return pod, names, objs
+
+    def filter(self, args: Any) -> dict[str, Any]:
+        """``ExtenderArgs`` -> ``ExtenderFilterResult``; ``InputError`` for malformed args."""
+        pod, names, objs = self._args(args)
+        job = pod_job(pod)
+        with self._lock:
+            self.calls["filter"] += 1
+            view = self.view
+        wants_gpu = job.gpus_per_task > 0 or job.mig_profile is not None
+        failed: dict[str, str] = {}
+        if wants_gpu and not job.interruptible and not uses_dra(pod):
+            for name in names:
+                marks = self._at_risk(name, view, objs)
+                if marks and (
+                    view is None or name not in view.cluster.index or view.idle_gpus(name)
+                ):
+                    failed[name] = _why(marks)
+        kept = [n for n in names if n not in failed]
+        out: dict[str, Any] = {"FailedNodes": {}, "FailedAndUnresolvableNodes": failed, "Error": ""}
+        if objs is None:
+            out["NodeNames"] = kept
+        else:
+            out["Nodes"] = {**(field(args, "Nodes") or {}), "items": [objs[n] for n in kept]}
+        return out
+
+    @staticmethod
+    def _at_risk(name: str, view: ClusterView | None, objs: dict[str, Any] | None) -> list[GpuMark]:
+        if objs is not None:
+            notes = (objs[name].get("metadata") or {}).get("annotations") or {}
+            return marked_gpus(notes, "gpuwarden.io/at-risk-gpus")
+        return view.at_risk.get(name, []) if view is not None else []
+
+    def prioritize(self, args: Any) -> list[dict[str, Any]]:
+        """``ExtenderArgs`` -> ``HostPriorityList``; nodes not in the picture score 0."""
+        pod, names, _ = self._args(args)
+        job = pod_job(pod)
+        with self._lock:
+            self.calls["prioritize"] += 1
+            view = self.view
+            if view is None:
+                return [{"Host": n, "Score": 0} for n in names]
+            c = view.cluster
+            idx = np.array([c.index.get(n, -1) for n in names], dtype=np.int64)
+            asked = np.zeros(c.n_nodes, dtype=bool)
+            asked[idx[idx >= 0]] = True
+            score, best = self.policy.rank_nodes(c, job, asked & c.feasible(job))
+        pr = np.where(best, MAX_PRIORITY, np.clip(score // 10, 0, MAX_PRIORITY - 1)).astype(int)
+        return [
+            {"Host": n, "Score": int(pr[i]) if i >= 0 else 0}
+            for n, i in zip(names, idx.tolist(), strict=True)
+        ]
+
+
+def _why(marks: list[GpuMark]) -> str:
+    gpus = ", ".join(f"{m.index}" + (f" ({m.uuid})" if m.uuid else "") for m in marks)
+    return (
+        f"gpuwarden: GPU {gpus} at risk and the kubelet may hand it to this pod; "
+        "interruptible pods tolerate gpuwarden.io/at-risk"
+    )
+
+
+class KubeSource:
+    """Lists Nodes and bound Pods through ``api`` (a ``kubernetes.client.CoreV1Api``) and
+    hands ``on_view`` a fresh ``ClusterView`` every ``resync_s`` seconds."""
+
+    def __init__(
+        self,
+        api: Any,
+        on_view: Callable[[ClusterView], None],
+        *,
+        resync_s: float = 5.0,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.api, self.on_view = api, on_view
+        self.resync_s, self.timeout_s = resync_s, timeout_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.failures = 0
+
+    def sync(self) -> ClusterView:
+        import json
+
+        from gpuwarden.scheduler_hooks._k8s_api import call
+
+        nodes = call("list nodes", self._list, self.api.list_node)
+        pods = call(
+            "list pods",
+            self._list,
+            self.api.list_pod_for_all_namespaces,
+            "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
+        )
+        view = ClusterView(json.loads(nodes.data)["items"], json.loads(pods.data)["items"])
+        self.on_view(view)
+        return view
+
+    def _list(self, fn: Callable[..., Any], fields: str = "") -> Any:
+        opts: dict[str, Any] = {"_preload_content": False, "_request_timeout": self.timeout_s}
+        return fn(field_selector=fields, **opts) if fields else fn(**opts)
+
+    def start(self) -> None:
+        def loop() -> None:
+            while not self._stop.wait(self.resync_s):
+                try:
+                    self.sync()
+                except Exception as exc:  # keep the last picture and keep trying
+                    self.failures += 1
+                    logger.warning("gpuwarden extender: resync failed: %s", exc)
+
+        self._thread = threading.Thread(target=loop, name="k8s-resync", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+def make_app(extender: Extender, *, max_body_bytes: int = MAX_BODY_BYTES) -> Any:
+    """The extender's ASGI app behind ``BodyGuard``: ``POST /filter``, ``POST /prioritize``,
+    ``GET /healthz``. Malformed JSON or args answer 400 with ``{"Error": ...}`` and change
+    nothing. No token: kube-scheduler's extender client sends none, and the routes change no
+    state; listen on 127.0.0.1 beside kube-scheduler (the default) or behind TLS."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from gpuwarden.httpguard import BodyGuard, loads_json
+
+    def route(fn: Callable[[Any], Any]) -> Callable[[Request], Any]:
+        async def handle(request: Request) -> JSONResponse:
+            try:
+                args = loads_json(await request.body())
+                return JSONResponse(fn(args))
+            except (InputError, ValueError) as exc:
+                extender.calls["refused"] += 1
+                return JSONResponse({"Error": str(exc)}, status_code=400)
+
+        return handle
+
+    async def healthz(request: Request) -> JSONResponse:
+        view = extender.view
+        body = {"nodes": 0 if view is None else view.cluster.n_nodes, **extender.calls}
+        return JSONResponse(body, status_code=200 if view is not None else 503)
+
+    app = Starlette(
+        routes=[
+            Route("/filter", route(extender.filter), methods=["POST"]),
+            Route("/prioritize", route(extender.prioritize), methods=["POST"]),
+            Route("/healthz", healthz, methods=["GET"]),
+        ]
+    )
+    return BodyGuard(app, authenticate=lambda request: None, max_body_bytes=max_body_bytes)
+
+
+__all__ = ["MAX_PRIORITY", "Extender", "KubeSource", "field", "make_app"]
