@@ -165,9 +165,11 @@ class ClusterView:
             spec = node_spec(n)
             specs.append(spec)
             notes = (n.get("metadata") or {}).get("annotations") or {}
-            self.at_risk[spec.name] = marked_gpus(notes, "gpuwarden.io/at-risk-gpus")
+            if marks := marked_gpus(notes, "gpuwarden.io/at-risk-gpus"):
+                self.at_risk[spec.name] = marks  # only nodes with one: the filter walks these
         self.cluster = ClusterState(specs)
         self.skipped = 0  # bound pods that did not fit the picture (it is already stale)
+        self.jobs: list[Job] = []  # the bound pods: the workload's task mix
         for p in pods:
             self.add_pod(p)
 
@@ -177,8 +179,9 @@ class ClusterView:
         i = self.cluster.index.get((pod.get("spec") or {}).get("nodeName") or "")
         if i is None:
             return False
+        self.jobs.append(pod_job(pod))
         # a bound pod may sit on an at-risk GPU (it got there first, or tolerates it)
-        job = replace(pod_job(pod), interruptible=True)
+        job = replace(self.jobs[-1], interruptible=True)
         c = self.cluster
         if not c.feasible(job)[i]:
             self.skipped += 1
