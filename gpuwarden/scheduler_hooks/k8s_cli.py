@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from gpuwarden.cliutil import DomainErrorGroup
+from gpuwarden.cliutil import DomainErrorGroup, open_store, settings, store_option
 
 
 def _cluster_options(fn):  # type: ignore[no-untyped-def]
@@ -62,6 +62,47 @@ def extender(listen: str, resync_s: float, kubeconfig: str | None, context: str 
         wait_for_stop()
     finally:
         server.stop()
+
+
+@k8s.command()
+@store_option
+@click.option("--since", type=float, required=True, help="Window start, Unix seconds.")
+@click.option("--until", type=float, default=None, help="Window end, Unix seconds (default: now).")
+@click.option(
+    "--scrape-interval", "scrape_s", type=float, default=None,
+    help="dcgm-exporter's scrape interval in s (default: read from the data).",
+)  # fmt: skip
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Also write rows as CSV.")
+@click.pass_context
+def billing(
+    ctx: click.Context,
+    store_url: str | None,
+    since: float,
+    until: float | None,
+    scrape_s: float | None,
+    csv_path: str | None,
+) -> None:
+    """GPU-hours per namespace and pod from dcgm-exporter's pod labels in a Prometheus store
+    (prometheus+http://..., victoriametrics://...)."""
+    import time
+
+    from gpuwarden.errors import ConfigError
+    from gpuwarden.scheduler.billing import tenant_totals, write_csv
+    from gpuwarden.scheduler_hooks.k8s_billing import gpu_hours
+
+    store = open_store(store_url, settings(ctx))
+    try:
+        api = getattr(store, "api", None)
+        if api is None:
+            raise ConfigError("k8s billing reads a Prometheus-compatible store (PromQL)")
+        rows = gpu_hours(api, since, time.time() if until is None else until,
+                         scrape_interval_s=scrape_s)  # fmt: skip
+    finally:
+        store.close()
+    for ns, hours in tenant_totals(rows).items():
+        click.echo(f"{ns}\t{hours:.6f}")
+    if csv_path:
+        write_csv(rows, csv_path)
 
 
 @click.group(cls=DomainErrorGroup)
