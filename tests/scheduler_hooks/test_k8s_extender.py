@@ -149,3 +149,58 @@ def test_bad_input_is_a_400_and_the_extender_keeps_serving(cluster):
     assert ext.calls["refused"] == 4
     assert post(client, "filter", pod("crit"))["NodeNames"] == NAMES[1:]
     assert client.get("/healthz").json()["nodes"] == 4
+
+
+def test_the_extender_command_serves_what_the_api_server_lists(tmp_path):
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    fake = FakeKubernetes([node("n1", annotations=dict(RISKY), allocatable=GPU8),
+                           node("n2", allocatable=GPU8)])  # fmt: skip
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        f"""apiVersion: v1
+kind: Config
+clusters: [{{name: t, cluster: {{server: "{fake.url}"}}}}]
+users: [{{name: u, user: {{token: extender-token}}}}]
+contexts: [{{name: t, context: {{cluster: t, user: u}}}}]
+current-context: t
+"""
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    gpuwarden = Path(sys.executable).with_name("gpuwarden")
+    argv = [str(gpuwarden), "k8s", "extender", "--listen", f"127.0.0.1:{port}",
+            "--kubeconfig", str(kubeconfig), "--resync", "0.2"]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(300):
+            try:
+                if httpx.get(f"{url}/healthz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        out = httpx.post(f"{url}/filter", json={"Pod": pod("c"), "NodeNames": ["n1", "n2"]}).json()
+        assert out["NodeNames"] == ["n2"]
+        # the GPU recovers: the next resync lets critical pods back on n1
+        fake.nodes["n1"]["metadata"]["annotations"] = {}
+        for _ in range(100):
+            out = httpx.post(f"{url}/filter", json={"Pod": pod("c"), "NodeNames": ["n1", "n2"]})
+            if out.json()["NodeNames"] == ["n1", "n2"]:
+                break
+            time.sleep(0.1)
+        assert out.json()["NodeNames"] == ["n1", "n2"]
+        assert fake.auth == {"Bearer extender-token"}
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+        fake.close()
+    assert "gpuwarden extender: http://127.0.0.1" in err and "2 nodes" in err
+    bad = subprocess.run([str(gpuwarden), "k8s", "extender", "--kubeconfig", str(tmp_path / "none")],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert bad.returncode == 1 and "cannot load Kubernetes credentials" in bad.stderr
