@@ -334,6 +334,19 @@ class FakeKubernetes:
 
         return client.CoreV1Api(self.api_client(token))
 
+    def kubeconfig(self, path, token: str):  # -> Path
+        """A kubeconfig file at ``path`` for this server and a bearer ``token``."""
+        path.write_text(
+            f"""apiVersion: v1
+kind: Config
+clusters: [{{name: test, cluster: {{server: "{self.url}"}}}}]
+users: [{{name: u, user: {{token: {token}}}}}]
+contexts: [{{name: test, context: {{cluster: test, user: u}}}}]
+current-context: test
+"""
+        )
+        return path
+
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()

@@ -160,16 +160,7 @@ def test_the_extender_command_serves_what_the_api_server_lists(tmp_path):
 
     fake = FakeKubernetes([node("n1", annotations=dict(RISKY), allocatable=GPU8),
                            node("n2", allocatable=GPU8)])  # fmt: skip
-    kubeconfig = tmp_path / "config"
-    kubeconfig.write_text(
-        f"""apiVersion: v1
-kind: Config
-clusters: [{{name: t, cluster: {{server: "{fake.url}"}}}}]
-users: [{{name: u, user: {{token: extender-token}}}}]
-contexts: [{{name: t, context: {{cluster: t, user: u}}}}]
-current-context: t
-"""
-    )
+    kubeconfig = fake.kubeconfig(tmp_path / "config", "extender-token")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -155,16 +155,7 @@ class FakeKubernetesDown:
 
 
 def test_open_tagger_reads_a_kubeconfig(k8s, tmp_path):
-    kubeconfig = tmp_path / "config"
-    kubeconfig.write_text(
-        f"""apiVersion: v1
-kind: Config
-clusters: [{{name: test, cluster: {{server: "{k8s.url}"}}}}]
-users: [{{name: u, user: {{token: from-kubeconfig}}}}]
-contexts: [{{name: test, context: {{cluster: test, user: u}}}}]
-current-context: test
-"""
-    )
+    kubeconfig = k8s.kubeconfig(tmp_path / "config", "from-kubeconfig")
     tagger = open_tagger(f"k8s://?kubeconfig={kubeconfig}")
     assert isinstance(tagger, KubernetesTagger)
     tagger.apply(health("gpu-1", g0=RISK))
