@@ -170,6 +170,7 @@ class ClusterView:
         self.cluster = ClusterState(specs)
         self.skipped = 0  # bound pods that did not fit the picture (it is already stale)
         self.jobs: list[Job] = []  # the bound pods: the workload's task mix
+        self._idle: Any = None
         for p in pods:
             self.add_pod(p)
 
@@ -188,13 +189,15 @@ class ClusterView:
             return False
         gpus, start = c.default_gpus(job, i)
         c.apply(job, i, gpus, start)
+        self._idle = None
         return True
 
     def idle_gpus(self, node: str) -> int:
         """GPUs of ``node`` that no bound pod holds any part of."""
-        i = self.cluster.index[node]
-        c = self.cluster
-        return int(((c.free[i] == GPU_MILLI) & c.exists[i]).sum())
+        if self._idle is None:  # once per picture: a filter asks about many nodes
+            c = self.cluster
+            self._idle = ((c.free == GPU_MILLI) & c.exists).sum(axis=1)
+        return int(self._idle[self.cluster.index[node]])
 
 
 __all__ = [

@@ -75,12 +75,13 @@ class Extender:
         self._lock = threading.Lock()
         self.calls = {"filter": 0, "prioritize": 0, "cached": 0, "refused": 0}
         self._index_cache: dict[tuple[int, tuple[str, ...]], np.ndarray] = {}
+        self._filtered: dict[tuple[int, tuple[str, ...]], tuple[dict[str, str], list[str]]] = {}
         self._head_cache: dict[tuple[str, ...], list[str]] = {}
 
     def set_view(self, view: ClusterView) -> None:
         with self._lock:
             self.view = view
-            self._answers = {}
+            self._answers, self._filtered = {}, {}
             if self._own_policy:
                 self.policy = self._policy_for(view)
 
@@ -114,24 +115,38 @@ class Extender:
             view = self.view
         wants_gpu = job.gpus_per_task > 0 or job.mig_profile is not None
         failed: dict[str, str] = {}
+        kept = names
         if wants_gpu and not job.interruptible and not uses_dra(pod):
             if objs is not None:  # the request's Node objects are fresher than the picture
                 marked = {n: marked_gpus(_notes(o), AT_RISK_GPUS) for n, o in objs.items()}
-            else:  # only nodes with an at-risk GPU need a look
-                marked = {n: m for n, m in (view.at_risk if view else {}).items() if m}
-            for name in sorted(set(names).intersection(marked)):
-                marks = marked[name]
-                if marks and (
-                    view is None or name not in view.cluster.index or view.idle_gpus(name)
-                ):
-                    failed[name] = _why(marks)
-        kept = [n for n in names if n not in failed] if failed else names
+                failed = self._unsafe(names, marked, view)
+                kept = [n for n in names if n not in failed] if failed else names
+            else:  # only nodes with an at-risk GPU need a look; same names, same answer
+                key = (id(view), tuple(names))
+                if (hit := self._filtered.get(key)) is None:
+                    marked = {n: m for n, m in (view.at_risk if view else {}).items() if m}
+                    failed = self._unsafe(names, marked, view)
+                    hit = (failed, [n for n in names if n not in failed] if failed else names)
+                    self._filtered = {**dict(list(self._filtered.items())[-3:]), key: hit}
+                failed, kept = dict(hit[0]), hit[1]
         out: dict[str, Any] = {"FailedNodes": {}, "FailedAndUnresolvableNodes": failed, "Error": ""}
         if objs is None:
-            out["NodeNames"] = kept
+            out["NodeNames"] = list(kept)
         else:
             out["Nodes"] = {**(field(args, "Nodes") or {}), "items": [objs[n] for n in kept]}
         return out
+
+    @staticmethod
+    def _unsafe(
+        names: list[str], marked: dict[str, list[GpuMark]], view: ClusterView | None
+    ) -> dict[str, str]:
+        """Node -> why, for the named nodes a critical pod must not go to."""
+        failed = {}
+        for name in sorted(set(names).intersection(marked)):
+            marks = marked[name]
+            if marks and (view is None or name not in view.cluster.index or view.idle_gpus(name)):
+                failed[name] = _why(marks)
+        return failed
 
     def prioritize(self, args: Any) -> list[dict[str, Any]]:
         """``ExtenderArgs`` -> ``HostPriorityList``; nodes not in the picture score 0."""
@@ -271,45 +286,59 @@ class KubeSource:
             self._thread.join()
 
 
+#: The extender's routes: path -> (method, Extender method or "healthz").
+ROUTES = {
+    "/filter": ("POST", "filter"),
+    "/prioritize": ("POST", "prioritize_json"),
+    "/healthz": ("GET", "healthz"),
+}
+
+
 def make_app(extender: Extender, *, max_body_bytes: int = MAX_BODY_BYTES) -> Any:
     """The extender's ASGI app behind ``BodyGuard``: ``POST /filter``, ``POST /prioritize``,
-    ``GET /healthz``. Malformed JSON or args answer 400 with ``{"Error": ...}`` and change
-    nothing. No token: kube-scheduler's extender client sends none, and the routes change no
-    state; listen on 127.0.0.1 beside kube-scheduler (the default) or behind TLS."""
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response
-    from starlette.routing import Route
+    ``GET /healthz`` (``ROUTES``). Malformed JSON or args answer 400 with ``{"Error": ...}``
+    and change nothing. No token: kube-scheduler's extender client sends none, and the routes
+    change no state; listen on 127.0.0.1 beside kube-scheduler (the default) or behind TLS.
 
+    Three fixed routes need no router: a plain ASGI callable answers them, which saves a
+    framework's per-request work on a path kube-scheduler calls twice per pod."""
     from gpuwarden.httpguard import BodyGuard
 
-    def route(fn: Callable[[Any], Any]) -> Callable[[Request], Any]:
-        async def handle(request: Request) -> Response:
-            try:
-                args = json.loads(await request.body())  # BodyGuard bounded its depth
-                got = fn(args)
-                if isinstance(got, bytes):
-                    return Response(got, media_type="application/json")
-                return JSONResponse(got)
-            except (InputError, ValueError) as exc:
-                extender.calls["refused"] += 1
-                return JSONResponse({"Error": str(exc)}, status_code=400)
+    async def reply(send: Any, status: int, body: bytes) -> None:
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
-        return handle
+    def dumps(obj: Any) -> bytes:
+        return json.dumps(obj, separators=(",", ":")).encode()
 
-    async def healthz(request: Request) -> JSONResponse:
-        view = extender.view
-        body = {"nodes": 0 if view is None else view.cluster.n_nodes, **extender.calls}
-        return JSONResponse(body, status_code=200 if view is not None else 503)
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        method, name = ROUTES.get(scope["path"], ("", ""))
+        if not name:
+            return await reply(send, 404, dumps({"Error": f"no route {scope['path']}"}))
+        if scope["method"] != method:
+            return await reply(send, 405, dumps({"Error": f"{scope['path']} takes {method}"}))
+        if name == "healthz":
+            view = extender.view
+            body = {"nodes": 0 if view is None else view.cluster.n_nodes, **extender.calls}
+            return await reply(send, 200 if view is not None else 503, dumps(body))
+        chunks, more = [], True
+        while more:  # BodyGuard hands the body over in one message; a client may not have one
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        try:
+            got = getattr(extender, name)(json.loads(b"".join(chunks)))  # depth: BodyGuard's
+        except (InputError, ValueError) as exc:
+            extender.calls["refused"] += 1
+            return await reply(send, 400, dumps({"Error": str(exc)}))
+        await reply(send, 200, got if isinstance(got, bytes) else dumps(got))
 
-    app = Starlette(
-        routes=[
-            Route("/filter", route(extender.filter), methods=["POST"]),
-            Route("/prioritize", route(extender.prioritize_json), methods=["POST"]),
-            Route("/healthz", healthz, methods=["GET"]),
-        ]
-    )
     return BodyGuard(app, authenticate=lambda request: None, max_body_bytes=max_body_bytes)
 
 
-__all__ = ["MAX_PRIORITY", "Extender", "KubeSource", "field", "make_app"]
+__all__ = ["MAX_PRIORITY", "ROUTES", "Extender", "KubeSource", "field", "make_app"]

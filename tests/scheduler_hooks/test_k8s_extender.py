@@ -147,6 +147,8 @@ def test_bad_input_is_a_400_and_the_extender_keeps_serving(cluster):
     r = client.post("/filter", content=b"x" * (2 << 20))
     assert r.status_code == 413
     assert ext.calls["refused"] == 4
+    assert client.get("/filter").status_code == 405
+    assert client.post("/bind", json={}).status_code == 404  # no bind verb: the kubelet picks
     assert post(client, "filter", pod("crit"))["NodeNames"] == NAMES[1:]
     assert client.get("/healthz").json()["nodes"] == 4
 
