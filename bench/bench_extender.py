@@ -124,7 +124,7 @@ def build(
 def run_in_process(ext: Extender, names: list[str], pods: list[dict], bar: bool) -> float:
     t0 = time.perf_counter()
     for p in tqdm(pods, desc="in process", leave=False, disable=not bar):
-        kept = ext.filter({"Pod": p, "NodeNames": names})["NodeNames"]
+        kept = json.loads(ext.filter_json({"Pod": p, "NodeNames": names}))["NodeNames"]
         ext.prioritize_json({"Pod": p, "NodeNames": kept})
     return time.perf_counter() - t0
 

@@ -75,7 +75,7 @@ class Extender:
         self._lock = threading.Lock()
         self.calls = {"filter": 0, "prioritize": 0, "cached": 0, "refused": 0}
         self._index_cache: dict[tuple[int, tuple[str, ...]], np.ndarray] = {}
-        self._filtered: dict[tuple[int, tuple[str, ...]], tuple[dict[str, str], list[str]]] = {}
+        self._filtered: dict[tuple[int, bool, tuple[str, ...]], bytes] = {}
         self._head_cache: dict[tuple[str, ...], list[str]] = {}
 
     def set_view(self, view: ClusterView) -> None:
@@ -108,33 +108,36 @@ class Extender:
 
     def filter(self, args: Any) -> dict[str, Any]:
         """``ExtenderArgs`` -> ``ExtenderFilterResult``; ``InputError`` for malformed args."""
+        return json.loads(self.filter_json(args))
+
+    def filter_json(self, args: Any) -> bytes:
+        """``filter`` as the JSON text itself, the HTTP route's answer. With node names the
+        answer depends only on the names, the picture and whether the pod is critical, so the
+        last few are kept whole."""
         pod, names, objs = self._args(args)
         job = pod_job(pod)
         with self._lock:
             self.calls["filter"] += 1
             view = self.view
         wants_gpu = job.gpus_per_task > 0 or job.mig_profile is not None
-        failed: dict[str, str] = {}
-        kept = names
-        if wants_gpu and not job.interruptible and not uses_dra(pod):
-            if objs is not None:  # the request's Node objects are fresher than the picture
+        critical = wants_gpu and not job.interruptible and not uses_dra(pod)
+        if objs is not None:  # the request's Node objects are fresher than the picture
+            failed: dict[str, str] = {}
+            if critical:
                 marked = {n: marked_gpus(_notes(o), AT_RISK_GPUS) for n, o in objs.items()}
                 failed = self._unsafe(names, marked, view)
-                kept = [n for n in names if n not in failed] if failed else names
-            else:  # only nodes with an at-risk GPU need a look; same names, same answer
-                key = (id(view), tuple(names))
-                if (hit := self._filtered.get(key)) is None:
-                    marked = {n: m for n, m in (view.at_risk if view else {}).items() if m}
-                    failed = self._unsafe(names, marked, view)
-                    hit = (failed, [n for n in names if n not in failed] if failed else names)
-                    self._filtered = {**dict(list(self._filtered.items())[-3:]), key: hit}
-                failed, kept = dict(hit[0]), hit[1]
-        out: dict[str, Any] = {"FailedNodes": {}, "FailedAndUnresolvableNodes": failed, "Error": ""}
-        if objs is None:
-            out["NodeNames"] = list(kept)
-        else:
-            out["Nodes"] = {**(field(args, "Nodes") or {}), "items": [objs[n] for n in kept]}
-        return out
+            items = [objs[n] for n in names if n not in failed]
+            nodes = {**(field(args, "Nodes") or {}), "items": items}
+            return _result(failed, "Nodes", nodes)
+        key = (id(view), critical, tuple(names))
+        if (hit := self._filtered.get(key)) is None:
+            failed = {}
+            if critical:  # only nodes with an at-risk GPU need a look
+                marked = {n: m for n, m in (view.at_risk if view else {}).items() if m}
+                failed = self._unsafe(names, marked, view)
+            hit = _result(failed, "NodeNames", [n for n in names if n not in failed])
+            self._filtered = {**dict(list(self._filtered.items())[-7:]), key: hit}
+        return hit
 
     @staticmethod
     def _unsafe(
@@ -218,6 +221,12 @@ _SCORE_TAIL = [f"{s}}}" for s in range(MAX_PRIORITY + 1)]
 AT_RISK_GPUS = "gpuwarden.io/at-risk-gpus"
 
 
+def _result(failed: dict[str, str], key: str, kept: Any) -> bytes:
+    """An ``ExtenderFilterResult`` as JSON: Go's field names, compact."""
+    out = {"FailedNodes": {}, "FailedAndUnresolvableNodes": failed, "Error": "", key: kept}
+    return json.dumps(out, separators=(",", ":")).encode()
+
+
 def _notes(node: dict[str, Any]) -> dict[str, str]:
     return (node.get("metadata") or {}).get("annotations") or {}
 
@@ -288,7 +297,7 @@ class KubeSource:
 
 #: The extender's routes: path -> (method, Extender method or "healthz").
 ROUTES = {
-    "/filter": ("POST", "filter"),
+    "/filter": ("POST", "filter_json"),
     "/prioritize": ("POST", "prioritize_json"),
     "/healthz": ("GET", "healthz"),
 }
