@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,dashboard,k8s,influx]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,dashboard,k8s,influx,planning]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -565,6 +565,7 @@ def _register_subcommands() -> None:
     from gpuwarden.closedloop.cli import closed_loop
     from gpuwarden.dashboard.cli import dashboard
     from gpuwarden.models.cli import COMMANDS, evaluate
+    from gpuwarden.planning.cli import plan
     from gpuwarden.scheduler.client_cli import COMMANDS as SCHEDULER_CLIENT
     from gpuwarden.scheduler.server_cli import agent, scheduler
     from gpuwarden.scheduler_hooks.k8s_cli import COMMANDS as K8S
@@ -575,6 +576,7 @@ def _register_subcommands() -> None:
     main.add_command(dashboard)
     main.add_command(scheduler)
     main.add_command(agent)
+    main.add_command(plan)
     for command in [*COMMANDS, *SCHEDULER_CLIENT, *K8S]:
         main.add_command(command)
 

@@ -11,6 +11,7 @@
     │   ├── StoreUnavailable   a store's server cannot be reached, times out or keeps failing
     │   └── StoreRejected      a store's server refused a request (credentials, a bad query)
     ├── InputError             a user's file or payload is malformed; names the problem
+    ├── DeviceSetupError       the agent could not set a GPU up for a task (MIG instance, MPS)
     └── HookError              a scheduler hook or notifier failed (Slurm, Kubernetes, Slack)
         └── OutboundRefused    a hook's URL leads to an address ``hook_allow`` refuses
 
@@ -75,3 +76,8 @@ class HookError(GpuwardenError):
 
 class OutboundRefused(HookError):
     pass
+
+
+class DeviceSetupError(GpuwardenError):
+    """The node agent could not give a task its GPU share: a MIG instance NVML refused to create
+    (no MIG, no permission, slices in use), or an MPS control daemon that would not start."""

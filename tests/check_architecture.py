@@ -36,6 +36,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "ingest collect summary",
         "models",
         "alerts scheduler exporter",
+        "planning",
         "scheduler_hooks",
         "serve",
         "closedloop dashboard",

@@ -11,6 +11,8 @@ other piece of gpuwarden that reads NVIDIA GPUs goes through it: the ``nvml://``
     GpmMetrics(nvml)                                GPM ratios (Hopper and later)
     text(), handle_key(), sum_present()             small conversions of NVML's values
     GpuGone, NOT_AVAILABLE, GONE, NO_LIBRARY        what the errors become
+    NVMLError                                       pynvml's error class, for callers that act on
+                                                    NVML's codes (the agent's MIG calls)
 
 Every NVML call goes through ``DeviceQuery.call``, which sorts NVML's errors three ways:
 
@@ -91,6 +93,11 @@ _VALUE_MEMBER: dict[int, str] = {
 
 #: How many queued Xid events one ``collect()`` takes; the rest wait for the next one.
 XID_DRAIN_LIMIT = 256
+
+
+#: pynvml's error base class, for the node agent's MIG calls (``scheduler/mig_agent.py``), which
+#: must tell InUse from NoPermission from InsufficientResources rather than read them as absent.
+NVMLError = pynvml.NVMLError
 
 
 class GpuGone(Exception):
@@ -379,6 +386,7 @@ __all__ = [
     "GPM_METRICS",
     "NOT_AVAILABLE",
     "NO_LIBRARY",
+    "NVMLError",
     "XID_DRAIN_LIMIT",
     "DeviceQuery",
     "GpmMetrics",

@@ -6,7 +6,8 @@ The store URL comes from ``--store`` after ``--``, else the ``store`` setting
 (``GPUWARDEN_STORE``, the TOML file). Views: the fleet overview (``?view=overview``), the GPUs
 that need attention (``?view=attention``), one GPU's history (``?view=gpu&gpu=<UUID>``),
 ``gpuwarden serve``'s decisions (``?view=decisions``, with ``--serve-url``) and the bundled
-scheduler (``?view=scheduler``, with ``--scheduler-url``); see ``_api`` for their settings. The
+scheduler (``?view=scheduler``, with ``--scheduler-url``), demand forecasts and TCO
+(``?view=capacity``, with ``--plan-demand``); see ``_api`` for their settings. The
 page re-reads the store on a timer (sidebar); every query is cached for ``_cache.TTL_S``. With
 ``GPUWARDEN_DASHBOARD_PASSWORD`` set, every page first asks for it (``_gate``).
 """
@@ -24,6 +25,7 @@ from gpuwarden.config import load_settings
 from gpuwarden.dashboard import (
     _api,
     _cache,
+    _capacity_page,
     _context,
     _decisions,
     _gate,
@@ -40,6 +42,7 @@ VIEWS = {
     "gpu": "GPU detail",
     "decisions": "Decisions",
     "scheduler": "Scheduler",
+    "capacity": "Capacity",
 }
 RANGES_H = {"Last 6 hours": 6, "Last 24 hours": 24, "Last 3 days": 72, "Last 7 days": 168, "Last 30 days": 720}  # fmt: skip
 REFRESH_S = {"Off": 0, "every 30 s": 30, "every minute": 60, "every 5 minutes": 300}
@@ -133,6 +136,9 @@ def _body(
         return
     if view == "scheduler":
         _scheduler_page.page(scheduler, time.time())
+        return
+    if view == "capacity":
+        _capacity_page.page(*_capacity_page.sources(sys.argv[1:]))
         return
     missing = missing_sqlite_file(url)
     if missing is not None:

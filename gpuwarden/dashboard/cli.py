@@ -166,6 +166,14 @@ def stop_dashboard(proc: subprocess.Popen[bytes]) -> None:
     help="The bundled scheduler's API, for the Scheduler page (token: $GPUWARDEN_SCHEDULER_TOKEN).",
 )
 @click.option(
+    "--plan-demand",
+    envvar="GPUWARDEN_PLAN_DEMAND",
+    help="Scheduler database or openb pod list, for the Capacity page's forecast.",
+)
+@click.option(
+    "--plan-prices", envvar="GPUWARDEN_PLAN_PRICES", help="Price file for the Capacity page's TCO."
+)
+@click.option(
     INSECURE_FLAG,
     "insecure",
     is_flag=True,
@@ -179,10 +187,12 @@ def dashboard(
     listen: str,
     serve_url: str | None,
     scheduler_url: str | None,
+    plan_demand: str | None,
+    plan_prices: str | None,
     insecure: bool,
 ) -> None:
     """Serve the health dashboard (fleet overview, GPUs needing attention, GPU detail,
-    serve's decisions, the scheduler). With $GPUWARDEN_DASHBOARD_PASSWORD set, every page
+    serve's decisions, the scheduler, capacity). With $GPUWARDEN_DASHBOARD_PASSWORD set, every page
     asks for it first."""
     with domain_errors():
         cfg = settings(ctx)
@@ -197,6 +207,9 @@ def dashboard(
         extra += ("--serve-url", serve_url)
     if scheduler_url:
         extra += ("--scheduler-url", scheduler_url)
+    for name, value in (("--plan-demand", plan_demand), ("--plan-prices", plan_prices)):
+        if value:
+            extra += (name, value)
     proc = start_dashboard(url, host, port, extra=extra)
     try:
         status = proc.wait()

@@ -24,8 +24,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuwarden.errors import OutboundRefused
+from gpuwarden.errors import DeviceSetupError, OutboundRefused
 from gpuwarden.outbound import OutboundPolicy, post_json
+from gpuwarden.scheduler._agent_sharing import MPS, GpuSharing, share_kind
 from gpuwarden.scheduler._task_wrapper import claim, write_atomic
 
 logger = logging.getLogger("gpuwarden.scheduler.agent")
@@ -74,6 +75,9 @@ class Task:
     acked: bool = False  # the service has its exit and all its output: report it no more
     started_at: float | None = None  # this agent's clock: the service bills from these
     ended_at: float | None = None
+    gpus: list[int] = field(default_factory=list)
+    share: str = ""  # "mig", "mps" or "" (``_agent_sharing``)
+    released: bool = True  # its MIG instance or MPS slot is given back (False until then)
 
     @property
     def key(self) -> Key:
@@ -89,8 +93,12 @@ class TaskTable:
         *,
         kill_after_s: float = 5.0,
         hook_policy: OutboundPolicy | None = None,
+        sharing: GpuSharing | None = None,
+        n_gpus: int = 0,
     ) -> None:
         self.workdir = workdir
+        #: MIG instances and MPS daemons; None: every task gets its GPU indices, nothing more
+        self.sharing = sharing
         self.kill_after_s = kill_after_s
         #: where a checkpoint hook of kind ``url`` may POST (the ``hook_allow`` setting)
         self.hook_policy = hook_policy or OutboundPolicy()
@@ -109,6 +117,10 @@ class TaskTable:
                 self._finish_launch(t)
             if launching:
                 self.save()
+        if sharing is not None:
+            running = [t for t in self.tasks.values() if t.state == "running"]
+            sharing.reconcile({_share_key(t) for t in running},
+                              [g for t in running if t.share == MPS for g in t.gpus], n_gpus)  # fmt: skip
 
     def save(self) -> None:
         """On disk before it returns; a crash leaves the old table or the new one."""
@@ -130,8 +142,17 @@ class TaskTable:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in order.get("gpus", []))
         env["GPUWARDEN_CHECKPOINT_DIR"] = str(ckdir)
         task = Task(job_id, attempt, index, None, str(log), str(ckdir), state="launching",
-                    env={k: v for k, v in env.items() if k.startswith(("GPUWARDEN_", "CUDA_"))})  # fmt: skip
+                    gpus=[int(g) for g in order.get("gpus", [])], share=share_kind(order))  # fmt: skip
+        refused = self._set_up_gpus(task, order, env)
+        task.env = {k: v for k, v in env.items() if k.startswith(("GPUWARDEN_", "CUDA_"))}
         self.tasks[key] = task
+        if refused is not None:  # its MIG instance or MPS daemon could not be had: it fails
+            with log.open("ab") as out:
+                out.write(f"gpuwarden agent: cannot set up the task's GPUs: {refused}\n".encode())
+            task.state, task.exit_code = "exited", 126
+            task.started_at = task.ended_at = time.time()
+            self.save()
+            return
         self.save()  # before the process exists: killed from here on, we never launch it again
         argv = [sys.executable, "-I", "-S", WRAPPER, self._stem(task), "--", *order["command"]]
         with log.open("ab") as out:
@@ -190,7 +211,7 @@ class TaskTable:
     # ---- watching --------------------------------------------------------------------------
 
     def poll(self) -> None:
-        changed = False
+        changed = self._release_ended()
         for key, task in self.tasks.items():
             if task.state != "running":
                 continue
@@ -203,6 +224,7 @@ class TaskTable:
                     and time.time() - task.stop_sent_at > self.kill_after_s):  # fmt: skip
                 self._signal(task, signal.SIGKILL)
                 task.killed, changed = True, True
+        changed = self._release_ended() or changed
         if changed:
             self.save()
 
@@ -305,6 +327,38 @@ class TaskTable:
         logger.warning("gave up %s attempt %d task %d: the agent died while starting it",
                        task.job_id, task.attempt, task.task)  # fmt: skip
 
+    def _set_up_gpus(self, task: Task, order: dict[str, Any], env: dict[str, str]) -> str | None:
+        """Give ``task`` its MIG instance or MPS slot (``_agent_sharing``), into ``env``; why
+        not, when that cannot be done."""
+        if self.sharing is None:
+            return None
+        try:
+            env.update(self.sharing.prepare(_share_key(task), order))
+        except DeviceSetupError as exc:
+            logger.warning("cannot set up GPUs of %s: %s", task.job_id, exc)
+            return str(exc)
+        task.released = task.share == ""
+        return None
+
+    def _release_ended(self) -> bool:
+        """Give back the MIG instances and MPS slots of ended tasks; those NVML refuses now
+        (processes still leaving) are tried again at the next poll. Whether any was."""
+        if self.sharing is None:
+            return False
+        done = False
+        for task in self.tasks.values():
+            if task.released or task.state != "exited":
+                continue
+            mps = [g for t in self.tasks.values() if t.state == "running" and t.share == MPS
+                   for g in t.gpus]  # fmt: skip
+            try:
+                self.sharing.release(_share_key(task), task.share, task.gpus, mps)
+            except DeviceSetupError as exc:
+                logger.warning("cannot yet release GPUs of %s: %s", task.job_id, exc)
+                continue
+            task.released = done = True
+        return done
+
     def _stem(self, task: Task) -> str:
         """``WORKDIR/tasks/JOB.ATTEMPT.TASK``, absolute: the wrapper runs in the checkpoint dir."""
         name = f"{_safe(task.job_id)}.{task.attempt}.{task.task}"
@@ -317,6 +371,11 @@ class TaskTable:
             os.killpg(task.pid, sig)  # its wrapper leads the task's session, so pgid == pid
         except (ProcessLookupError, PermissionError):  # gone (its pid since another user's)
             pass
+
+
+def _share_key(task: Task) -> str:
+    """The name of a task's MIG instance in ``mig-instances.json``."""
+    return f"{task.job_id}.{task.attempt}.{task.task}"
 
 
 def _ended_before(task: Task, age_s: float) -> bool:

@@ -33,6 +33,11 @@ SPEC_FIELDS: dict[str, Any] = {
     "memory_mib": 0,
     "checkpoint": None,
     "grace_period_s": 30.0,
+    "sharing": "any",
+    "min_cuda": None,
+    "min_driver": None,
+    "gpu_arch": [],
+    "ptx_jit": False,
 }
 
 #: job states the service ends in; nothing moves a job out of them
@@ -80,21 +85,21 @@ def normalise_spec(body: Mapping[str, Any]) -> dict[str, Any]:
     check_text("priority", spec["priority"], max_chars=20)
     if spec["mig_profile"] is not None:
         check_text("mig_profile", spec["mig_profile"], max_chars=20)
-    models = spec["gpu_models"]
-    if isinstance(models, str):
-        models = spec["gpu_models"] = [m for m in models.split("|") if m]
-    if not isinstance(models, list) or len(models) > 64:
-        raise InputError("gpu_models: must be a list of up to 64 model names, or 'A|B'")
-    for model in models:
-        check_text("gpu_models", model, max_chars=100)
+    _names(spec, "gpu_models", 64, 100, "model names, or 'A|B'")
     for attr, (lo, hi) in _WHOLE.items():
         value = spec[attr]
         if value is None and attr == "gpu_memory_mib":
             continue
         if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
             raise InputError(f"{attr} must be a whole number in {lo}..{hi}, got {value!r}")
-    if not isinstance(spec["interruptible"], bool):
-        raise InputError("interruptible: must be true or false")
+    for flag in ("interruptible", "ptx_jit"):
+        if not isinstance(spec[flag], bool):
+            raise InputError(f"{flag}: must be true or false")
+    check_text("sharing", spec["sharing"], max_chars=20)
+    for attr in ("min_cuda", "min_driver"):
+        if spec[attr] is not None:
+            check_text(attr, spec[attr], max_chars=20)
+    _names(spec, "gpu_arch", 16, 20, "architectures, or 'ampere|hopper'")
     hook = spec["checkpoint"]
     if hook is not None:
         if not isinstance(hook, Mapping) or set(hook) != {"kind", "target"}:
@@ -107,6 +112,17 @@ def normalise_spec(body: Mapping[str, Any]) -> dict[str, Any]:
     if not 0 <= grace <= MAX_GRACE_S:  # NaN and inf fail too: a job must not keep its GPUs
         raise InputError(f"grace_period_s: must be within 0..{MAX_GRACE_S:g} s, got {grace!r}")
     return spec
+
+
+def _names(spec: dict[str, Any], field: str, most: int, chars: int, what: str) -> None:
+    """``spec[field]`` as a list of at most ``most`` names ("A|B" is split), each checked."""
+    names = spec[field]
+    if isinstance(names, str):
+        names = spec[field] = [n for n in names.split("|") if n]
+    if not isinstance(names, list) or len(names) > most:
+        raise InputError(f"{field}: must be a list of up to {most} {what}")
+    for name in names:
+        check_text(field, name, max_chars=chars)
 
 
 def check_text(field: str, value: object, *, max_chars: int) -> str:
@@ -162,6 +178,11 @@ def job_of(job_id: str, tenant: str, spec: Mapping[str, Any]) -> Job:
             memory_mib=spec["memory_mib"],
             checkpoint=checkpoint,
             grace_period_s=float(spec["grace_period_s"]),
+            sharing=spec.get("sharing", "any"),  # specs stored before these fields lack them
+            min_cuda=spec.get("min_cuda"),
+            min_driver=spec.get("min_driver"),
+            gpu_arch=frozenset(spec.get("gpu_arch") or ()),
+            ptx_jit=bool(spec.get("ptx_jit", False)),
         )
     except TypeError as exc:  # e.g. a list where a number belongs
         raise InputError(f"job {job_id}: {exc}") from exc
@@ -210,6 +231,8 @@ def placement_json(placement: Placement) -> list[dict[str, Any]]:
         }
         if t.mig is not None:
             entry.update(mig=t.mig.profile, mig_start=t.mig.start, mig_slices=t.mig.memory_slices)
+        if t.sharing is not None:
+            entry["sharing"] = t.sharing
         out.append(entry)
     return out
 
@@ -221,7 +244,8 @@ def task_placements(stored: Sequence[Mapping[str, Any]]) -> tuple[TaskPlacement,
         inst = None
         if t.get("mig"):
             inst = MigInstance(t["mig"], int(t["mig_start"]), int(t["mig_slices"]))
-        out.append(TaskPlacement(t["node"], tuple(t["gpus"]), int(t["gpu_milli"]), inst))
+        out.append(TaskPlacement(t["node"], tuple(t["gpus"]), int(t["gpu_milli"]), inst,
+                                 t.get("sharing")))  # fmt: skip
     return tuple(out)
 
 
@@ -240,6 +264,11 @@ def job_json(row: JobRow) -> dict[str, Any]:
         "gpus_per_task": s["gpus_per_task"],
         "gpu_milli": s["gpu_milli"],
         "mig_profile": s["mig_profile"],
+        "sharing": s.get("sharing", "any"),
+        "min_cuda": s.get("min_cuda"),
+        "min_driver": s.get("min_driver"),
+        "gpu_arch": s.get("gpu_arch", []),
+        "ptx_jit": s.get("ptx_jit", False),
         "command": s["command"],
         "submitted_at": row.submitted_at,
         "started_at": row.started_at,
@@ -249,7 +278,13 @@ def job_json(row: JobRow) -> dict[str, Any]:
         "last_checkpoint_at": row.last_checkpoint_at,
         "preemptions": row.preemptions,
         "placement": [
-            {"node": t["node"], "gpus": t["gpus"], "gpu_milli": t["gpu_milli"], "mig": t["mig"]}
+            {
+                "node": t["node"],
+                "gpus": t["gpus"],
+                "gpu_milli": t["gpu_milli"],
+                "mig": t["mig"],
+                "sharing": t.get("sharing"),
+            }
             for t in row.placement or ()
         ],
     }

@@ -216,7 +216,11 @@ def node_spec(n: NodeRow) -> NodeSpec:
                 memory_mib=g.get("memory_mib") or GPU_MEMORY_MIB.get(model))
         for g in sorted(n.gpus, key=lambda g: g["index"])
     )  # fmt: skip
-    return NodeSpec(n.node, n.cpu_milli, n.memory_mib, model, gpus)
+    first = n.gpus[0] if n.gpus else {}
+    return NodeSpec(n.node, n.cpu_milli, n.memory_mib, model, gpus,
+                    driver_version=first.get("driver_version"),
+                    cuda_version=first.get("cuda_version"),
+                    cuda_compat=first.get("cuda_compat"))  # fmt: skip
 
 
 def agent_time(value: Any, lo: float, hi: float) -> float:

@@ -165,7 +165,9 @@ class AgentSync:
                     continue  # the evicted job is still checkpointing on these GPUs
                 start.append({"job_id": job.job_id, "attempt": job.attempt, "task": i,
                               "command": argv_of(job.spec["command"]), "env": task_env(job, i),
-                              "gpus": t["gpus"], "gpu_milli": t["gpu_milli"], "mig": t["mig"]})  # fmt: skip
+                              "gpus": t["gpus"], "gpu_milli": t["gpu_milli"], "mig": t["mig"],
+                              "mig_start": t.get("mig_start"), "sharing": t.get("sharing"),
+                              "gpu_memory_mib": job.spec.get("gpu_memory_mib")})  # fmt: skip
                 self.db.upsert_task(TaskRow(job.job_id, job.attempt, i, node, list(t["gpus"]),
                                             "starting", None, None, seq))  # fmt: skip
         return {"start": start, "checkpoint": hooks, "stop": stop}

@@ -20,16 +20,12 @@ def why_not(c: ClusterState, job: Job, room: float, placed_tasks: int) -> str:
         wanted = "|".join(sorted(job.gpu_models)) or "any"
         has_model = c.model_mask(job.gpu_models) & (c.n_gpus > 0)
         steps.append((f"no node has GPUs of model {wanted}", has_model))
+        if job.needs != NO_NEEDS:
+            steps.append((_env_words(c, job, has_model), c.env_mask(job)))
     steps.append(("no node has the CPU free", c.cpu_free >= job.cpu_milli))
     steps.append(("no node has the memory free", c.mem_free >= job.memory_mib))
     if job.kind != "cpu":
-        health = "ok or at-risk" if job.interruptible else "ok"
-        steps.append(
-            (
-                f"no node has {job.gpus_per_task} fitting {health} GPU(s) free",
-                c.gpu_candidates(job).sum(axis=1) >= job.gpus_per_task,
-            )
-        )
+        steps.append((_gpu_words(job), c.gpu_candidates(job).sum(axis=1) >= job.gpus_per_task))
     if room != math.inf:
         steps.append(("the tenant's GPU-memory quota is used up", c.memory_charge(job) <= room))
     ok = np.ones(c.n_nodes, dtype=bool)
@@ -52,9 +48,8 @@ def why_too_few(
     steps = [("no node has the CPU free", cpu), ("no node has the memory free", mem)]
     usable = np.ones(c.n_nodes, dtype=bool)
     if job.kind != "cpu":
-        health = "ok or at-risk" if job.interruptible else "ok"
-        steps.append((f"no node has {job.gpus_per_task} fitting {health} GPU(s) free", gpu))
-        usable = c.model_mask(job.gpu_models) & (c.n_gpus > 0)
+        steps.append((_gpu_words(job), gpu))
+        usable = c.model_mask(job.gpu_models) & (c.n_gpus > 0) & c.env_mask(job)
     left = np.where(usable, job.tasks, 0)
     for reason, count in steps:
         left = np.minimum(left, count)
@@ -63,3 +58,24 @@ def why_too_few(
     if room != math.inf:
         return prefix + "the tenant's GPU-memory quota is used up"
     return prefix + "no node has all it needs free at once"
+
+
+NO_NEEDS: tuple[object, ...] = (None, None, frozenset(), False)
+
+
+def _gpu_words(job: Job) -> str:
+    health = "ok or at-risk" if job.interruptible else "ok"
+    words = f"no node has {job.gpus_per_task} fitting {health} GPU(s) free"
+    if job.kind == "fractional" and job.sharing != "any":
+        other = "time-sliced" if job.sharing == "mps" else "MPS"
+        words += f" for {job.sharing} sharing (GPUs running {other} shares excluded)"
+    return words
+
+
+def _env_words(c: ClusterState, job: Job, candidates: np.ndarray) -> str:
+    """Why no node can run the job's software, with one node's reason as the example."""
+    for i in np.flatnonzero(candidates):
+        reason = c.env_reason(job, int(i))
+        if reason is not None:
+            return f"no node can run its CUDA/driver needs (e.g. {c.names[int(i)]}: {reason})"
+    return "no node can run its CUDA/driver needs"

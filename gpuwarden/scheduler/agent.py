@@ -30,6 +30,7 @@ import httpx
 from gpuwarden.collectors.base import Collector
 from gpuwarden.errors import CollectorError, ConfigError
 from gpuwarden.outbound import OutboundPolicy
+from gpuwarden.scheduler._agent_sharing import GpuSharing
 from gpuwarden.scheduler._agent_tasks import TaskTable
 from gpuwarden.scheduler.resources import GPU_MEMORY_MIB
 
@@ -51,17 +52,26 @@ class Inventory:
 
 
 def host_inventory(
-    node: str, *, fake_gpus: int | None, gpu_model: str, collector: Collector | None = None
+    node: str,
+    *,
+    fake_gpus: int | None,
+    gpu_model: str,
+    collector: Collector | None = None,
+    versions: tuple[str | None, str | None] = (None, None),
+    cuda_compat: str | None = None,
 ) -> Inventory:
     """This machine's CPUs and memory, and its GPUs from NVML (or ``fake_gpus`` of
-    ``gpu_model``; ``collector`` replaces ``nvml://`` in tests). Command line equivalent:
-    ``nvidia-smi --query-gpu=index,uuid,name,memory.total``."""
+    ``gpu_model``, whose driver and CUDA ``versions`` are given; ``collector`` replaces
+    ``nvml://`` in tests), each with the driver and CUDA versions placement checks jobs
+    against and the CUDA version of a forward compatibility package (``cuda_compat``). Command
+    line equivalent: ``nvidia-smi --query-gpu=index,uuid,name,memory.total,driver_version``."""
     cpu = (os.cpu_count() or 1) * 1000
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1 << 20)
     if fake_gpus is not None:
         mem = GPU_MEMORY_MIB.get(gpu_model)
+        env = _versions(*versions, cuda_compat)
         gpus = tuple({"index": i, "uuid": f"GPU-fake-{node}-{i}", "model": gpu_model,
-                      "memory_mib": mem} for i in range(fake_gpus))  # fmt: skip
+                      "memory_mib": mem, **env} for i in range(fake_gpus))  # fmt: skip
         return Inventory(cpu, memory, gpus)
     from gpuwarden.collectors import open_collector
 
@@ -73,11 +83,53 @@ def host_inventory(
     finally:
         collector.close()
     seen: dict[int, dict[str, Any]] = {}
+    info = next(iter(batch.nodes), None)  # the collectors' NodeInfo: driver and CUDA versions
+    driver, cuda = (info.driver_version, info.cuda_driver_version) if info else (None, None)
+    env = _versions(driver, cuda, cuda_compat)
     for s in batch.samples:
         total = s.values.get("fb_total_mib")
         seen[s.gpu.index] = {"index": s.gpu.index, "uuid": s.gpu.uuid, "model": s.gpu.model,
-                             "memory_mib": int(total) if total and total == total else None}  # fmt: skip
+                             "memory_mib": int(total) if total and total == total else None,
+                             **env}  # fmt: skip
     return Inventory(cpu, memory, tuple(seen[i] for i in sorted(seen)))
+
+
+def with_mig(inventory: Inventory, spec: str) -> Inventory:
+    """``inventory`` with the GPUs ``spec`` names ("0,1", "all", "" for none) registered in MIG
+    mode: the scheduler places only MIG profiles there, and the agent turns MIG on at the
+    first instance (root, an idle GPU; docs/sharing.md). ``ConfigError`` for a GPU it lacks."""
+    if not spec.strip():
+        return inventory
+    have = {int(g["index"]) for g in inventory.gpus}
+    if spec.strip() == "all":
+        wanted = have
+    else:
+        try:
+            wanted = {int(part) for part in spec.split(",") if part.strip()}
+        except ValueError:
+            raise ConfigError(f"--mig-gpus must be GPU indices like 0,1 or all: {spec!r}") from None
+    if wanted - have:
+        raise ConfigError(f"--mig-gpus names GPU(s) {sorted(wanted - have)} this node lacks")
+    gpus = tuple({**g, "mode": "mig"} if g["index"] in wanted else g for g in inventory.gpus)
+    return Inventory(inventory.cpu_milli, inventory.memory_mib, gpus)
+
+
+def _versions(driver: str | None, cuda: str | None, compat: str | None) -> dict[str, str]:
+    """The version fields a GPU registers with; unknown ones are left out, never ""."""
+    got = {"driver_version": driver, "cuda_version": cuda, "cuda_compat": compat}
+    return {k: v for k, v in got.items() if v}
+
+
+def find_cuda_compat(root: Path = Path("/usr/local")) -> str | None:
+    """The newest CUDA version whose forward compatibility package is installed: the
+    ``cuda-compat-X-Y`` package puts ``libcuda.so.*`` in ``/usr/local/cuda-X.Y/compat``."""
+    found = []
+    for d in root.glob("cuda-*/compat"):
+        version = d.parent.name.removeprefix("cuda-")
+        parts = version.split(".")
+        if all(p.isdigit() for p in parts) and any(d.glob("libcuda.so*")):
+            found.append((tuple(int(p) for p in parts), version))
+    return max(found)[1] if found else None
 
 
 #: prctl(2) option that makes a process's /proc files root's (and stops core dumps, ptrace)
@@ -113,6 +165,7 @@ class Agent:
         interval_s: float = 1.0,
         kill_after_s: float = 5.0,
         hook_policy: OutboundPolicy | None = None,
+        sharing: GpuSharing | None = None,
     ) -> None:
         self.node = node or socket.gethostname()
         self.url = url.rstrip("/")
@@ -125,7 +178,9 @@ class Agent:
             base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=10
         )
         workdir.mkdir(parents=True, exist_ok=True)
-        self.tasks = TaskTable(workdir, kill_after_s=kill_after_s, hook_policy=hook_policy)
+        self.sharing = sharing
+        self.tasks = TaskTable(workdir, kill_after_s=kill_after_s, hook_policy=hook_policy,
+                               sharing=sharing, n_gpus=len(inventory.gpus))  # fmt: skip
         self.registered = False
         self._down_since: float | None = None
 
@@ -175,6 +230,8 @@ class Agent:
 
     def close(self) -> None:
         self._http.close()
+        if self.sharing is not None:
+            self.sharing.close()
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -208,4 +265,4 @@ class _ServiceAway(Exception):
     """The service did not take a request; the agent retries next round."""
 
 
-__all__ = ["Agent", "Inventory", "host_inventory"]
+__all__ = ["Agent", "Inventory", "find_cuda_compat", "host_inventory", "with_mig"]

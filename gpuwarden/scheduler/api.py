@@ -89,6 +89,9 @@ class AgentGpu(_Strict):
     model: str = Field(min_length=1, max_length=100)
     memory_mib: int | None = Field(None, gt=0, le=MAX_INT)
     mode: Literal["whole", "fractional", "mig"] | None = None
+    driver_version: str | None = Field(None, max_length=40, description="NVML's, e.g. 550.54.15")
+    cuda_version: str | None = Field(None, max_length=20, description="the driver's own CUDA")
+    cuda_compat: str | None = Field(None, max_length=20, description="cuda-compat package's CUDA")
 
 
 class Registration(_Strict):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuwarden.errors import InputError
-from gpuwarden.scheduler import mig
+from gpuwarden.scheduler import compat, mig
 from gpuwarden.scheduler.jobs import Job
 from gpuwarden.scheduler.resources import GPU_MILLI, Health, NodeSpec, SharingMode
 
@@ -42,6 +42,7 @@ class TaskAlloc:
     mig: mig.MigInstance | None = None
     mig_compute: int = 0
     mig_me: bool = False
+    sharing: str | None = None  # a share's "mps" or "time-slice"
 
 
 class ClusterState:
@@ -80,6 +81,9 @@ class ClusterState:
         self.mig_compute = np.zeros((n, g), dtype=np.int64)
         self.mig_me = np.zeros((n, g), dtype=bool)
         self.nonint = np.zeros((n, g), dtype=np.int64)  # non-interruptible tasks per GPU
+        self.mps_on = np.zeros((n, g), dtype=np.int64)  # MPS shares per GPU
+        self.sliced_on = np.zeros((n, g), dtype=np.int64)  # time-sliced shares per GPU
+        self._env_ok: dict[tuple[object, ...], np.ndarray] = {}
         self.tasks_on = np.zeros((n, g), dtype=np.int64)
         self.version = np.zeros(n, dtype=np.int64)
         self.capacity_milli = int(self.n_gpus.sum()) * GPU_MILLI
@@ -121,6 +125,28 @@ class ClusterState:
             mask.flags.writeable = False
             self._model_masks[models] = mask
         return mask
+
+    def env_mask(self, job: Job) -> np.ndarray:
+        """Nodes whose driver, CUDA and GPUs can run ``job``'s software (``compat.py``); every
+        node for a job that states no need."""
+        needs = job.needs
+        mask = self._env_ok.get(needs)
+        if mask is None:
+            mask = np.array([self.env_reason(job, i) is None for i in range(self.n_nodes)])
+            mask.flags.writeable = False
+            self._env_ok[needs] = mask
+        return mask
+
+    def env_reason(self, job: Job, node: int) -> str | None:
+        """Why ``job``'s software cannot run on ``node``, or None when it can."""
+        if job.needs == (None, None, frozenset(), False):
+            return None
+        spec = self.specs[node]
+        return compat.why_not_runs(
+            min_cuda=job.min_cuda, min_driver=job.min_driver, gpu_arch=job.gpu_arch,
+            ptx_jit=job.ptx_jit, model=spec.gpu_model, driver=spec.driver_version,
+            cuda=spec.cuda_version, cuda_compat=spec.cuda_compat,
+        )  # fmt: skip
 
     def any_at_risk(self) -> bool:
         """Whether any GPU is at-risk (interruptible work then goes there last)."""
@@ -170,10 +196,10 @@ class ClusterState:
         kind = job.kind
         if kind == "cpu":
             return ok
-        ok &= self.model_mask(job.gpu_models)
+        ok &= self.model_mask(job.gpu_models) & self.env_mask(job)
         if kind == "whole" and job.gpu_memory_mib is None:
             ok &= (self.full_any if job.interruptible else self.full_ok) >= job.gpus_per_task
-        elif kind == "fractional" and job.gpu_memory_mib is None:
+        elif kind == "fractional" and job.gpu_memory_mib is None and job.sharing == "any":
             ok &= (self.frac_max_any if job.interruptible else self.frac_max_ok) >= job.gpu_milli
         else:
             ok &= self.gpu_candidates(job).sum(axis=1) >= job.gpus_per_task
@@ -208,7 +234,8 @@ class ClusterState:
         else:
             assert job.mig_profile is not None
             gpu = np.where(cand, self._mig_counts(job.mig_profile), 0).sum(axis=1)
-        gpu = np.where(self.model_mask(job.gpu_models), np.minimum(gpu, cap), 0)
+        usable = self.model_mask(job.gpu_models) & self.env_mask(job)
+        gpu = np.where(usable, np.minimum(gpu, cap), 0)
         return cpu, mem, gpu
 
     def _mig_counts(self, profile: str) -> np.ndarray:
@@ -243,6 +270,10 @@ class ClusterState:
         cand = usable & (self.free[rows] >= job.gpu_milli) & (self.mode[rows] == FRACTIONAL)
         if need is not None:
             cand &= self.gpu_mem_free[rows] >= need
+        if job.sharing == "mps":  # never beside time-sliced shares, nor they beside MPS ones
+            cand &= self.sliced_on[rows] == 0
+        elif job.sharing == "time-slice":
+            cand &= self.mps_on[rows] == 0
         return cand
 
     def memory_charge(self, job: Job) -> np.ndarray:
@@ -296,9 +327,18 @@ class ClusterState:
 
     # ---- changing state -----------------------------------------------------------------------
 
-    def apply(self, job: Job, node: int, gpus: tuple[int, ...], start: int | None) -> TaskAlloc:
+    def apply(
+        self,
+        job: Job,
+        node: int,
+        gpus: tuple[int, ...],
+        start: int | None,
+        sharing: str | None = None,
+    ) -> TaskAlloc:
         """Give one task of ``job`` the ``gpus`` on ``node``; refuses anything that would
-        over-commit a GPU or land on a GPU the job may not use."""
+        over-commit a GPU or land on a GPU the job may not use. A share is MPS or time-sliced
+        as ``sharing`` says (an adopted placement), else as the job asks, else as the GPU's
+        other shares are (time-sliced on an idle GPU)."""
         cand = self.gpu_candidates(job, node) if gpus else None
         if cand is not None and not all(cand[g] for g in gpus):
             raise InputError(f"job {job.job_id}: GPUs {gpus} of {self.names[node]} cannot take it")
@@ -306,7 +346,17 @@ class ClusterState:
             raise InputError(f"job {job.job_id}: needs {job.gpus_per_task} GPUs, got {gpus}")
         if self.cpu_free[node] < job.cpu_milli or self.mem_free[node] < job.memory_mib:
             raise InputError(f"job {job.job_id}: {self.names[node]} lacks CPU or memory")
-        inst, compute, me, charges = None, 0, False, []
+        inst, compute, me, charges, flavour = None, 0, False, [], None
+        if job.kind == "fractional":
+            g0 = gpus[0]
+            flavour = sharing or (job.sharing if job.sharing != "any" else None)
+            if flavour is None:
+                flavour = "mps" if self.mps_on[node, g0] else "time-slice"
+            if (self.sliced_on if flavour == "mps" else self.mps_on)[node, g0]:
+                raise InputError(
+                    f"job {job.job_id}: GPU {g0} of {self.names[node]} runs other shares than "
+                    f"{flavour}"
+                )
         if job.kind == "mig":
             assert job.mig_profile is not None and start is not None
             model = self.models[self.model_idx[node]]
@@ -324,7 +374,7 @@ class ClusterState:
                 charges.append(float(job.gpu_memory_mib or share))
         alloc = TaskAlloc(
             node, tuple(gpus), job.gpu_milli if job.kind != "mig" else 0, job.cpu_milli,
-            job.memory_mib, tuple(charges), job.interruptible, inst, compute, me,
+            job.memory_mib, tuple(charges), job.interruptible, inst, compute, me, flavour,
         )  # fmt: skip
         self._change(alloc, +1)
         return alloc
@@ -355,6 +405,10 @@ class ClusterState:
                 self.free[n, g] -= sign * a.milli
             self.gpu_mem_free[n, g] -= sign * mem
             self.tasks_on[n, g] += sign
+            if a.sharing == "mps":
+                self.mps_on[n, g] += sign
+            elif a.sharing == "time-slice":
+                self.sliced_on[n, g] += sign
             if not a.interruptible:
                 self.nonint[n, g] += sign
             if self.free[n, g] < 0 or self.free[n, g] > GPU_MILLI:

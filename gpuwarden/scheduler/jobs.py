@@ -2,7 +2,9 @@
 
 A job is a gang of ``tasks`` identical tasks: all start together or none do. Each task asks for
 CPU (milli-cores), memory (MiB) and either whole GPUs (``gpus_per_task``), a share of one GPU
-(``gpu_milli`` < 1000, time-slicing or MPS) or one MIG instance (``mig_profile``).
+(``gpu_milli`` < 1000, time-slicing or MPS, as ``sharing`` allows) or one MIG instance
+(``mig_profile``). It may also state what its software needs of a node: ``min_cuda``,
+``min_driver``, ``gpu_arch`` and ``ptx_jit`` (``compat.py`` has NVIDIA's rules).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from urllib.parse import urlsplit
 
 from gpuwarden.errors import InputError
 from gpuwarden.outbound import name_refusal
-from gpuwarden.scheduler import mig
+from gpuwarden.scheduler import compat, mig
 from gpuwarden.scheduler.mig import MigInstance
 from gpuwarden.scheduler.resources import GPU_MILLI
 
@@ -70,6 +72,11 @@ class CheckpointHook:
 
 JobKind = Literal["cpu", "whole", "fractional", "mig"]
 
+#: How a share of a GPU may be shared: ``mps`` (CUDA MPS, the agent runs the GPU's daemon and
+#: sets the task's SM and memory limits), ``time-slice`` (plain CUDA contexts taking turns), or
+#: ``any``. A GPU runs MPS shares or time-sliced shares, never both at once.
+SHARING = ("any", "mps", "time-slice")
+
 
 @dataclass(frozen=True)
 class Job:
@@ -93,6 +100,11 @@ class Job:
     memory_mib: int = 0
     checkpoint: CheckpointHook | None = None
     grace_period_s: float = 30.0
+    sharing: str = "any"
+    min_cuda: str | None = None
+    min_driver: str | None = None
+    gpu_arch: frozenset[str] = field(default_factory=frozenset)
+    ptx_jit: bool = False
 
     def __post_init__(self) -> None:
         name = self.job_id or "<unnamed>"
@@ -128,6 +140,21 @@ class Job:
             raise InputError(f"job {name}: gpu_milli must be in 1..1000, got {self.gpu_milli}")
         elif self.gpus_per_task > 1 and self.gpu_milli != GPU_MILLI:
             raise InputError(f"job {name}: only a one-GPU task may take a share of a GPU")
+        if self.sharing not in SHARING:
+            raise InputError(f"job {name}: sharing must be one of {', '.join(SHARING)}")
+        arch = self.gpu_arch
+        if isinstance(arch, str):
+            arch = [a for a in arch.split("|") if a]
+        object.__setattr__(self, "gpu_arch", frozenset(a.lower() for a in arch))
+        unknown = self.gpu_arch - compat.ARCHITECTURES
+        if unknown:
+            known = ", ".join(sorted(compat.ARCHITECTURES))
+            raise InputError(f"job {name}: unknown gpu_arch {sorted(unknown)} (known: {known})")
+        try:
+            compat.parse_version(self.min_cuda, "min_cuda")
+            compat.parse_version(self.min_driver, "min_driver")
+        except InputError as exc:
+            raise InputError(f"job {name}: {exc}") from None
 
     @property
     def shape(self) -> tuple[object, ...]:
@@ -145,7 +172,14 @@ class Job:
             self.gpu_memory_mib,
             self.cpu_milli,
             self.memory_mib,
+            self.sharing,
+            self.needs,
         )
+
+    @property
+    def needs(self) -> tuple[str | None, str | None, frozenset[str], bool]:
+        """What the job's software needs of a node's driver and GPUs (``compat.why_not_runs``)."""
+        return (self.min_cuda, self.min_driver, self.gpu_arch, self.ptx_jit)
 
     @property
     def kind(self) -> JobKind:
@@ -180,6 +214,7 @@ class TaskPlacement:
     gpus: tuple[int, ...]
     gpu_milli: int
     mig: MigInstance | None = None
+    sharing: str | None = None  # a share's "mps" or "time-slice"; None for whole GPUs and MIG
 
 
 @dataclass(frozen=True)

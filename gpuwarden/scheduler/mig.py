@@ -61,6 +61,26 @@ class MigProfile:
         return ((1 << self.memory_slices) - 1) << start
 
 
+#: NVML's GPU-instance profile constant (nvml.h ``NVML_GPU_INSTANCE_PROFILE_*``) per profile ID:
+#: ``nvmlDeviceGetGpuInstanceProfileInfo`` takes the constant and answers with the ID, which the
+#: placement and creation calls take (``scheduler/mig_agent.py``).
+NVML_GI_PROFILE: dict[int, str] = {
+    19: "NVML_GPU_INSTANCE_PROFILE_1_SLICE",
+    20: "NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1",  # +me
+    15: "NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2",  # 1 compute slice, 2 memory slices
+    14: "NVML_GPU_INSTANCE_PROFILE_2_SLICE",
+    9: "NVML_GPU_INSTANCE_PROFILE_3_SLICE",
+    5: "NVML_GPU_INSTANCE_PROFILE_4_SLICE",
+    0: "NVML_GPU_INSTANCE_PROFILE_7_SLICE",
+}
+
+#: The compute-instance profile that spans a whole GPU instance of that many compute slices
+#: (``nvidia-smi mig -cci`` without a profile creates the same).
+NVML_CI_PROFILE: dict[int, str] = {
+    n: f"NVML_COMPUTE_INSTANCE_PROFILE_{n}_SLICE" for n in (1, 2, 3, 4, 7)
+}
+
+
 def _geometry(slice_gb: int, full_gb: int, suffix: str = "gb") -> tuple[MigProfile, ...]:
     """The seven profiles every 7/8-slice GPU offers, for a memory slice of ``slice_gb``."""
     one, two, four = slice_gb, 2 * slice_gb, 4 * slice_gb

@@ -78,6 +78,12 @@ class NodeSpec:
     memory_mib: int
     gpu_model: str = ""
     gpus: tuple[GpuSpec, ...] = field(default_factory=tuple)
+    #: what the node's agent reported from NVML (None: unknown, which meets no stated need):
+    #: driver "550.54.15", the CUDA version it runs natively "12.4", and the CUDA version of
+    #: an installed forward compatibility package (cuda-compat) "12.8"
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    cuda_compat: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name:

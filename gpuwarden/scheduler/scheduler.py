@@ -443,7 +443,7 @@ class Scheduler:
         elif t.mig is not None or (t.gpus and t.gpu_milli != job.gpu_milli):
             raise InputError(f"job {name}: placement share does not match the job's gpu_milli")
         try:
-            return self.cluster.apply(job, n, tuple(t.gpus), _start(t.mig))
+            return self.cluster.apply(job, n, tuple(t.gpus), _start(t.mig), t.sharing)
         except InputError as exc:
             busy = [g for g in t.gpus if self._on_gpu.get((n, g))]
             if busy:
@@ -504,7 +504,7 @@ class Scheduler:
 
     def _task_placement(self, a: TaskAlloc) -> TaskPlacement:
         milli = a.milli if a.mig is None else 0
-        return TaskPlacement(self.cluster.names[a.node], a.gpus, milli, a.mig)
+        return TaskPlacement(self.cluster.names[a.node], a.gpus, milli, a.mig, a.sharing)
 
 
 def _memory_charged(allocs: Iterable[TaskAlloc]) -> float:

@@ -151,6 +151,24 @@ def agent_token(node: str) -> None:
 @click.option(
     "--interval", "interval_s", type=float, default=1.0, show_default=True, help="Seconds per sync."
 )
+@click.option(
+    "--mig-gpus", default="", help="GPUs to run in MIG mode: indices like 0,1 or all (as root)."
+)
+@click.option(
+    "--mps-control", default="nvidia-cuda-mps-control", show_default=True,
+    help="The MPS control program the agent starts one daemon of per GPU running MPS shares.",
+)  # fmt: skip
+@click.option(
+    "--driver-version", default=None, help="Driver version of the fake GPUs (with --fake-gpus)."
+)
+@click.option(
+    "--cuda-version", default=None, help="CUDA version of the fake GPUs' driver (--fake-gpus)."
+)
+@click.option(
+    "--cuda-compat", default=None,
+    help="CUDA version of the installed forward compatibility package; default: the newest "
+    "/usr/local/cuda-X.Y/compat holding libcuda.so.",
+)  # fmt: skip
 @click.pass_context
 def agent(
     ctx: click.Context,
@@ -160,6 +178,11 @@ def agent(
     fake_gpus: int | None,
     gpu_model: str,
     interval_s: float,
+    mig_gpus: str,
+    mps_control: str,
+    driver_version: str | None,
+    cuda_version: str | None,
+    cuda_compat: str | None,
 ) -> None:
     """Run a node agent: register this node's GPUs, start, checkpoint and stop tasks.
 
@@ -171,15 +194,34 @@ def agent(
 
     from gpuwarden.lifecycle import wait_for_stop
     from gpuwarden.outbound import OutboundPolicy
-    from gpuwarden.scheduler.agent import Agent, hide_environment, host_inventory
+    from gpuwarden.scheduler._agent_sharing import GpuSharing, nvml_for_mig
+    from gpuwarden.scheduler.agent import (
+        Agent,
+        find_cuda_compat,
+        hide_environment,
+        host_inventory,
+        with_mig,
+    )
 
     node = node or socket.gethostname()
     with domain_errors():
         hooks = OutboundPolicy.parse(settings(ctx)["hook_allow"])
-        inventory = host_inventory(node, fake_gpus=fake_gpus, gpu_model=gpu_model)
+        inventory = host_inventory(
+            node, fake_gpus=fake_gpus, gpu_model=gpu_model,
+            versions=(driver_version, cuda_version), cuda_compat=cuda_compat or find_cuda_compat(),
+        )  # fmt: skip
+        inventory = with_mig(inventory, mig_gpus)
+        gpus = inventory.gpus
+        sharing = GpuSharing(
+            Path(workdir), nvml=None if fake_gpus is not None else nvml_for_mig(),
+            gpu_model=str(gpus[0]["model"]) if gpus else gpu_model,
+            gpu_memory_mib={int(g["index"]): g.get("memory_mib") for g in gpus},
+            mps_control=mps_control,
+        )  # fmt: skip
         runner = Agent(
-            node, url, Path(workdir), inventory, interval_s=interval_s, hook_policy=hooks
-        )
+            node, url, Path(workdir), inventory, interval_s=interval_s, hook_policy=hooks,
+            sharing=sharing,
+        )  # fmt: skip
     if not hide_environment():
         print(
             "gpuwarden agent: cannot make the agent non-dumpable; tasks may read its token in /proc",

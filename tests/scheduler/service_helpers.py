@@ -3,6 +3,9 @@ and a real SQLite COMMIT failure to arm (``trap_commit``)."""
 
 from __future__ import annotations
 
+import time
+
+from gpuwarden.scheduler._agent_tasks import TaskTable
 from gpuwarden.scheduler._auth import node_token
 from gpuwarden.scheduler.service import Principal, SchedulerService
 from gpuwarden.scheduler.state import SchedulerDB
@@ -89,3 +92,15 @@ def trap_commit(db: SchedulerDB, action: str) -> None:
 
 def untrap(db: SchedulerDB) -> None:
     db.conn.execute("DROP TRIGGER temp.trap")
+
+
+def until_state(table: TaskTable, key: tuple, state: str, timeout_s: float = 10.0) -> None:
+    """Poll an agent's task table until task ``key`` is in ``state``; fail after ``timeout_s``."""
+    import pytest
+
+    deadline = time.monotonic() + timeout_s
+    while table.tasks[key].state != state:
+        if time.monotonic() > deadline:
+            pytest.fail(f"{key} never became {state}")
+        time.sleep(0.05)
+        table.poll()

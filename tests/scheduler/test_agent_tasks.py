@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
+from service_helpers import until_state  # this directory's helpers, imported by path
 
 from gpuwarden.scheduler._agent_tasks import TaskTable, _alive
 from gpuwarden.scheduler.agent import host_inventory
@@ -28,15 +28,6 @@ def _order(job_id: str, command: list[str], attempt: int = 1) -> dict:
             "env": {"GPUWARDEN_ATTEMPT": str(attempt), "GPUWARDEN_RESUME": "0"}}  # fmt: skip
 
 
-def _until(table: TaskTable, key: tuple, state: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while table.tasks[key].state != state:
-        if time.monotonic() > deadline:
-            pytest.fail(f"{key} never became {state}")
-        time.sleep(0.05)
-        table.poll()
-
-
 def test_starts_once_reports_exit_and_ships_logs_by_offset(tmp_path):
     table = TaskTable(tmp_path)
     script = "import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['GPUWARDEN_CHECKPOINT_DIR'])"
@@ -44,7 +35,7 @@ def test_starts_once_reports_exit_and_ships_logs_by_offset(tmp_path):
     table.start(order)
     table.start(order)  # a resent order
     assert list(table.tasks) == [("j1", 1, 0)]
-    _until(table, ("j1", 1, 0), "exited")
+    until_state(table, ("j1", 1, 0), "exited")
     report = table.report()
     assert report["tasks"][0]["exit_code"] == 0
     (chunk,) = report["logs"]
@@ -60,7 +51,7 @@ def test_acknowledged_tasks_leave_the_table_after_a_week(tmp_path):
     table = TaskTable(tmp_path)
     for job in ("old", "recent"):
         table.start(_order(job, [sys.executable, "-c", "pass"]))
-        _until(table, (job, 1, 0), "exited")
+        until_state(table, (job, 1, 0), "exited")
     report = table.report()
     table.acknowledged(report)
     table.tasks[("old", 1, 0)].ended_at = time.time() - 8 * 86400
@@ -83,7 +74,7 @@ def test_command_hook_and_stop_escalation(tmp_path):
     assert saved.read_text() == "hook for attempt 1\n"
     assert table.report()["tasks"][0]["checkpoint_at"] is not None  # the file counts
     table.stop({"job_id": "j2", "attempt": 1, "task": 0})
-    _until(table, key, "exited")
+    until_state(table, key, "exited")
     assert table.tasks[key].killed and table.tasks[key].exit_code == -9
 
 
@@ -113,7 +104,7 @@ def test_a_checkpoint_signal_reaches_the_task_once_and_the_task_runs_on(tmp_path
     table.poll()
     assert table.tasks[key].state == "running"
     (tmp_path / "checkpoints" / "j4" / "go").touch()
-    _until(table, key, "exited")
+    until_state(table, key, "exited")
     assert table.tasks[key].exit_code == 0 and log.read_text() == "up\nusr1 1\n"
 
 
@@ -128,7 +119,7 @@ def test_a_wrapper_killed_alone_takes_its_task_with_it(tmp_path):
     task_pid, wrapper_pid = int(log.read_text()), table.tasks[key].pid
     assert wrapper_pid is not None and task_pid != wrapper_pid
     os.kill(wrapper_pid, signal.SIGKILL)
-    _until(table, key, "exited")
+    until_state(table, key, "exited")
     assert table.tasks[key].exit_code == -signal.SIGKILL
     while _alive(task_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -138,7 +129,7 @@ def test_a_wrapper_killed_alone_takes_its_task_with_it(tmp_path):
 def test_a_missing_program_fails_the_task_not_the_agent(tmp_path):
     table = TaskTable(tmp_path)
     table.start(_order("j3", ["/no/such/program"]))
-    _until(table, ("j3", 1, 0), "exited")
+    until_state(table, ("j3", 1, 0), "exited")
     assert table.tasks[("j3", 1, 0)].exit_code == 127
     assert "cannot start /no/such/program" in table.report()["logs"][0]["text"]
 
@@ -175,7 +166,7 @@ def test_the_agents_own_tokens_never_reach_a_task(tmp_path, monkeypatch):
     table = TaskTable(tmp_path)
     script = "import os; print(sorted(k for k in os.environ if 'TOKEN' in k), os.environ['SOME_SETTING'])"
     table.start(_order("j9", [sys.executable, "-c", script]))
-    _until(table, ("j9", 1, 0), "exited")
+    until_state(table, ("j9", 1, 0), "exited")
     (chunk,) = table.report()["logs"]
     assert chunk["text"] == "[] kept\n"
     saved = (tmp_path / "agent-state.json").read_text()
@@ -193,7 +184,7 @@ def test_a_command_hook_gets_the_tasks_environment_not_the_agents_tokens(tmp_pat
         time.sleep(0.05)
     table.stop({"job_id": "j10", "attempt": 1, "task": 0})
     table.kill_after_s = 0.0
-    _until(table, key, "exited")
+    until_state(table, key, "exited")
     assert env.read_text() == "[] 1\n"
 
 

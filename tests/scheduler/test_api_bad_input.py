@@ -68,6 +68,12 @@ def _stored(admin: httpx.Client, job: str) -> list:
         ("team", "POST", "/v1/jobs", f'{{{JOB}, "gpu_memory_mib": 1e400}}', "gpu_memory_mib"),
         ("team", "POST", "/v1/jobs", f'{{{JOB}, "gpu_memory_mib": NaN}}', "gpu_memory_mib"),
         ("team", "POST", "/v1/jobs", f'{{{JOB}, "mig_profile": ["3g.40gb"]}}', "mig_profile"),
+        ("team", "POST", "/v1/jobs", f'{{{JOB}, "sharing": "mig"}}', "sharing"),
+        ("team", "POST", "/v1/jobs", f'{{{JOB}, "min_cuda": "twelve"}}', "min_cuda"),
+        ("team", "POST", "/v1/jobs", f'{{{JOB}, "min_driver": 550}}', "min_driver"),
+        ("team", "POST", "/v1/jobs", f'{{{JOB}, "gpu_arch": [1]}}', "gpu_arch"),
+        ("team", "POST", "/v1/jobs", f'{{{JOB}, "gpu_arch": ["hoper"]}}', "gpu_arch"),
+        ("team", "POST", "/v1/jobs", f'{{{JOB}, "ptx_jit": "yes"}}', "ptx_jit"),
         ("team", "POST", "/v1/jobs", '{"name": "x", "command": "a\\u0000b"}', "command"),
         # a lone surrogate: valid JSON, but no text SQLite can store
         ("team", "POST", "/v1/jobs", '{"name": "\\ud800", "command": "true"}', "name"),
@@ -96,6 +102,9 @@ def _stored(admin: httpx.Client, job: str) -> list:
          f'{{"cpu_milli": {BIG}, "memory_mib": 1, "gpus": []}}', "cpu_milli"),
         ("agent", "POST", "/v1/agents/n1/register", '{"cpu_milli": 1, "memory_mib": 1, "gpus": '
          f'[{{"index": 0, "model": "A100-80GB", "memory_mib": {BIG}}}]}}', "memory_mib"),
+        ("agent", "POST", "/v1/agents/n1/register", '{"cpu_milli": 1, "memory_mib": 1, "gpus": '
+         f'[{{"index": 0, "model": "A100-80GB", "driver_version": "{"5" * 41}"}}]}}',
+         "driver_version"),
         ("agent", "POST", "/v1/agents/n1/sync",
          f'{{"tasks": [{{"job_id": "{{job}}", "attempt": {BIG}, "task": 0, "state": "running"}}]}}',
          "attempt"),
