@@ -2,9 +2,9 @@
 
     at-risk    label  gpuwarden.io/health=at-risk, gpuwarden.io/at-risk-gpu-count=2
                annotation gpuwarden.io/at-risk-gpus='[{"index":0,"uuid":"GPU-..."},{"index":3}]'
-               taint  gpuwarden.io/at-risk=true:NoSchedule   (at-risk=taint, the default)
-               or no node taint: the scheduler extender     (at-risk=extender)
-               or a DeviceTaintRule per at-risk GPU          (at-risk=dra, ``_k8s_dra``)
+               taint  gpuwarden.io/at-risk=true:NoSchedule   (mode=taint, the default)
+               or no node taint: the scheduler extender     (mode=extender)
+               or a DeviceTaintRule per at-risk GPU          (mode=dra, ``_k8s_dra``)
     unhealthy  label  gpuwarden.io/health=unhealthy, gpuwarden.io/unhealthy-gpu-count,
                annotation gpuwarden.io/unhealthy-gpus; cordon (spec.unschedulable) and taint
                gpuwarden.io/unhealthy=true:NoExecute
@@ -140,9 +140,9 @@ class KubernetesTagger:
         dra: Any = None,
     ) -> None:
         if at_risk not in AT_RISK_MODES:
-            raise ConfigError(f"at-risk={at_risk!r}: choose one of {', '.join(AT_RISK_MODES)}")
+            raise ConfigError(f"mode={at_risk!r}: choose one of {', '.join(AT_RISK_MODES)}")
         if at_risk == "dra" and dra is None:
-            raise ConfigError("at-risk=dra needs a DeviceTaints writer")
+            raise ConfigError("mode=dra needs a DeviceTaints writer")
         self.api = api
         self.dry_run = dry_run
         self.timeout_s = timeout_s
@@ -155,16 +155,16 @@ class KubernetesTagger:
     @classmethod
     def from_url(cls, url: str, *, dry_run: bool = False) -> KubernetesTagger:
         """``k8s://`` (in-cluster when run in a pod, else ~/.kube/config) or
-        ``k8s://?kubeconfig=PATH&context=NAME&node-label=KEY&at-risk=taint|extender|dra``."""
+        ``k8s://?kubeconfig=PATH&context=NAME&node-label=KEY&mode=taint|extender|dra``."""
         params = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
-        known = {"kubeconfig", "context", "node-label", "at-risk", "dra-api", "dra-driver"}
+        known = {"kubeconfig", "context", "node-label", "mode", "dra-api", "dra-driver"}
         unknown = set(params) - known
         if unknown:
             raise ConfigError(f"{url}: unknown parameter(s) {', '.join(sorted(unknown))}")
         api_client = api_client_from(params.get("kubeconfig"), params.get("context"), url)
         from kubernetes import client
 
-        at_risk = params.get("at-risk", "taint")
+        at_risk = params.get("mode", "taint")
         dra = None
         if at_risk == "dra":
             from gpuwarden.scheduler_hooks._k8s_dra import DeviceTaints
