@@ -256,3 +256,17 @@ def test_dra_mode_writes_one_device_taint_rule_per_at_risk_gpu(k8s):
         "gpuwarden-gpu-1-gpu-3"
     )
     assert "gpuwarden-gpu-1-gpu-3" in k8s.objects("DeviceTaintRule")
+
+
+def test_open_tagger_takes_the_mode_and_node_label(k8s, tmp_path):
+    kubeconfig = k8s.kubeconfig(tmp_path / "config", "t")
+    tagger = open_tagger(f"k8s://?kubeconfig={kubeconfig}&mode=dra&node-label=")
+    assert tagger.at_risk == "dra" and tagger.names.label == ""
+    assert tagger.dra.path == "/apis/resource.k8s.io/v1alpha3/devicetaintrules"
+    tagger.apply(health("gpu-1", g4=RISK))  # node name = host name, one rule for GPU 4
+    assert list(k8s.objects("DeviceTaintRule")) == ["gpuwarden-gpu-1-gpu-4"]
+    assert open_tagger(f"k8s://?kubeconfig={kubeconfig}").at_risk == "taint"
+    with pytest.raises(ConfigError, match="mode='cordon': choose one of"):
+        open_tagger(f"k8s://?kubeconfig={kubeconfig}&mode=cordon")
+    with pytest.raises(ConfigError, match="dra-api='v1': want GROUP/VERSION"):
+        open_tagger(f"k8s://?kubeconfig={kubeconfig}&mode=dra&dra-api=v1")
