@@ -569,6 +569,7 @@ def _register_subcommands() -> None:
     from gpuwarden.reports.cli import report
     from gpuwarden.scheduler.client_cli import COMMANDS as SCHEDULER_CLIENT
     from gpuwarden.scheduler.server_cli import agent, scheduler
+    from gpuwarden.scheduler_hooks.k8s_cli import COMMANDS as K8S
     from gpuwarden.serve.cli import serve
 
     evaluate.add_command(closed_loop)
@@ -578,7 +579,7 @@ def _register_subcommands() -> None:
     main.add_command(agent)
     main.add_command(plan)
     main.add_command(report)
-    for command in [*COMMANDS, *SCHEDULER_CLIENT]:
+    for command in [*COMMANDS, *SCHEDULER_CLIENT, *K8S]:
         main.add_command(command)
 
 
