@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,dashboard,k8s,influx,planning]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,dashboard,k8s,influx,planning,report]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -567,8 +567,10 @@ def _register_subcommands() -> None:
     from gpuwarden.models.cli import COMMANDS, evaluate
     from gpuwarden.planning.cli import plan
     from gpuwarden.planning.energy_cli import energy, spot
+    from gpuwarden.reports.cli import report
     from gpuwarden.scheduler.client_cli import COMMANDS as SCHEDULER_CLIENT
     from gpuwarden.scheduler.server_cli import agent, scheduler
+    from gpuwarden.scheduler_hooks.k8s_cli import COMMANDS as K8S
     from gpuwarden.serve.cli import serve
 
     evaluate.add_command(closed_loop)
@@ -579,7 +581,8 @@ def _register_subcommands() -> None:
     main.add_command(energy)
     main.add_command(spot)
     main.add_command(plan)
-    for command in [*COMMANDS, *SCHEDULER_CLIENT]:
+    main.add_command(report)
+    for command in [*COMMANDS, *SCHEDULER_CLIENT, *K8S]:
         main.add_command(command)
 
 

@@ -71,6 +71,31 @@ SETTINGS: tuple[Setting, ...] = (
         "",
         "TOML file of Xid severities (class, fatal, action per code) over the shipped table.",
     ),
+    # the weekly report (docs/report.md); the LLM's key only from $GPUWARDEN_LLM_API_KEY
+    Setting(
+        "llm_base_url",
+        "",
+        "OpenAI-compatible API of the report's LLM (empty: OpenAI's, if a key is set).",
+    ),
+    Setting(
+        "llm_model", "", "Model the report's LLM runs (deepseek-chat, gpt-4o-mini, llama3.1, ...)."
+    ),
+    Setting("llm_timeout_s", 60.0, "Seconds one LLM request may take before it is retried."),
+    Setting("llm_retries", 2, "Retries of an LLM request after a timeout, 429 or 5xx."),
+    Setting("report_dir", "gpuwarden-reports", "Folder the weekly reports are written to."),
+    Setting(
+        "report_slack_channel", "", "Slack channel id the report files are uploaded to (bot token)."
+    ),
+    Setting("slack_api_url", "https://slack.com/api/", "Slack Web API base URL (report uploads)."),
+    Setting(
+        "scheduler_db", "", "The bundled scheduler's SQLite file, for queue, tenant and cost facts."
+    ),
+    Setting("audit_db", "gpuwarden-audit.db", "The audit log the report counts re-tags from."),
+    Setting(
+        "gpu_hour_price", 0.0, "Price of one GPU-hour for the report's cost by tenant (0: no cost)."
+    ),
+    Setting("currency", "USD", "Currency of gpu_hour_price."),
+    Setting("grid_g_co2_per_kwh", 0.0, "Grid carbon intensity, g CO2 per kWh (0: no CO2 figure)."),
 )
 
 SETTINGS_BY_NAME: Mapping[str, Setting] = {s.name: s for s in SETTINGS}

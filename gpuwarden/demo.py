@@ -214,6 +214,9 @@ def run_demo(
     echo(render_table(score_store(store, model), top=8))
     n = backfill_verdicts(store, model, days=2.0)
     echo(f"      Stored {n:,} hourly verdicts of the last 2 days for the dashboard (score --into)")
+    from gpuwarden.reports.build import offline_report
+
+    echo(f"      Weekly report (offline, template text): {offline_report(store, out / 'reports')}")
     store.close()
     echo("")
 

@@ -39,7 +39,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "planning",
         "scheduler_hooks",
         "serve",
-        "closedloop dashboard",
+        "closedloop dashboard reports",
         "demo cliutil cli __main__",
     )
 )

@@ -221,6 +221,13 @@ class DecisionEngine:
         with self._lock:
             return {i: t.state for (h, i), t in self._tracks.items() if h == hostname}
 
+    def node_uuids(self, hostname: str) -> dict[int, str]:
+        """GPU index -> UUID for every GPU seen on ``hostname`` that reported one."""
+        with self._lock:
+            return {
+                i: t.gpu.uuid for (h, i), t in self._tracks.items() if h == hostname and t.gpu.uuid
+            }
+
     def nodes(self) -> list[str]:
         with self._lock:
             return sorted({h for h, _ in self._tracks})

@@ -43,6 +43,8 @@ SECRET_ENV = frozenset(
         "GPUWARDEN_API_TOKEN",
         "GPUWARDEN_SERVE_TOKEN",
         "GPUWARDEN_SLACK_WEBHOOK_URL",
+        "GPUWARDEN_SLACK_BOT_TOKEN",
+        "GPUWARDEN_LLM_API_KEY",
     }
 )
 #: How long the key of a task the service has acknowledged is kept: a resent order for it is

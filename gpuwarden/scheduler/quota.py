@@ -10,10 +10,12 @@ without a quota are unlimited. Usage never passes a limit: the ledger refuses, i
 from __future__ import annotations
 
 import math
+import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from gpuwarden.errors import InputError
+from gpuwarden.errors import ConfigError, InputError
 from gpuwarden.scheduler.jobs import Job
 
 
@@ -121,3 +123,33 @@ class QuotaLedger:
 
     def tenants(self) -> list[str]:
         return sorted(set(self._quotas) | set(self._used))
+
+
+#: What a tenant's table in the tenant file may hold.
+TENANT_KEYS = frozenset({"gpus", "guaranteed_gpus", "gpu_memory_mib"})
+
+
+def load_tenant_file(path: str) -> dict[str, Any]:
+    """The whole tenant file (TOML): ``[quotas.team-a] gpus = 8  guaranteed_gpus = 4
+    gpu_memory_mib = 327680`` per tenant, which ``gpuwarden scheduler serve --quotas`` reads,
+    plus any other tables (``[kubernetes]``, read by ``gpuwarden tenants apply``)."""
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"tenant file {path}: {exc}") from exc
+    table = doc.get("quotas", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"tenant file {path}: [quotas] must be a table of tenants")
+    for tenant, limits in table.items():
+        if not isinstance(limits, dict) or set(limits) - TENANT_KEYS:
+            raise ConfigError(
+                f"tenant file {path}: [quotas.{tenant}] takes gpus, guaranteed_gpus, gpu_memory_mib"
+            )
+    return doc
+
+
+def load_quotas(path: str) -> dict[str, dict[str, Any]]:
+    """The ``[quotas.TENANT]`` tables of the tenant file, by tenant."""
+    quotas: dict[str, dict[str, Any]] = load_tenant_file(path).get("quotas", {})
+    return quotas

@@ -5,14 +5,13 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-import tomllib
 from pathlib import Path
-from typing import Any
 
 import click
 
 from gpuwarden.cliutil import domain_errors, settings
 from gpuwarden.errors import ConfigError
+from gpuwarden.scheduler.quota import load_quotas
 
 
 @click.group()
@@ -154,25 +153,6 @@ def agent_token(node: str) -> None:
     if len(secret) < MIN_SECRET_CHARS:
         raise click.ClickException(f"{ENV_AGENT_SECRET} must be {MIN_SECRET_CHARS}+ characters")
     click.echo(node_token(secret, node))
-
-
-def load_quotas(path: str) -> dict[str, dict[str, Any]]:
-    """``[quotas.team-a] gpus = 8  guaranteed_gpus = 4  gpu_memory_mib = 327680`` per tenant."""
-    try:
-        with open(path, "rb") as f:
-            table = tomllib.load(f).get("quotas", {})
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"--quotas {path}: {exc}") from exc
-    for tenant, limits in table.items():
-        if not isinstance(limits, dict) or set(limits) - {
-            "gpus",
-            "gpu_memory_mib",
-            "guaranteed_gpus",
-        }:
-            raise ConfigError(
-                f"--quotas {path}: [quotas.{tenant}] takes gpus, guaranteed_gpus, gpu_memory_mib"
-            )
-    return table
 
 
 @click.command()

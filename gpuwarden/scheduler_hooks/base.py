@@ -18,11 +18,14 @@ from gpuwarden.health import GpuState, worst
 
 @dataclass(frozen=True)
 class NodeHealth:
-    """How one node should look: GPU index -> state, and why (for drain reasons, logs)."""
+    """How one node should look: GPU index -> state, and why (for drain reasons, logs).
+    ``uuids``: GPU index -> UUID where known (``GPU-...``, as ``nvidia-smi -L`` prints it), so a
+    backend can name the very GPUs at risk, not only their indices."""
 
     hostname: str
     gpus: Mapping[int, GpuState] = field(default_factory=dict)
     reason: str = ""
+    uuids: Mapping[int, str] = field(default_factory=dict)
 
     @property
     def state(self) -> GpuState:

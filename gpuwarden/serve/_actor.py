@@ -152,7 +152,9 @@ class Actor:
         note: str = "",
     ) -> HookOutcome:
         key = (tagger.name, host)
-        view = NodeHealth(host, self.engine.node_states(host), _reason(t))
+        view = NodeHealth(
+            host, self.engine.node_states(host), _reason(t), self.engine.node_uuids(host)
+        )
         failed = False
         try:
             result = tagger.apply(view)

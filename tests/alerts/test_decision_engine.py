@@ -185,3 +185,13 @@ def test_a_persons_decision_restored_after_a_restart_stays_pinned():
 def test_bad_thresholds_are_refused(kw):
     with pytest.raises(ConfigError):
         DecisionEngine(**kw)
+
+
+def test_node_uuids_name_each_gpu_of_a_host_for_the_taggers():
+    e = DecisionEngine()
+    score(e, 0, 0.9)
+    e.assess(RiskAssessment(GpuId("node1", 5, "GPU-bbbb"), 0, 0.1))
+    e.assess(RiskAssessment(GpuId("node2", 0, "GPU-cccc"), 0, 0.1))
+    assert e.node_uuids("node1") == {3: "GPU-aaaa", 5: "GPU-bbbb"}
+    assert e.node_states("node1") == {3: GpuState.AT_RISK, 5: GpuState.OK}
+    assert e.node_uuids("node9") == {}

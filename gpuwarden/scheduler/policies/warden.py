@@ -70,3 +70,39 @@ class WardenPolicy:
         top = prefer_among(cluster, nodes, top)
         best = top[np.argmin(rank[nodes[top]] * 64 + gpus[top])]
         return to_choice(cluster, job, int(nodes[best]), int(gpus[best]))
+
+    def rank_nodes(
+        self, cluster: ClusterState, job: Job, feasible: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Every node's standing for one task of ``job``, for a scheduler that picks the node
+        itself (a kube-scheduler extender): ``score`` per node, FGD's 0..100 of its best
+        placement (-1 where not ``feasible``), and ``best``, the nodes ``choose`` would take
+        before any other (top score and least stranded capacity), before its node-order tie
+        break. Learns the mix from ``job`` as ``choose`` does."""
+        frag, stranded = self._measures(cluster)
+        if self.learn:
+            self.mix.observe(job, count=1)
+            frag.stats.sync_mix()
+        score = np.full(cluster.n_nodes, -1.0)
+        best = np.zeros(cluster.n_nodes, dtype=bool)
+        if not feasible.any():
+            return score, best
+        if job.kind == "mig":
+            assert job.mig_profile is not None
+            fit = cluster.mig_fit(job.mig_profile)
+            key = np.where(
+                cluster.gpu_candidates(job), fit[..., 1] * 16 + cluster.mig_room(), 10**6
+            )
+            waste = np.where(feasible, key.min(axis=1), 10**6)
+            score[feasible] = 50.0
+            best = feasible & (waste == waste.min())
+            return score, best
+        nodes, gpus = candidates(cluster, job, feasible)
+        cand = fgd_score(frag.increase(job, nodes, gpus))
+        np.maximum.at(score, nodes, cand)
+        top = np.flatnonzero(cand == cand.max())
+        if top.size > 1:
+            more = stranded.increase(job, nodes[top], gpus[top])
+            top = top[more <= more.min() + self.tolerance_milli]
+        best[nodes[top]] = True
+        return score, best

@@ -1,0 +1,205 @@
+"""Build the facts document for a period from the store, the audit log and the scheduler.
+
+    facts = build_facts(store, since, until, sources=FactSources(scheduler_db="sched.db"))
+    print(facts.model_dump_json(indent=2))       # gpuwarden report --facts-only
+
+The default period is the last full week (Monday 00:00 UTC to Monday 00:00 UTC). The week
+before is built the same way (without its own comparison) for ``changes``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import pandas as pd
+
+from gpuwarden.errors import InputError
+from gpuwarden.health import VERDICT_COLUMNS
+from gpuwarden.reports import _fleet, _sched, _usage
+from gpuwarden.reports.model import Absent, Change, Facts, Period
+from gpuwarden.store.base import ReadableStore
+
+WEEK_S = 7 * 86400.0
+
+
+@dataclass(frozen=True)
+class FactSources:
+    """What the facts read besides the store; empty or zero: that section is left out."""
+
+    audit_db: str = ""
+    scheduler_db: str = ""
+    gpu_hour_price: float = 0.0
+    currency: str = "USD"
+    grid_g_co2_per_kwh: float = 0.0
+
+
+def last_full_week(now: float) -> tuple[float, float]:
+    """Monday 00:00 UTC of the week before this one, and of this one."""
+    today = datetime.fromtimestamp(now, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    monday = today - timedelta(days=today.weekday())
+    return (monday - timedelta(days=7)).timestamp(), monday.timestamp()
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def build_facts(
+    store: ReadableStore,
+    since: float,
+    until: float,
+    *,
+    sources: FactSources = FactSources(),
+    now: float | None = None,
+    compare: bool = True,
+    previous: Facts | None = None,
+    progress: bool = False,
+) -> Facts:
+    """The facts of ``[since, until)``. ``compare``: also the changes against the period
+    before, taken from ``previous`` (the last report's facts.json) when it covers exactly that
+    period, else built here (a second read of the store)."""
+    if not until > since:
+        raise InputError(
+            f"the report period must end after it starts ({_iso(since)} .. {_iso(until)})"
+        )
+    now = time.time() if now is None else now
+    absent: list[Absent] = []
+    gpus = store.gpus()
+    hourly = store.read_window(
+        start=since, end=until, fields=list(_usage.USAGE_FIELDS), resolution_s=3600,
+        progress=progress,
+    )  # fmt: skip
+    # categories: the groupings over a million hourly rows run on integer codes, not strings
+    hourly = hourly[(hourly["ts"] >= since) & (hourly["ts"] < until)].astype(
+        {"hostname": "category", "uuid": "category", "model": "category"}
+    )
+    verdicts = _verdicts(store, since, until)
+    period_verdicts = verdicts[verdicts["ts"] >= since]
+    events = store.read_events(start=since, end=until)
+    failed = store.read_failures(start=since, end=until)
+    fail_verdicts = (
+        store.read_verdicts(
+            start=since - _fleet.LOOKBACK_S, end=until, uuids=sorted(set(failed["uuid"]))
+        )
+        if len(failed)
+        else verdicts.iloc[:0]
+    )
+    latest = store.read_verdicts(end=until, latest=True)
+    if verdicts.empty:
+        absent.append(Absent(section="verdicts", why="the store holds no verdicts for this period "
+                             "(gpuwarden score --step 1h --into STORE backfills them)"))  # fmt: skip
+    availability = _fleet.availability(gpus, hourly, verdicts, since, until)
+    if availability is None:
+        absent.append(Absent(section="availability", why="no GPU reported in this period"))
+    utilisation = _usage.utilisation(hourly)
+    if utilisation is None:
+        absent.append(Absent(section="utilisation", why="no GPU utilisation readings"))
+    energy = _usage.energy(hourly, sources.grid_g_co2_per_kwh)
+    if energy is None:
+        absent.append(Absent(section="energy", why="no power readings"))
+    elif energy.co2_kg is None:
+        absent.append(Absent(section="co2", why="no grid intensity set (grid_g_co2_per_kwh)"))
+    sched = cost = None
+    if sources.scheduler_db:
+        sched = _sched.scheduler(sources.scheduler_db, since, until, now, hourly)
+        cost = _sched.cost(sched, sources.gpu_hour_price, sources.currency)
+        if cost is None:
+            absent.append(Absent(section="cost", why="no price per GPU-hour set (gpu_hour_price)"))
+    else:
+        absent.append(Absent(section="scheduler", why="no bundled scheduler database (scheduler_db): "
+                             "no queue wait, preemptions, GPU-hours or cost by tenant"))  # fmt: skip
+    namespaces = _sched.namespaces(
+        store.read_assignments(start=since, end=until), hourly, since, until
+    )
+    transitions = period_verdicts[period_verdicts["changed_from"].notna()]
+    alerts = _sched.alerts(transitions, sources.audit_db, since, until)
+    if alerts.retags_ok is None:
+        absent.append(Absent(section="re-tags", why="no audit log (audit_db)"))
+    absent.append(Absent(section="capacity", why="capacity and TCO planning is not built yet"))
+    facts = Facts(
+        generated=_iso(now),
+        period=Period(
+            since=_iso(since),
+            until=_iso(until),
+            since_ts=since,
+            until_ts=until,
+            hours=round((until - since) / 3600.0, 2),
+        ),  # fmt: skip
+        inventory=_fleet.inventory(gpus, since, until),
+        availability=availability,
+        failures=_fleet.failures(
+            failed, fail_verdicts, dict(zip(gpus["uuid"], gpus["model"], strict=False))
+        ),
+        risk=_fleet.risk(latest, verdicts, gpus, since, until),
+        alerts=alerts,
+        xids=_fleet.xids(events),
+        utilisation=utilisation,
+        scheduler=sched,
+        namespaces=namespaces,
+        cost=cost,
+        energy=energy,
+        changes=[],
+        absent=absent,
+    )
+    if compare:
+        span = until - since
+        if previous is not None and (previous.period.since_ts, previous.period.until_ts) == (
+            since - span,
+            since,
+        ):
+            before = previous
+        else:
+            before = build_facts(
+                store, since - span, since, sources=sources, now=now, compare=False
+            )
+        facts = facts.model_copy(update={"changes": changes(before, facts)})
+    return facts
+
+
+def _verdicts(store: ReadableStore, since: float, until: float) -> pd.DataFrame:
+    """Each GPU's newest verdict before the period, then every verdict in it."""
+    before = store.read_verdicts(end=since, latest=True)
+    during = store.read_verdicts(start=since, end=until)
+    frames = [f for f in (before, during) if len(f)]
+    if not frames:
+        return pd.DataFrame(columns=list(VERDICT_COLUMNS))
+    return pd.concat(frames, ignore_index=True)
+
+
+def headline(f: Facts) -> dict[str, tuple[float | None, str]]:
+    """The period's headline numbers, by name: what ``changes`` compares week on week."""
+    out: dict[str, tuple[float | None, str]] = {
+        "GPUs": (float(f.inventory.gpus), "GPUs"),
+        "failures": (float(f.failures.failures), "failures"),
+        "Xids": (float(f.xids.xids), "Xids"),
+        "verdict transitions": (float(f.alerts.transitions), "transitions"),
+        "GPUs at risk or unhealthy": (float(f.risk.at_risk_gpus + f.risk.unhealthy_gpus), "GPUs"),
+    }
+    if f.availability:
+        out["fleet availability"] = (f.availability.fleet_availability_pct, "%")
+    if f.utilisation:
+        out["fleet GPU utilisation"] = (f.utilisation.fleet_gpu_util_pct, "%")
+    if f.energy:
+        out["energy"] = (f.energy.energy_kwh, "kWh")
+    if f.scheduler:
+        out["queue wait p95"] = (f.scheduler.queue_wait_p95_min, "min")
+        out["preemptions"] = (float(f.scheduler.preemptions), "preemptions")
+        out["GPU-hours allocated"] = (f.scheduler.gpu_hours, "GPU-hours")
+    return out
+
+
+def changes(before: Facts, after: Facts, top: int = 6) -> list[Change]:
+    """The headline numbers that moved most against the period before (absolute change in %
+    where the earlier value is not zero; new non-zero values first)."""
+    old, new = headline(before), headline(after)
+    found: list[Change] = []
+    for name, (value, unit) in new.items():
+        prev = old.get(name, (None, unit))[0]
+        if value is None or prev is None or value == prev:
+            continue
+        pct = round(100.0 * (value - prev) / abs(prev), 1) if prev else None
+        found.append(Change(metric=name, unit=unit, before=prev, after=value, change_pct=pct))
+    found.sort(key=lambda c: -(abs(c.change_pct) if c.change_pct is not None else 1e9))
+    return found[:top]

@@ -1,0 +1,236 @@
+"""The facts document: everything the weekly report says, computed by code, typed and versioned.
+
+The LLM sees this document (``Facts.model_dump_json``) and nothing else, and the claim checker
+compares its text against it, so every section is plain numbers with units in the field names.
+A section whose data is absent (no scheduler database, no price, no grid intensity, no audit
+log) is ``None`` and listed in ``absent`` with the reason, which the report prints: missing is
+never shown as zero. ``capacity`` is the seam for capacity and TCO planning (issue 19): it is
+absent until that planner fills it.
+
+Bump ``FACTS_VERSION`` when a field changes meaning or goes away; adding a field does not.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+FACTS_VERSION = 1
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Period(_Frozen):
+    since: str  # ISO 8601, UTC
+    until: str
+    since_ts: float
+    until_ts: float
+    hours: float
+
+
+class GpuRef(_Frozen):
+    hostname: str
+    gpu: int
+    uuid: str
+    model: str
+
+
+class Replacement(_Frozen):
+    hostname: str
+    gpu: int
+    old_uuid: str
+    new_uuid: str
+    model: str
+    date: str
+
+
+class Inventory(_Frozen):
+    gpus: int
+    nodes: int
+    gpus_by_model: dict[str, int]
+    slots: dict[str, list[int]]  # host -> its GPU indexes
+    added: list[GpuRef]
+    replaced: list[Replacement]
+    missing: list[GpuRef]
+
+
+class NodeAvailability(_Frozen):
+    hostname: str
+    gpus: int
+    availability_pct: float
+    downtime_h: float
+
+
+class ModelAvailability(_Frozen):
+    model: str
+    gpus: int
+    availability_pct: float
+    downtime_h: float
+
+
+class Availability(_Frozen):
+    """A GPU slot is up in an hour when it reported in that hour and its verdict was not
+    unhealthy; downtime is GPU-hours of the period that were not up."""
+
+    fleet_availability_pct: float
+    fleet_downtime_h: float
+    by_node: list[NodeAvailability]
+    by_model: list[ModelAvailability]
+
+
+class FailureFact(_Frozen):
+    hostname: str
+    gpu: int
+    uuid: str
+    model: str
+    date: str
+    kind: str
+    xid: int | None
+    caught: bool
+    flagged_date: str | None
+    lead_time_h: float | None
+    flag_cause: str | None
+
+
+class Failures(_Frozen):
+    failures: int
+    caught: int
+    missed: int
+    median_lead_time_h: float | None
+    items: list[FailureFact]
+
+
+class AtRiskGpu(_Frozen):
+    hostname: str
+    gpu: int
+    uuid: str
+    model: str
+    state: str
+    risk: float | None
+    since_date: str | None
+    reasons: list[str]
+    action: str
+
+
+class Risk(_Frozen):
+    at_risk_gpus: int
+    unhealthy_gpus: int
+    gpus: list[AtRiskGpu]
+    #: daily counts of GPUs whose newest verdict that day was at-risk / unhealthy
+    daily: list[tuple[str, int, int]]
+
+
+class Alerts(_Frozen):
+    """From the stored verdicts' transitions; re-tags from the audit log when there is one."""
+
+    transitions: int
+    to_at_risk: int
+    to_unhealthy: int
+    to_ok: int
+    hard_signal_transitions: int
+    retags_ok: int | None
+    retags_failed: int | None
+    retags_by_hook: dict[str, int] | None
+
+
+class XidCount(_Frozen):
+    code: int
+    name: str
+    xid_class: str
+    count: int
+    gpus: int
+    action: str
+
+
+class Xids(_Frozen):
+    xids: int
+    by_code: list[XidCount]
+    by_class: dict[str, int]
+    hard_signals: dict[str, int]
+
+
+class ModelUsage(_Frozen):
+    model: str
+    gpus: int
+    gpu_util_pct: float | None
+    memory_used_pct: float | None
+    energy_kwh: float | None
+
+
+class Utilisation(_Frozen):
+    fleet_gpu_util_pct: float | None
+    fleet_memory_used_pct: float | None
+    by_model: list[ModelUsage]
+    idle_gpus: int  # GPUs whose mean utilisation stayed below 5 %
+
+
+class TenantUsage(_Frozen):
+    tenant: str
+    gpu_hours: float
+    share_pct: float
+    quota_gpus: float | None
+    quota_used_pct: float | None  # mean GPUs held / quota GPUs
+    #: telemetry of the GPUs its tasks held, while they held them (None: no task matched)
+    gpu_util_pct: float | None = None
+    memory_used_pct: float | None = None
+
+
+class Scheduler(_Frozen):
+    jobs_started: int
+    queue_wait_median_min: float | None
+    queue_wait_p95_min: float | None
+    jobs_waiting: int
+    preemptions: int
+    gpu_hours: float
+    capacity_gpu_hours: float
+    allocated_pct: float
+    by_tenant: list[TenantUsage]
+
+
+class Cost(_Frozen):
+    currency: str
+    price_per_gpu_hour: float
+    total: float
+    by_tenant: dict[str, float]
+
+
+class Energy(_Frozen):
+    energy_kwh: float
+    gpu_hours_measured: float
+    grid_g_co2_per_kwh: float | None
+    co2_kg: float | None
+
+
+class Change(_Frozen):
+    metric: str
+    unit: str
+    before: float
+    after: float
+    change_pct: float | None
+
+
+class Absent(_Frozen):
+    section: str
+    why: str
+
+
+class Facts(_Frozen):
+    version: int = FACTS_VERSION
+    generated: str
+    period: Period
+    inventory: Inventory
+    availability: Availability | None
+    failures: Failures
+    risk: Risk
+    alerts: Alerts
+    xids: Xids
+    utilisation: Utilisation | None
+    scheduler: Scheduler | None
+    #: Kubernetes namespaces as tenants, from the GPUs' pod assignments (no scheduler needed)
+    namespaces: list[TenantUsage] | None = None
+    cost: Cost | None
+    energy: Energy | None
+    capacity: dict[str, object] | None = None  # issue 19's planner fills this
+    changes: list[Change]
+    absent: list[Absent]

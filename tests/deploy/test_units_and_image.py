@@ -1,0 +1,77 @@
+"""The systemd units (``systemd-analyze verify``) and the Dockerfile's promises (static checks:
+no container is built here, there is no Docker daemon)."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+UNITS = sorted((ROOT / "deploy" / "systemd").glob("gpuwarden-*.*"))
+REQUIRED = {"collect", "serve", "agent", "scheduler"}
+
+
+def test_a_unit_for_each_long_running_command():
+    names = {p.name.removeprefix("gpuwarden-").removesuffix(".service") for p in UNITS}
+    assert REQUIRED <= names
+
+
+@pytest.mark.parametrize("unit", UNITS, ids=lambda p: p.name)
+def test_units_verify_cleanly(unit, tmp_path):
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("systemd-analyze is not installed (apt-get install -y systemd)")
+        pytest.skip("systemd-analyze is not installed")
+    # verify checks that ExecStart's program exists: point it at this interpreter's gpuwarden
+    gpuwarden = Path(sys.executable).with_name("gpuwarden")
+    assert gpuwarden.exists(), gpuwarden
+    text = unit.read_text().replace("/usr/local/bin/gpuwarden", str(gpuwarden))
+    copy = tmp_path / unit.name
+    copy.write_text(text)
+    if unit.suffix == ".timer":  # a timer is verified with the service it starts
+        service = unit.with_suffix(".service")
+        (tmp_path / service.name).write_text(
+            service.read_text().replace("/usr/local/bin/gpuwarden", str(gpuwarden))
+        )
+    done = subprocess.run([analyze, "verify", str(copy)], capture_output=True, text=True)
+    # verify exits 0 on unknown keys and bad values, and says so: any line is a finding
+    assert done.returncode == 0 and not done.stderr.strip() and not done.stdout.strip(), (
+        done.stdout + done.stderr
+    )
+    if unit.suffix == ".service":
+        commands = re.findall(r"^ExecStart=/usr/local/bin/gpuwarden (\S+)", unit.read_text(), re.M)
+        assert commands, "ExecStart runs gpuwarden"
+
+
+def test_a_broken_unit_is_caught(tmp_path):
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed")
+    bad = tmp_path / "bad.service"
+    bad.write_text("[Service]\nType=exec\nExecStart=/bin/true\nProtectSystm=yes\n")
+    done = subprocess.run([analyze, "verify", str(bad)], capture_output=True, text=True)
+    assert "Unknown key 'ProtectSystm'" in done.stderr
+
+
+def test_the_dockerfile_is_multi_stage_pinned_and_non_root():
+    text = (ROOT / "Dockerfile").read_text()
+    lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+    stages = [ln for ln in lines if ln.startswith("FROM ")]
+    assert len(stages) >= 2, "multi-stage"
+    [base] = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.M)
+    assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-bookworm(@sha256:[0-9a-f]{64})?", base), base
+    assert all(not s.split()[1].endswith(":latest") for s in stages)
+    users = [ln.split()[1] for ln in lines if ln.startswith("USER ")]
+    assert users and users[-1].split(":")[0] not in ("0", "root")
+    # the runtime stage gets wheels, not the build tools or the sources
+    runtime = text.split(" AS runtime", 1)[1]
+    assert "COPY --from=build /wheels" in runtime and "COPY gpuwarden" not in runtime
+    # the UID the Kubernetes manifests run as
+    assert "USER 10001:10001" in text
+    manifests = (ROOT / "deploy" / "kubernetes" / "base" / "serve-deployment.yaml").read_text()
+    assert "runAsUser: 10001" in manifests
