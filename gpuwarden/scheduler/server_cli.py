@@ -6,6 +6,7 @@ import logging
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import click
 
