@@ -58,7 +58,7 @@ SETTINGS: tuple[Setting, ...] = (
         "grid_intensity_g_per_kwh",
         "",
         "Carbon intensity of the grid the GPUs draw from, gCO2e per kWh (empty: unknown); "
-        "billing shows CO2 per job and tenant when set.",
+        "billing and the weekly report show CO2 when set.",
     ),
     Setting(
         "hook_allow",
@@ -95,7 +95,6 @@ SETTINGS: tuple[Setting, ...] = (
         "gpu_hour_price", 0.0, "Price of one GPU-hour for the report's cost by tenant (0: no cost)."
     ),
     Setting("currency", "USD", "Currency of gpu_hour_price."),
-    Setting("grid_g_co2_per_kwh", 0.0, "Grid carbon intensity, g CO2 per kWh (0: no CO2 figure)."),
 )
 
 SETTINGS_BY_NAME: Mapping[str, Setting] = {s.name: s for s in SETTINGS}
@@ -190,3 +189,18 @@ def parse_duration(text: str, name: str) -> float:
     if not m:
         raise ConfigError(f"{name}={text!r} is not a duration such as 14d, 36h, 90m or 600")
     return float(m.group(1)) * _UNIT_S[m.group(2)]
+
+
+def grid_intensity(conf: Mapping[str, Any]) -> float | None:
+    """The ``grid_intensity_g_per_kwh`` setting as a number, or None when it is not set (CO2
+    unknown, never 0 g)."""
+    value = conf["grid_intensity_g_per_kwh"]
+    if value in (None, ""):
+        return None
+    try:
+        grid = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"grid_intensity_g_per_kwh must be a number, got {value!r}") from None
+    if not grid >= 0:
+        raise ConfigError(f"grid_intensity_g_per_kwh must be >= 0, got {value!r}")
+    return grid

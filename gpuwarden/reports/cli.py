@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from gpuwarden.cliutil import open_store, settings, store_option
+from gpuwarden.config import grid_intensity
 
 
 def _when(value: str | None, name: str) -> float | None:
@@ -89,7 +90,7 @@ def report(
         scheduler_db=cfg["scheduler_db"] if scheduler_db is None else scheduler_db,
         gpu_hour_price=cfg["gpu_hour_price"],
         currency=cfg["currency"],
-        grid_g_co2_per_kwh=cfg["grid_g_co2_per_kwh"],
+        grid_g_co2_per_kwh=grid_intensity(cfg) or 0.0,
     )
     previous = _previous_facts(Path(out_dir or cfg["report_dir"]), start, end)  # type: ignore[arg-type]
     store = open_store(store_url, cfg)

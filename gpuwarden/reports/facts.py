@@ -100,7 +100,7 @@ def build_facts(
     if energy is None:
         absent.append(Absent(section="energy", why="no power readings"))
     elif energy.co2_kg is None:
-        absent.append(Absent(section="co2", why="no grid intensity set (grid_g_co2_per_kwh)"))
+        absent.append(Absent(section="co2", why="no grid intensity set (grid_intensity_g_per_kwh)"))
     sched = cost = None
     if sources.scheduler_db:
         sched = _sched.scheduler(sources.scheduler_db, since, until, now, hourly)

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from gpuwarden.cliutil import domain_errors, settings
+from gpuwarden.config import grid_intensity
 from gpuwarden.errors import ConfigError
 from gpuwarden.scheduler.quota import load_quotas
 
@@ -102,7 +103,7 @@ def serve(
             round_every_s=round_every_s,
             node_timeout_s=node_timeout_s,
             max_queued_tasks=max_queued_tasks,
-            grid_g_per_kwh=_grid(settings(ctx)),
+            grid_g_per_kwh=grid_intensity(settings(ctx)),
             sleep=None if sleep == "off" else SleepPolicy(
                 SleepWindow.parse(sleep_window), dry_run=sleep == "dry-run"),
             wol_broadcast=wol_broadcast,
@@ -324,19 +325,6 @@ def agent(
         runner.close()
     if failed:
         raise click.ClickException(failed[0])
-
-
-def _grid(conf: Any) -> float | None:
-    value = conf["grid_intensity_g_per_kwh"]
-    if value in (None, ""):
-        return None
-    try:
-        grid = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"grid_intensity_g_per_kwh must be a number, got {value!r}") from None
-    if not grid >= 0:
-        raise ConfigError(f"grid_intensity_g_per_kwh must be >= 0, got {value!r}")
-    return grid
 
 
 def _power_governor() -> Any:

@@ -59,7 +59,7 @@ def test_template_report_is_complete_and_marked(week, tmp_path):
 def test_llm_report_marks_checked_text_and_states_tokens(week, tmp_path, llm):
     llm.script = [Reply(GOOD, prompt_tokens=1000, completion_tokens=200)]
     env = {"GPUWARDEN_LLM_BASE_URL": llm.base_url, "GPUWARDEN_LLM_MODEL": "test-model",
-           "GPUWARDEN_LLM_API_KEY": KEY, "GPUWARDEN_GRID_G_CO2_PER_KWH": "400"}  # fmt: skip
+           "GPUWARDEN_LLM_API_KEY": KEY, "GPUWARDEN_GRID_INTENSITY_G_PER_KWH": "400"}  # fmt: skip
     result = run(week, tmp_path, env=env)
     assert result.exit_code == 0, result.output
     folder = report_files(tmp_path)

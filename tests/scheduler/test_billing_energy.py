@@ -43,8 +43,8 @@ def test_service_bills_energy_from_the_nodes_gpu_model(tmp_path, clock):
 
 
 def test_grid_setting_is_checked():
+    from gpuwarden.config import grid_intensity as _grid
     from gpuwarden.errors import ConfigError
-    from gpuwarden.scheduler.server_cli import _grid
 
     assert _grid({"grid_intensity_g_per_kwh": ""}) is None
     assert _grid({"grid_intensity_g_per_kwh": "380"}) == 380.0
