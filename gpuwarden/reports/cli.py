@@ -90,6 +90,8 @@ def report(
         gpu_hour_price=cfg["gpu_hour_price"],
         currency=cfg["currency"],
         grid_g_co2_per_kwh=cfg["grid_g_co2_per_kwh"],
+        capacity_buffer=cfg["capacity_buffer"],
+        prices=cfg["prices"],
     )
     previous = _previous_facts(Path(out_dir or cfg["report_dir"]), start, end)  # type: ignore[arg-type]
     store = open_store(store_url, cfg)
