@@ -55,10 +55,13 @@ def capacity(
         return None, Absent(section="capacity", why=str(exc))
     frame = frame.drop(columns=[c for c in frame.columns if c == ANY_MODEL])
     hours = len(frame)
-    if hours < MIN_HISTORY_HOURS or frame.empty:  # frame: no job tied to a model
+    if hours < MIN_HISTORY_HOURS:
         return None, Absent(section="capacity", why=f"the scheduler database holds {hours} hours "
-                            f"of demand history for a GPU model; the forecast needs "
-                            f"{MIN_HISTORY_HOURS} (two weeks)")  # fmt: skip
+                            f"of demand history; the forecast needs {MIN_HISTORY_HOURS} (two "
+                            "weeks)")  # fmt: skip
+    if frame.columns.empty:
+        return None, Absent(section="capacity", why="no job in the scheduler database is tied "
+                            "to a GPU model (placed on a node with one, or allowing only one)")  # fmt: skip
     prices, prices_name = _prices(settings.prices)
     util = {m.model: m.gpu_util_pct for m in utilisation.by_model} if utilisation else {}
     start = frame.index[-1] + pd.Timedelta(hours=1)

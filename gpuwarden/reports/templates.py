@@ -146,6 +146,6 @@ TOPIC_WORDS: dict[str, str] = {
     "energy": r"energy|kwh|mwh|co2|carbon",
     "scheduler": r"queue|wait|preempt|jobs|gpu-hours|allocat",
     "cost": r"cost|spen|price",
-    "capacity": r"forecast|break[- ]even|buffer|capacity plan",
+    "capacity": r"forecast|break[- ]even|buffer|capacity plan|\badd\b|\breleas|\border",
     "changes": r"previous|week before|rose|fell|increase|decrease|changed",
 }
