@@ -91,7 +91,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("currency", "USD", "Currency of gpu_hour_price."),
     Setting("grid_g_co2_per_kwh", 0.0, "Grid carbon intensity, g CO2 per kWh (0: no CO2 figure)."),
     Setting("capacity_buffer", 1.3, "The report's capacity plan: GPUs needed = forecast x buffer."),
-    Setting("prices", "", "TCO price file (TOML) for the report's break-even (empty: shipped)."),
+    Setting(
+        "tco_prices", "", "TCO price file (TOML) for the report's break-even (empty: shipped)."
+    ),
 )
 
 SETTINGS_BY_NAME: Mapping[str, Setting] = {s.name: s for s in SETTINGS}

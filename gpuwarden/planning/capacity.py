@@ -24,6 +24,7 @@ import pandas as pd
 
 from gpuwarden.errors import InputError
 from gpuwarden.planning._toml import read_toml
+from gpuwarden.planning.forecast import Forecast
 
 DAYS_PER_MONTH = 30.44
 DEFAULT_BUFFER = 1.3
@@ -244,7 +245,7 @@ class ModelPlan:
     (None: not measurable), the weekly plan and the decision."""
 
     gpu_model: str
-    forecast: Any
+    forecast: Forecast | None
     growth: float | None
     needs: list[WeekNeed]
     decision: ScaleDecision

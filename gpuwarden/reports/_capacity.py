@@ -73,6 +73,7 @@ def capacity(
             release_margin=RELEASE_MARGIN, level=LEVEL, train_weeks=TRAIN_WEEKS,
         )  # fmt: skip
         fc, d = mp.forecast, mp.decision
+        assert fc is not None  # the model has a demand series
         week = fc.frame().iloc[:WEEKLY]
         price = _match(prices, model)
         rows.append(

@@ -91,7 +91,7 @@ def report(
         currency=cfg["currency"],
         grid_g_co2_per_kwh=cfg["grid_g_co2_per_kwh"],
         capacity_buffer=cfg["capacity_buffer"],
-        prices=cfg["prices"],
+        prices=cfg["tco_prices"],
     )
     previous = _previous_facts(Path(out_dir or cfg["report_dir"]), start, end)  # type: ignore[arg-type]
     store = open_store(store_url, cfg)

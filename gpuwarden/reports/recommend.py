@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from gpuwarden.health import AT_RISK_ACTION, GpuState
 from gpuwarden.reports.model import Facts
+from gpuwarden.reports.templates import gpus_word
 
 WAIT_SCALE_UP_MIN = 30.0
 BUSY_PCT = 80.0
@@ -127,10 +128,16 @@ def _capacity(f: Facts) -> list[tuple[str, str, tuple[str, ...]]]:
                 f"against the {m.gpus} GPUs the fleet has.")  # fmt: skip
         if m.action == "add":
             when = "now" if m.in_weeks == 0 else f"in {m.in_weeks} weeks"
-            out.append(("scale-up", f"Add {m.change_gpus} {m.model} GPUs {when}: {plan}",
+            out.append(("scale-up", f"Add {m.change_gpus} {m.model} {gpus_word(m.change_gpus)} {when}: {plan}",
                         (*cites, f"{at}.in_weeks = {m.in_weeks}")))  # fmt: skip
         elif m.action == "release":
-            out.append(("scale-down", f"Release {m.change_gpus} {m.model} GPUs: {plan}", cites))
+            out.append(
+                (
+                    "scale-down",
+                    f"Release {m.change_gpus} {m.model} {gpus_word(m.change_gpus)}: {plan}",
+                    cites,
+                )
+            )
         be, util = m.break_even_own_pct, m.gpu_util_pct
         if be is not None and util is not None and util < be:
             out.append(("tco", f"{m.model} GPUs averaged {util:g}% utilisation, under the {be:g}% "

@@ -113,9 +113,9 @@ def _capacity(f: Facts) -> list[str]:
     for m in c.by_model:
         if m.action == "add":
             when = "now" if m.in_weeks == 0 else f"in {m.in_weeks} weeks"
-            do = f"add {m.change_gpus} GPUs {when}"
+            do = f"add {m.change_gpus} {gpus_word(m.change_gpus)} {when}"
         elif m.action == "release":
-            do = f"release {m.change_gpus} GPUs"
+            do = f"release {m.change_gpus} {gpus_word(m.change_gpus)}"
         else:
             do = f"hold at the {m.gpus} GPUs the fleet has"
         out.append(f"For {m.model} the forecast wants {_n(m.forecast_mean_gpus)} GPUs on average "
@@ -149,3 +149,8 @@ TOPIC_WORDS: dict[str, str] = {
     "capacity": r"forecast|break[- ]even|buffer|capacity plan|\badd\b|\breleas|\border",
     "changes": r"previous|week before|rose|fell|increase|decrease|changed",
 }
+
+
+def gpus_word(n: int) -> str:
+    """Counts in the report read as written English: "1 GPU", "5 GPUs"."""
+    return "GPU" if n == 1 else "GPUs"

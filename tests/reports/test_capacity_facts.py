@@ -143,7 +143,7 @@ def test_scaling_advice_cites_the_capacity_facts(planned):
     assert len(up) == 1 and up[0].text.startswith(f"Add {h100.change_gpus} {H100} GPUs")
     assert f"capacity.by_model[{H100}].change_gpus = {h100.change_gpus}" in up[0].cites
     assert "capacity.buffer = 1.3" in up[0].cites
-    assert len(down) == 1 and down[0].text.startswith(f"Release 1 {A100} GPUs")
+    assert len(down) == 1 and down[0].text.startswith(f"Release 1 {A100} GPU:")
     assert not any("scheduler.queue_wait_p95_min" in c for r in up + down for c in r.cites)
 
 
@@ -169,6 +169,7 @@ def test_a_wrong_add_count_is_caught(planned):
     assert check(wrong, ix)
     assert check(f"{H100}: the plan says to add {wrong_n} GPUs.", ix)
     assert check(f"Release 5 {A100} GPUs.", ix)  # the plan releases 1
+    assert check(f"Add {h100.change_gpus} {A100} GPUs now.", ix)  # the right count, wrong model
     assert check(f"The forecast wants 999 {H100} GPUs next week.", ix)
 
 
