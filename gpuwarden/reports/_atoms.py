@@ -8,6 +8,7 @@ Entities: ``fleet``; ``host:NAME``; ``gpu:HOST/INDEX``; ``model:NAME``; ``tenant
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -182,6 +183,8 @@ def index(f: Facts, catalogue: set[int] | None = None) -> Index:
             ix.add(e, "buffer", cap.buffer, "count")
             ix.add(e, mc.action, mc.change_gpus if mc.action != "hold" else None, "count")
             ix.add(e, "in_weeks", mc.in_weeks * 168.0 if mc.action == "add" else None, "hours")
+            # the decision's reason names the first short week by its date
+            ix.dates[e].update(re.findall(r"\b\d{4}-\d{2}-\d{2}\b", mc.reason))
     for ch in f.changes:
         dim = _CHANGE_DIMS.get(ch.unit, "count")
         scale = 1 / 60.0 if ch.unit == "min" else 1.0

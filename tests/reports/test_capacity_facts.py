@@ -171,6 +171,9 @@ def test_a_wrong_add_count_is_caught(planned):
     assert check(f"Release 5 {A100} GPUs.", ix)  # the plan releases 1
     assert check(f"Add {h100.change_gpus} {A100} GPUs now.", ix)  # the right count, wrong model
     assert check(f"The forecast wants 999 {H100} GPUs next week.", ix)
+    short = re.search(r"\d{4}-\d{2}-\d{2}", h100.reason).group()  # the first short week
+    assert check(f"{H100} runs short in the week of {short}.", ix) == {}
+    assert check(f"{A100} runs short in the week of {short}.", ix)
 
 
 def test_the_llm_path_catches_a_wrong_add_count(planned, llm):
