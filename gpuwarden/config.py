@@ -95,6 +95,10 @@ SETTINGS: tuple[Setting, ...] = (
         "gpu_hour_price", 0.0, "Price of one GPU-hour for the report's cost by tenant (0: no cost)."
     ),
     Setting("currency", "USD", "Currency of gpu_hour_price."),
+    Setting("capacity_buffer", 1.3, "The report's capacity plan: GPUs needed = forecast x buffer."),
+    Setting(
+        "tco_prices", "", "TCO price file (TOML) for the report's break-even (empty: shipped)."
+    ),
 )
 
 SETTINGS_BY_NAME: Mapping[str, Setting] = {s.name: s for s in SETTINGS}

@@ -24,6 +24,7 @@ import pandas as pd
 
 from gpuwarden.errors import InputError
 from gpuwarden.planning._toml import read_toml
+from gpuwarden.planning.forecast import Forecast
 
 DAYS_PER_MONTH = 30.44
 DEFAULT_BUFFER = 1.3
@@ -236,3 +237,58 @@ def should_scale(
         f"the plan peaks at {peak.need_gpus:.1f} GPUs (week {peak.week}) within the "
         f"{current_gpus} the fleet has",
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """One GPU model's forecast (None: no demand history for it), the monthly growth applied
+    (None: not measurable), the weekly plan and the decision."""
+
+    gpu_model: str
+    forecast: Forecast | None
+    growth: float | None
+    needs: list[WeekNeed]
+    decision: ScaleDecision
+
+
+def plan_model(
+    series: pd.Series | None,
+    gpu_model: str,
+    current_gpus: int,
+    *,
+    start: pd.Timestamp,
+    growth: float | None = None,
+    launches: Sequence[Launch] = (),
+    efficiency_gain: float = 0.0,
+    buffer: float = DEFAULT_BUFFER,
+    basis: Basis = "mean",
+    weeks: int = 12,
+    lead_weeks: int = 4,
+    release_margin: float = 0.1,
+    level: float = 0.8,
+    train_weeks: int = 12,
+) -> ModelPlan:
+    """Forecast ``series`` (the model's hourly demand; None: none, a zero forecast from
+    ``start``) for up to four weeks from its last ``train_weeks`` weeks, plan ``weeks`` weeks on
+    it and decide: the one path ``gpuwarden plan should-scale`` and the report's capacity facts
+    share, so that both say the same for the same history. ``growth`` None: measured."""
+    from gpuwarden.planning.demand import monthly_growth
+    from gpuwarden.planning.forecast import forecast
+
+    horizon = min(weeks, 4) * 168
+    fc = None
+    if series is not None:
+        fc = forecast(series.iloc[-train_weeks * 168 :], horizon, level=level)
+        mean = fc.mean
+        rate = growth if growth is not None else monthly_growth(series)
+    else:
+        mean = pd.Series(0.0, index=pd.date_range(start, periods=horizon, freq="h"))
+        rate = growth
+    needs = plan(
+        mean, gpu_model, weeks=weeks, growth=rate or 0.0, launches=launches,
+        efficiency_gain=efficiency_gain, buffer=buffer, basis=basis,
+    )  # fmt: skip
+    decision = should_scale(
+        needs, current_gpus, gpu_model, lead_weeks=lead_weeks, release_margin=release_margin
+    )
+    return ModelPlan(gpu_model, fc, rate, needs, decision)

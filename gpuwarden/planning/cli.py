@@ -73,13 +73,10 @@ def load_demand(
         )
         return frame, d.queue_wait_hourly(records, epoch=d.TRACE_EPOCH), queued["all"]
     assert db_path is not None
-    records = d.records_from_scheduler(db_path)
-    if not records:
-        raise InputError(f"{db_path}: no GPU job recorded yet, nothing to plan from")
     now = time.time()
-    end = math.floor(now / d.HOUR_S) * d.HOUR_S
-    frame = d.hourly_demand(records, by=by, now_s=now, end_s=end)
+    records, frame = d.scheduler_demand(db_path, by=by, now_s=now)
     start = frame.index[0].timestamp()
+    end = frame.index[-1].timestamp() + d.HOUR_S
     queued = d.hourly_demand(d.waiting(records), by=(), now_s=now, start_s=start, end_s=end)
     return frame, d.queue_wait_hourly(records), queued["all"]
 
@@ -228,9 +225,7 @@ def should_scale_cmd(
     (forecast mean x growth + launches, x (1 - efficiency gain) x buffer)."""
     import pandas as pd
 
-    from gpuwarden.planning.capacity import load_launches, plan, should_scale
-    from gpuwarden.planning.demand import monthly_growth
-    from gpuwarden.planning.forecast import forecast
+    from gpuwarden.planning.capacity import load_launches, plan_model
 
     with domain_errors():
         fleet = parse_current(current)
@@ -243,31 +238,24 @@ def should_scale_cmd(
                 "say how many GPUs the fleet has of " + ", ".join(missing)
                 + " with --current MODEL=GPUS"
             )  # fmt: skip
-        horizon = min(weeks, 4) * 168
         start = frame.index[-1] + pd.Timedelta(hours=1)
         for model in models:
-            if model in frame.columns:
-                series = frame[model]
-                mean = forecast(series.iloc[-train_weeks * 168 :], horizon, level=level).mean
-                rate = growth if growth is not None else monthly_growth(series)
-            else:
-                mean = pd.Series(0.0, index=pd.date_range(start, periods=horizon, freq="h"))
-                rate = growth
-            note = "set" if growth is not None else "measured" if rate is not None else "unknown"
-            needs = plan(
-                mean, model, weeks=weeks, growth=rate or 0.0, launches=launches,
-                efficiency_gain=efficiency_gain, buffer=buffer, basis="peak" if basis == "peak" else "mean",
+            mp = plan_model(
+                frame[model] if model in frame.columns else None, model, fleet[model],
+                start=start, growth=growth, launches=launches, efficiency_gain=efficiency_gain,
+                buffer=buffer, basis="peak" if basis == "peak" else "mean", weeks=weeks,
+                lead_weeks=lead_weeks, release_margin=release_margin, level=level,
+                train_weeks=train_weeks,
             )  # fmt: skip
+            rate, needs = mp.growth, mp.needs
+            note = "set" if growth is not None else "measured" if rate is not None else "unknown"
             click.echo(f"{model}: growth {0.0 if rate is None else rate:+.1%}/month ({note}), "
                        f"buffer x{buffer}, efficiency gain {efficiency_gain:.0%}")  # fmt: skip
             click.echo(f"  {'week':>4} {'starts':>10} {'forecast':>9} {'launches':>9} {'need':>7}")
             for n in needs:
                 click.echo(f"  {n.week:>4} {n.start!s:>10} {n.base_gpus:>9.1f} "
                            f"{n.launch_gpus:>9.1f} {n.need_gpus:>7.1f}")  # fmt: skip
-            decision = should_scale(
-                needs, fleet[model], model, lead_weeks=lead_weeks, release_margin=release_margin
-            )
-            click.echo(f"  -> {decision}")
+            click.echo(f"  -> {mp.decision}")
 
 
 @plan.command("tco")

@@ -98,6 +98,22 @@ def records_from_scheduler(path: str | Path) -> list[DemandRecord]:
     return out
 
 
+def scheduler_demand(
+    path: str | Path, *, by: Sequence[str] = ("gpu_model",), now_s: float | None = None
+) -> tuple[list[DemandRecord], pd.DataFrame]:
+    """The jobs of a scheduler database and their hourly demand up to the last whole hour
+    before ``now_s`` (default: the clock), a running job wanted until ``now_s``: what
+    ``gpuwarden plan`` and the report's capacity facts both plan from."""
+    import time
+
+    records = records_from_scheduler(path)
+    if not records:
+        raise InputError(f"{path}: no GPU job recorded yet, nothing to plan from")
+    now = time.time() if now_s is None else now_s
+    end = math.floor(now / HOUR_S) * HOUR_S
+    return records, hourly_demand(records, by=by, now_s=now, end_s=end)
+
+
 def _node_model(gpus: list[dict[str, object]]) -> str:
     names = sorted({str(g.get("model") or "") for g in gpus} - {""})
     return "|".join(names) or ANY_MODEL

@@ -8,6 +8,7 @@ Entities: ``fleet``; ``host:NAME``; ``gpu:HOST/INDEX``; ``model:NAME``; ``tenant
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -168,6 +169,22 @@ def index(f: Facts, catalogue: set[int] | None = None) -> Index:
         ix.add(g, "price", f.cost.price_per_gpu_hour, "money")
         for tenant, amount in f.cost.by_tenant.items():
             ix.add(f"tenant:{tenant}", "cost", amount, "money")
+    if f.capacity:
+        cap = f.capacity
+        ix.add(g, "buffer", cap.buffer, "count")
+        ix.add(g, "plan_weeks", cap.plan_weeks * 168.0, "hours")
+        ix.add(g, "lead_time", cap.lead_weeks * 168.0, "hours")
+        ix.add(g, "history", cap.history_hours, "hours")
+        ix.add(g, "interval", cap.interval_level_pct, "pct")
+        for mc in cap.by_model:
+            ix.models.add(mc.model)
+            e = f"model:{mc.model}"
+            _fields(ix, e, mc, MODEL_CAPACITY)
+            ix.add(e, "buffer", cap.buffer, "count")
+            ix.add(e, mc.action, mc.change_gpus if mc.action != "hold" else None, "count")
+            ix.add(e, "in_weeks", mc.in_weeks * 168.0 if mc.action == "add" else None, "hours")
+            # the decision's reason names the first short week by its date
+            ix.dates[e].update(re.findall(r"\b\d{4}-\d{2}-\d{2}\b", mc.reason))
     for ch in f.changes:
         dim = _CHANGE_DIMS.get(ch.unit, "count")
         scale = 1 / 60.0 if ch.unit == "min" else 1.0
@@ -189,6 +206,13 @@ ENERGY = {"energy": ("energy_kwh", "kwh"), "co2": ("co2_kg", "kg"),
 SCHEDULER = {"jobs": ("jobs_started", "count"), "jobs_waiting": ("jobs_waiting", "count"),
              "preemptions": ("preemptions", "count"), "gpu_hours": ("gpu_hours", "gpu_hours"),
              "capacity": ("capacity_gpu_hours", "gpu_hours"), "allocated": ("allocated_pct", "pct")}  # fmt: skip
+#: the capacity plan of a GPU model; the forecast's figures all answer to "forecast"
+MODEL_CAPACITY = {"forecast": ("forecast_mean_gpus", "count"), "forecast_peak": ("forecast_peak_gpus", "count"),
+                  "forecast_low": ("forecast_low_gpus", "count"), "forecast_high": ("forecast_high_gpus", "count"),
+                  "need": ("peak_need_gpus", "count"), "growth": ("growth_monthly_pct", "pct"),
+                  "break_even": ("break_even_own_pct", "pct"),
+                  "break_even_reserved": ("break_even_reserved_pct", "pct"),
+                  "util": ("gpu_util_pct", "pct"), "gpus": ("gpus", "count")}  # fmt: skip
 TENANT = {"gpu_hours": ("gpu_hours", "gpu_hours"), "share": ("share_pct", "pct"),
           "quota": ("quota_gpus", "count"), "quota_used": ("quota_used_pct", "pct"),
           "util": ("gpu_util_pct", "pct"), "memory": ("memory_used_pct", "pct")}  # fmt: skip

@@ -111,6 +111,16 @@ METRIC_WORDS: dict[str, str] = {
     "added": r"added|new|joined", "replaced": r"replac|swap", "models": r"model|type|kind",
     "missing": r"missing|silent|stopped reporting|absent|gone",
     "period": r"week|period|hours|days|\bh\b",
+    "forecast": r"forecast|expect|predict|demand|want", "forecast_peak": r"peak|busiest|forecast",
+    "forecast_low": r"low|interval|between|range|forecast|from",
+    "forecast_high": r"high|interval|between|range|forecast|\bto\b|up to",
+    "need": r"need|requir|peak|plan", "growth": r"grow|growth|per month|monthly",
+    "add": r"\badd|buy|order|purchase|more|extra|short", "release": r"releas|remov|retire|return|"
+    r"spare|surplus|fewer|idle|give back", "in_weeks": r"weeks?|order|within",
+    "break_even": r"break[- ]even|own|cheaper|cloud|on-demand|rent",
+    "break_even_reserved": r"break[- ]even|reserved|cheaper|cloud",
+    "buffer": r"buffer|headroom|x\s*\d", "plan_weeks": r"plan|weeks? ahead",
+    "history": r"history|hours of|learn", "interval": r"interval|confidence|prediction",
     "previous": r"previous|prior|week before|last week|from|compared|against|earlier",
     "change": r"chang|rose|fell|drop|increas|decreas|grew|\bup\b|\bdown\b|more|less|higher|lower|"
               r"compared|against|previous|last week|before",

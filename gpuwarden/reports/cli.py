@@ -91,6 +91,8 @@ def report(
         gpu_hour_price=cfg["gpu_hour_price"],
         currency=cfg["currency"],
         grid_g_co2_per_kwh=grid_intensity(cfg) or 0.0,
+        capacity_buffer=cfg["capacity_buffer"],
+        prices=cfg["tco_prices"],
     )
     previous = _previous_facts(Path(out_dir or cfg["report_dir"]), start, end)  # type: ignore[arg-type]
     store = open_store(store_url, cfg)

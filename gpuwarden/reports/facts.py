@@ -17,8 +17,9 @@ import pandas as pd
 
 from gpuwarden.errors import InputError
 from gpuwarden.health import VERDICT_COLUMNS
-from gpuwarden.reports import _fleet, _sched, _usage
-from gpuwarden.reports.model import Absent, Change, Facts, Period
+from gpuwarden.planning.capacity import DEFAULT_BUFFER
+from gpuwarden.reports import _capacity, _fleet, _sched, _usage
+from gpuwarden.reports.model import Absent, Capacity, Change, Facts, Period
 from gpuwarden.store.base import ReadableStore
 
 WEEK_S = 7 * 86400.0
@@ -33,6 +34,8 @@ class FactSources:
     gpu_hour_price: float = 0.0
     currency: str = "USD"
     grid_g_co2_per_kwh: float = 0.0
+    capacity_buffer: float = DEFAULT_BUFFER
+    prices: str = ""  # the capacity facts' TCO price file; empty: the shipped defaults
 
 
 def last_full_week(now: float) -> tuple[float, float]:
@@ -102,6 +105,8 @@ def build_facts(
     elif energy.co2_kg is None:
         absent.append(Absent(section="co2", why="no grid intensity set (grid_intensity_g_per_kwh)"))
     sched = cost = None
+    plan: Capacity | None = None
+    inventory = _fleet.inventory(gpus, since, until)
     if sources.scheduler_db:
         sched = _sched.scheduler(sources.scheduler_db, since, until, now, hourly)
         cost = _sched.cost(sched, sources.gpu_hour_price, sources.currency)
@@ -117,7 +122,16 @@ def build_facts(
     alerts = _sched.alerts(transitions, sources.audit_db, since, until)
     if alerts.retags_ok is None:
         absent.append(Absent(section="re-tags", why="no audit log (audit_db)"))
-    absent.append(Absent(section="capacity", why="capacity and TCO planning is not built yet"))
+    if sources.scheduler_db and compare:  # the week before is for ``changes``: no plan
+        plan, why = _capacity.capacity(
+            sources.scheduler_db, now, inventory.gpus_by_model, utilisation,
+            _capacity.CapacitySettings(sources.capacity_buffer, sources.prices),
+        )  # fmt: skip
+        if why is not None:
+            absent.append(why)
+    elif compare:
+        absent.append(Absent(section="capacity", why="no bundled scheduler database "
+                             "(scheduler_db): no demand history to plan capacity from"))  # fmt: skip
     facts = Facts(
         generated=_iso(now),
         period=Period(
@@ -127,7 +141,7 @@ def build_facts(
             until_ts=until,
             hours=round((until - since) / 3600.0, 2),
         ),  # fmt: skip
-        inventory=_fleet.inventory(gpus, since, until),
+        inventory=inventory,
         availability=availability,
         failures=_fleet.failures(
             failed, fail_verdicts, dict(zip(gpus["uuid"], gpus["model"], strict=False))
@@ -140,6 +154,7 @@ def build_facts(
         namespaces=namespaces,
         cost=cost,
         energy=energy,
+        capacity=plan,
         changes=[],
         absent=absent,
     )

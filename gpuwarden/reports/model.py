@@ -4,8 +4,8 @@ The LLM sees this document (``Facts.model_dump_json``) and nothing else, and the
 compares its text against it, so every section is plain numbers with units in the field names.
 A section whose data is absent (no scheduler database, no price, no grid intensity, no audit
 log) is ``None`` and listed in ``absent`` with the reason, which the report prints: missing is
-never shown as zero. ``capacity`` is the seam for capacity and TCO planning (issue 19): it is
-absent until that planner fills it.
+never shown as zero. ``capacity`` comes from the capacity planner (``gpuwarden.planning``) on
+the scheduler database's demand history, per GPU model.
 
 Bump ``FACTS_VERSION`` when a field changes meaning or goes away; adding a field does not.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-FACTS_VERSION = 1
+FACTS_VERSION = 2  # 2: capacity is a typed section
 
 
 class _Frozen(BaseModel):
@@ -202,6 +202,45 @@ class Energy(_Frozen):
     co2_kg: float | None
 
 
+class ModelCapacity(_Frozen):
+    """One GPU model's plan, as ``gpuwarden plan should-scale`` decides it on the same
+    history: demand (GPUs wanted on average per hour) forecast for the next week, and what to
+    do. ``action``: add ``change_gpus`` in ``in_weeks`` weeks (0: now), release
+    ``change_gpus``, or hold (0)."""
+
+    model: str
+    gpus: int  # now, from the inventory (0: the fleet has none of this model)
+    forecast_mean_gpus: float  # mean over the next 168 hours
+    forecast_peak_gpus: float  # busiest forecast hour
+    forecast_low_gpus: float  # lowest hourly bound of the interval
+    forecast_high_gpus: float  # highest hourly bound of the interval
+    seasons: str  # "daily+weekly" or "daily": the periods the forecast modelled
+    growth_monthly_pct: float | None  # measured over up to six months; None: not measurable
+    peak_need_gpus: float  # the plan's busiest week, buffer included
+    action: str  # add, release, hold
+    change_gpus: int
+    in_weeks: int
+    reason: str
+    #: utilisation above which owning is cheaper than cloud on-demand (None: no prices for
+    #: the model, or never within 0-100 %)
+    break_even_own_pct: float | None = None
+    break_even_reserved_pct: float | None = None
+    gpu_util_pct: float | None = None  # measured this period, from utilisation.by_model
+
+
+class Capacity(_Frozen):
+    history_hours: int  # hours of demand history in the scheduler database
+    trained_hours: int  # the latest of them the forecast learned from
+    interval_level_pct: float
+    buffer: float
+    plan_weeks: int
+    lead_weeks: int
+    release_margin_pct: float
+    prices: str  # the price file the break-even figures come from
+    fleet_gpu_util_pct: float | None
+    by_model: list[ModelCapacity]
+
+
 class Change(_Frozen):
     metric: str
     unit: str
@@ -231,6 +270,6 @@ class Facts(_Frozen):
     namespaces: list[TenantUsage] | None = None
     cost: Cost | None
     energy: Energy | None
-    capacity: dict[str, object] | None = None  # issue 19's planner fills this
+    capacity: Capacity | None = None
     changes: list[Change]
     absent: list[Absent]

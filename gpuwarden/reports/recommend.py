@@ -1,8 +1,12 @@
 """Recommendations from the facts alone, each citing the facts it rests on.
 
-- **scaling**, as the source essay's ``should_scale``: a long queue (p95 wait over
-  ``WAIT_SCALE_UP_MIN``) on capacity mostly allocated (over ``BUSY_PCT``) says add GPUs; capacity
-  mostly idle (allocated under ``IDLE_PCT``) with no queue says release some;
+- **scaling**: with capacity facts, the planner's ``should_scale`` per GPU model (add N now or
+  in K weeks, release N), citing the forecast, the plan's peak need with its buffer and the
+  GPUs the fleet has; and where a model's measured utilisation is under its TCO break-even,
+  that cloud on-demand costs less per used hour than owning. Without them, as the source
+  essay's ``should_scale``: a long queue (p95 wait over ``WAIT_SCALE_UP_MIN``) on capacity
+  mostly allocated (over ``BUSY_PCT``) says add GPUs; capacity mostly idle (allocated under
+  ``IDLE_PCT``) with no queue says release some;
 - **drain or RMA** each GPU gpuwarden holds unhealthy or at risk, with NVIDIA's action for its
   condition (the stored verdict's action, from the Xid catalogue and the hard signals);
 - **idle capacity**: GPUs that averaged under 5 % utilisation, and GPU models under ``IDLE_PCT``;
@@ -17,6 +21,7 @@ from dataclasses import dataclass
 
 from gpuwarden.health import AT_RISK_ACTION, GpuState
 from gpuwarden.reports.model import Facts
+from gpuwarden.reports.templates import gpus_word
 
 WAIT_SCALE_UP_MIN = 30.0
 BUSY_PCT = 80.0
@@ -30,7 +35,7 @@ MAX_GPUS_LISTED = 10
 @dataclass(frozen=True)
 class Recommendation:
     id: str
-    kind: str  # scale-up, scale-down, drain, rma, idle, quota, availability, missed
+    kind: str  # scale-up, scale-down, tco, drain, rma, idle, quota, availability, missed
     text: str
     cites: tuple[str, ...]  # "section.field = value" of the facts it rests on
 
@@ -38,13 +43,17 @@ class Recommendation:
 def recommend(f: Facts) -> list[Recommendation]:
     out: list[tuple[str, str, tuple[str, ...]]] = []
     s = f.scheduler
+    if f.capacity is not None:
+        out += _capacity(f)
     if s is not None:
         wait = s.queue_wait_p95_min
         cites = (
             f"scheduler.queue_wait_p95_min = {wait}",
             f"scheduler.allocated_pct = {s.allocated_pct}",
         )
-        if wait is not None and wait > WAIT_SCALE_UP_MIN and s.allocated_pct > BUSY_PCT:
+        # with capacity facts, the planner's per-model decisions replace the whole-fleet rule
+        rule = f.capacity is None
+        if rule and wait is not None and wait > WAIT_SCALE_UP_MIN and s.allocated_pct > BUSY_PCT:
             hours = f.period.hours
             need = math.ceil(
                 s.gpu_hours / hours / (BUSY_PCT / 100.0) - s.capacity_gpu_hours / hours
@@ -52,7 +61,7 @@ def recommend(f: Facts) -> list[Recommendation]:
             out.append(("scale-up", f"Add capacity: jobs waited {wait:g} min at p95 while "
                         f"{s.allocated_pct:g}% of GPU-hours were allocated; about {max(need, 1)} more "
                         f"GPUs would bring allocation to {BUSY_PCT:g}%.", cites))  # fmt: skip
-        elif s.allocated_pct < IDLE_PCT and (wait is None or wait <= WAIT_SCALE_UP_MIN):
+        elif rule and s.allocated_pct < IDLE_PCT and (wait is None or wait <= WAIT_SCALE_UP_MIN):
             out.append(("scale-down", f"Release capacity: only {s.allocated_pct:g}% of GPU-hours "
                         f"were allocated and jobs waited {wait if wait is not None else 0:g} min at p95.",
                         cites))  # fmt: skip
@@ -99,3 +108,41 @@ def recommend(f: Facts) -> list[Recommendation]:
                     "telemetry and consider retraining the model on them.",
                     (f"failures.missed = {f.failures.missed}",)))  # fmt: skip
     return [Recommendation(f"R{i}", k, t, c) for i, (k, t, c) in enumerate(out, 1)]
+
+
+def _capacity(f: Facts) -> list[tuple[str, str, tuple[str, ...]]]:
+    """The planner's decisions and the break-even per GPU model (``f.capacity`` is set)."""
+    assert f.capacity is not None
+    out: list[tuple[str, str, tuple[str, ...]]] = []
+    buffer = f.capacity.buffer
+    for m in f.capacity.by_model:
+        at = f"capacity.by_model[{m.model}]"
+        cites = (
+            f"{at}.action = {m.action}", f"{at}.change_gpus = {m.change_gpus}",
+            f"{at}.forecast_mean_gpus = {m.forecast_mean_gpus}",
+            f"{at}.peak_need_gpus = {m.peak_need_gpus}", f"{at}.gpus = {m.gpus}",
+            f"capacity.buffer = {buffer}",
+        )  # fmt: skip
+        plan = (f"the forecast wants {m.forecast_mean_gpus:g} GPUs on average next week and "
+                f"the plan needs {m.peak_need_gpus:g} GPUs at its peak with the {buffer:g} buffer "
+                f"against the {m.gpus} GPUs the fleet has.")  # fmt: skip
+        if m.action == "add":
+            when = "now" if m.in_weeks == 0 else f"in {m.in_weeks} weeks"
+            out.append(("scale-up", f"Add {m.change_gpus} {m.model} {gpus_word(m.change_gpus)} {when}: {plan}",
+                        (*cites, f"{at}.in_weeks = {m.in_weeks}")))  # fmt: skip
+        elif m.action == "release":
+            out.append(
+                (
+                    "scale-down",
+                    f"Release {m.change_gpus} {m.model} {gpus_word(m.change_gpus)}: {plan}",
+                    cites,
+                )
+            )
+        be, util = m.break_even_own_pct, m.gpu_util_pct
+        if be is not None and util is not None and util < be:
+            out.append(("tco", f"{m.model} GPUs averaged {util:g}% utilisation, under the {be:g}% "
+                        "break-even of owning against cloud on-demand: for this load renting "
+                        "by the hour costs less per used GPU-hour than owning.",
+                        (f"{at}.gpu_util_pct = {util}", f"{at}.break_even_own_pct = {be}",
+                         f"capacity.prices = {f.capacity.prices}")))  # fmt: skip
+    return out

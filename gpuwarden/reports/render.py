@@ -168,6 +168,8 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
                   _f(t.gpu_util_pct), _f(t.memory_used_pct), f"{f.cost.by_tenant.get(t.tenant, 0):,.2f} {f.cost.currency}" if f.cost else "")
                  for t in s.by_tenant[:TABLE_ROWS]]  # fmt: skip
         b.append(Block("table", rows=tuple(rows)))
+    if f.capacity is not None:
+        _capacity(b, f)
     if f.namespaces:
         b.append(Block("h2", "Kubernetes namespaces"))
         rows = [("namespace", "GPU-hours held", "share %", "GPU util %", "memory %")]
@@ -195,6 +197,31 @@ def prose_period(f: Facts) -> str:
 
     last = datetime.fromtimestamp(f.period.until_ts - 1, UTC).strftime("%Y-%m-%d")
     return f"{f.period.since[:10]} to {last}"
+
+
+def _capacity(b: list[Block], f: Facts) -> None:
+    c = f.capacity
+    assert c is not None
+    b.append(Block("h2", "Capacity plan"))
+    b.append(Block("p", f"Demand forecast for the next week from {c.trained_hours} of {c.history_hours} "
+                   f"hours of scheduler history ({c.interval_level_pct:g}% interval); plan = forecast x "
+                   f"{c.buffer:g} buffer over {c.plan_weeks} weeks, GPUs ordered {c.lead_weeks} weeks "
+                   f"ahead; break-even from {c.prices}."))  # fmt: skip
+    rows = [("GPU model", "GPUs now", "forecast mean", "interval", "peak need", "decision",
+             "growth %/month", "GPU util %", "break-even own %")]  # fmt: skip
+    for m in c.by_model:
+        if m.action == "add":
+            decision = f"add {m.change_gpus} " + (
+                "now" if m.in_weeks == 0 else f"in {m.in_weeks} weeks"
+            )
+        elif m.action == "release":
+            decision = f"release {m.change_gpus}"
+        else:
+            decision = "hold"
+        rows.append((m.model, str(m.gpus), f"{m.forecast_mean_gpus:g}",
+                     f"{m.forecast_low_gpus:g} .. {m.forecast_high_gpus:g}", f"{m.peak_need_gpus:g}",
+                     decision, _f(m.growth_monthly_pct), _f(m.gpu_util_pct), _f(m.break_even_own_pct)))  # fmt: skip
+    b.append(Block("table", rows=tuple(rows)))
 
 
 def _f(x: float | None) -> str:

@@ -96,10 +96,34 @@ def summary(f: Facts) -> list[Sentence]:
             f"of the capacity.")  # fmt: skip
     if f.cost is not None:
         say("cost", f"Allocated GPU time cost {_n(f.cost.total)} {f.cost.currency} in total.")
+    out += [Sentence("capacity", t) for t in _capacity(f)]
     for c in f.changes[:3]:
         pct = f" ({c.change_pct:+g}%)" if c.change_pct is not None else ""
         say("changes", f"Against the previous period, {c.metric} changed from {_n(c.before)} to "
             f"{_n(c.after)} {c.unit}{pct}.")  # fmt: skip
+    return out
+
+
+def _capacity(f: Facts) -> list[str]:
+    c = f.capacity
+    if c is None:
+        return []
+    out = [f"The capacity plan multiplies the demand forecast by a {c.buffer:g} buffer and "
+           f"orders GPUs {c.lead_weeks} weeks ahead."]  # fmt: skip
+    for m in c.by_model:
+        if m.action == "add":
+            when = "now" if m.in_weeks == 0 else f"in {m.in_weeks} weeks"
+            do = f"add {m.change_gpus} {gpus_word(m.change_gpus)} {when}"
+        elif m.action == "release":
+            do = f"release {m.change_gpus} {gpus_word(m.change_gpus)}"
+        else:
+            do = f"hold at the {m.gpus} GPUs the fleet has"
+        out.append(f"For {m.model} the forecast wants {_n(m.forecast_mean_gpus)} GPUs on average "
+                   f"next week, between {_n(m.forecast_low_gpus)} and {_n(m.forecast_high_gpus)} "
+                   f"GPUs in its hourly interval; the plan says {do}.")  # fmt: skip
+        if m.break_even_own_pct is not None and m.gpu_util_pct is not None:
+            out.append(f"Owning {m.model} GPUs breaks even against cloud on-demand at "
+                       f"{m.break_even_own_pct:g}% utilisation; they averaged {m.gpu_util_pct:g}%.")  # fmt: skip
     return out
 
 
@@ -122,5 +146,11 @@ TOPIC_WORDS: dict[str, str] = {
     "energy": r"energy|kwh|mwh|co2|carbon",
     "scheduler": r"queue|wait|preempt|jobs|gpu-hours|allocat",
     "cost": r"cost|spen|price",
+    "capacity": r"forecast|break[- ]even|buffer|capacity plan|\badd\b|\breleas|\border",
     "changes": r"previous|week before|rose|fell|increase|decrease|changed",
 }
+
+
+def gpus_word(n: int) -> str:
+    """Counts in the report read as written English: "1 GPU", "5 GPUs"."""
+    return "GPU" if n == 1 else "GPUs"
