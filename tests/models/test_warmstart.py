@@ -1,0 +1,179 @@
+"""Training on a user's own fleet from a base model: no failures keeps it, few refit its
+calibration, enough continue its trees; the card names the base, the file stays trusted."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from modelkit import T0
+
+from gpuwarden.errors import InputError
+from gpuwarden.models.artifact import TRUSTED_TYPES, load_model, save_model
+from gpuwarden.models.cli import train
+from gpuwarden.models.panel import HourlyPanel
+from gpuwarden.models.train import TrainOptions, kind_weights, training_rows
+from gpuwarden.models.transfer import (
+    WarmOptions,
+    fit_from_base,
+    load_base_model,
+    model_digest,
+    train_user_model,
+)
+
+FAST = TrainOptions(step_h=6)
+
+
+@pytest.fixture(scope="module")
+def base_dir(tiny_model, tmp_path_factory):
+    return save_model(tiny_model, tmp_path_factory.mktemp("base") / "tiny")
+
+
+def keep_failures(panel: HourlyPanel, n: int) -> HourlyPanel:
+    """``panel`` with the failure records of all but its first ``n`` failed GPU lives gone."""
+    keys = panel.keys.copy()
+    failed = keys.index[keys["fail_ts"].notna()]
+    drop = keys.loc[failed].sort_values("fail_ts").index[n:]
+    keys.loc[drop, "fail_ts"] = np.nan
+    keys.loc[drop, "fail_kind"] = ""
+    return replace(panel, keys=keys)
+
+
+def test_no_failures_keeps_the_base_model_and_it_still_scores(eval_sim, base_dir, tmp_path):
+    panel = keep_failures(eval_sim.panel, 0)
+    done = train_user_model(panel, base_path=base_dir, options=FAST)
+    assert done.how == "shipped" and "no GPU failure" in done.why
+    folder = save_model(done.model, tmp_path / "kept")
+    again, base = load_model(folder), load_model(base_dir)
+    X = training_rows(eval_sim.panel, options=FAST).X.iloc[:500]
+    assert np.allclose(again.risk(X), base.risk(X))
+    card = again.card
+    assert card["transfer"]["failures"] == 0 and card["base_model"]["sha256"] == model_digest(
+        base_dir
+    )
+
+
+def test_few_failures_refit_the_calibration_and_the_card_names_the_base(
+    eval_sim, base_dir, tmp_path
+):
+    panel = keep_failures(eval_sim.panel, 5)
+    done = train_user_model(panel, base_path=base_dir, options=FAST)
+    assert done.how == "recalibrate", done.why
+    card = done.model.card
+    base_card = json.loads((base_dir / "model_card.json").read_text())
+    assert card["base_model"]["created"] == base_card["created"]
+    assert card["base_model"]["sha256"] == model_digest(base_dir)
+    assert card["transfer"]["failures"] == 5 and card["transfer"]["calibration"] == "sigmoid"
+    # the same trees: the ranking of the rows is the base model's
+    X = training_rows(eval_sim.panel, options=FAST).X.iloc[:2000]
+    base = load_model(base_dir)
+    raw_new = done.model.estimator.uncalibrated_proba(X)[:, 1]
+    assert np.array_equal(raw_new, base.estimator.uncalibrated_proba(X)[:, 1])
+    assert not np.allclose(done.model.risk(X), base.risk(X))
+
+
+def test_warm_start_continues_the_base_trees(eval_sim, base_dir, tmp_path):
+    import skops.io as sio
+
+    base = load_base_model(base_dir)
+    ds = training_rows(eval_sim.panel, options=FAST)
+    est, info = fit_from_base(
+        base, ds, how="auto", options=WarmOptions(extra_iter=15), weight=kind_weights(ds, 0.5)
+    )
+    assert info["how"] == "warm", info["why"]
+    old, new = base.estimator.estimator_, est.estimator_
+    n = old.n_iter_
+    assert new.n_iter_ == n + 15
+    # its first n trees are the base model's own, and the new rows were binned by the base
+    # model's bins: a model trained from scratch, or with fresh bins, fails both
+    X = ds.X.to_numpy(np.float64)[:3000][:, est.used_features_]
+    stages = list(new.staged_decision_function(X))
+    assert np.allclose(stages[n - 1], old.decision_function(X))
+    assert not np.allclose(stages[-1], stages[n - 1])
+    for a, b in zip(new._bin_mapper.bin_thresholds_, old._bin_mapper.bin_thresholds_, strict=True):
+        assert np.array_equal(a, b)
+    # saved and loaded through skops with nothing outside the trusted list
+    from gpuwarden.models.artifact import RiskModel
+
+    folder = save_model(RiskModel(est, dict(base.card)), tmp_path / "warm")
+    assert set(sio.get_untrusted_types(file=folder / "model.skops")) <= TRUSTED_TYPES
+    again = load_model(folder)
+    assert np.allclose(again.risk(ds.X.iloc[:500]), est.predict_proba(ds.X.iloc[:500])[:, 1])
+
+
+def test_warm_start_refuses_a_block_without_failures(eval_sim, base_dir):
+    base = load_base_model(base_dir)
+    ds = training_rows(keep_failures(eval_sim.panel, 1), options=FAST)
+    with pytest.raises(InputError, match="both time blocks"):
+        fit_from_base(base, ds, how="warm")
+
+
+def test_a_base_model_with_other_features_is_refused_by_name(base_dir, tmp_path):
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(base_dir, other)
+    card = json.loads((other / "model_card.json").read_text())
+    first = card["features"][0]
+    card["features"] = [*card["features"][1:], "sbe_per_fortnight"]
+    (other / "model_card.json").write_text(json.dumps(card))
+    with pytest.raises(InputError, match="sbe_per_fortnight") as err:
+        load_base_model(other)
+    assert f"lacks 1 ({first})" in str(err.value)
+
+
+@pytest.fixture(scope="module")
+def quiet_store(tmp_path_factory):
+    """A small fleet's telemetry in SQLite, with no failure records."""
+    from gpuwarden.models.simdata import fleet_spec
+    from gpuwarden.sim import Fleet
+    from gpuwarden.store.sqlite import SqliteStore
+
+    path = tmp_path_factory.mktemp("quiet") / "fleet.db"
+    with SqliteStore(path) as store:
+        for chunk in Fleet(fleet_spec(nodes=2, days=10.0, seed=41, start_ts=T0)).chunks():
+            store.write_frame(chunk.samples)
+    return f"sqlite:///{path}"
+
+
+def test_cli_with_no_failures_keeps_the_shipped_model_and_says_so(quiet_store, tmp_path):
+    out = tmp_path / "mine"
+    args = ["--store", quiet_store, "--out", str(out), "--no-progress", "--step", "6h"]
+    result = CliRunner().invoke(train, args)
+    assert result.exit_code == 0, result.output
+    assert "kept the shipped model as it is: no GPU failure" in result.output
+    card = json.loads((out / "model_card.json").read_text())
+    assert card["base_model"]["path"] == "shipped" and card["transfer"]["how"] == "shipped"
+    rows = training_rows(_panel(quiet_store), options=FAST)
+    assert np.isfinite(load_model(out).risk(rows.X)).all()
+
+
+def _panel(url: str) -> HourlyPanel:
+    from gpuwarden.models.train import store_history
+    from gpuwarden.store import open_store
+
+    store = open_store(url)
+    try:
+        return store_history(store)[0]
+    finally:
+        store.close()
+
+
+def test_cli_refuses_a_base_model_with_other_features(quiet_store, base_dir, tmp_path):
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(base_dir, other)
+    card = json.loads((other / "model_card.json").read_text())
+    card["features"] = card["features"][:-1]
+    (other / "model_card.json").write_text(json.dumps(card))
+    args = ["--store", quiet_store, "--out", str(tmp_path / "m"), "--no-progress"]
+    result = CliRunner().invoke(train, [*args, "--base-model", str(other)])
+    assert result.exit_code != 0
+    assert "other features" in result.output and "lacks 1" in result.output
+    assert not (tmp_path / "m").exists()
+    clash = CliRunner().invoke(train, [*args, "--base-model", str(other), "--from-scratch"])
+    assert clash.exit_code != 0 and "exclude each other" in clash.output
