@@ -35,7 +35,14 @@ from gpuwarden.models.evaluate import evaluate_dataset, failures_of
 from gpuwarden.models.labels import build_dataset, scoring_indices
 from gpuwarden.models.simdata import fleet_spec, simulate_panel
 from gpuwarden.models.train import TrainOptions, fit_on_rows, kind_weights, training_rows
-from gpuwarden.models.transfer import fit_from_base, load_base_model
+from gpuwarden.models.transfer import (
+    WarmOptions,
+    auto_choice,
+    failing_in,
+    fit_from_base,
+    load_base_model,
+    time_blocks,
+)
 
 METHODS = ("shipped", "scratch", "recalibrate", "warm")
 
@@ -147,6 +154,7 @@ def main() -> None:
     )
     base_fig = figures(evaluate_dataset(held, fails, shipped, horizon_s=shipped.horizon_s))
     rows: list[dict] = []
+    picks: list[str] = []
     head = (
         "| failing GPUs in history (nodes) | method | caught >= 24 h | false flags /1,000 "
         "GPU-days | PR-AUC |"
@@ -156,7 +164,13 @@ def main() -> None:
         mask, nodes = first_nodes(train, target)
         ds = train.select(mask)
         n = int(ds.meta.loc[ds.y == 1, "key"].nunique())
+        times = ds.meta["at"].to_numpy()
+        _, early, late = time_blocks(times, WarmOptions().calibration_share)
+        pick, _ = auto_choice(n, failing_in(ds, early), failing_in(ds, late))
+        print(f"{n} failing GPUs on {nodes} nodes: `gpuwarden train` picks {pick}", flush=True)
+        picks.append(f"{n}: {pick}")
         for method in METHODS:
+            label = method
             t1 = time.time()
             try:
                 if method == "shipped":
@@ -166,8 +180,10 @@ def main() -> None:
                         model = fit_on_rows(sim.panel, ds, options=options)
                     else:
                         w = kind_weights(ds, options.rare_kind_power)
-                        est, _ = fit_from_base(shipped, ds, how=method, weight=w)
+                        est, info = fit_from_base(shipped, ds, how=method, weight=w)
                         model = RiskModel(est, dict(shipped.card))
+                        if method == "warm":
+                            label = f"warm (+{info['trees_added']} trees)"
                     ev = evaluate_dataset(held, fails, model, horizon_s=model.horizon_s)
                     f = figures(ev)
             except InputError as exc:
@@ -176,11 +192,12 @@ def main() -> None:
                 continue
             rows.append({"failures": n, "method": method, **f})
             lines.append(
-                f"| {n} ({nodes}) | {method} | {f['caught']}/{f['of']} ({f['recall']:.0%}) | "
+                f"| {n} ({nodes}) | {label} | {f['caught']}/{f['of']} ({f['recall']:.0%}) | "
                 f"{f['ff']:.2f} | {f['pr_auc']:.3f} |"
             )
             print(lines[-1], f"  [{time.time() - t1:.0f} s]", flush=True)
     print("\n" + "\n".join(lines))
+    print(f"\n`gpuwarden train` without --from-shipped/--from-scratch picks: {'; '.join(picks)}")
     print(f"\nplot: {plot(args.out / 'warmstart.png', rows)}")
     print(f"{time.time() - t0:.0f} s in all")
 

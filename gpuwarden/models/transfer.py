@@ -12,9 +12,10 @@ from nothing, enough to tell the shipped model how often its scores come true th
   ranking, and so PR-AUC, does not move; the operating point does: a fleet whose failure
   rate is a tenth of the training fleet's gets risks a tenth as high.
 - ``warm``: boosting continues from the base trees on the user's earlier rows
-  (``extra_iter`` more trees, each scaled by ``learning_rate``), and the calibration is fit on
-  the later block, as ``TimeSplitCalibratedClassifier`` does. The first trees are the base
-  model's, unchanged.
+  (up to ``extra_iter`` more trees, each scaled by ``learning_rate``), cut back to the count
+  that ranks the later block best (none, and it is a recalibration), and the calibration is
+  fit on the later block, as ``TimeSplitCalibratedClassifier`` does. The first trees are the
+  base model's, unchanged.
 
 Each result is a plain ``TimeSplitCalibratedClassifier``, so it loads, scores and explains
 like any other model and holds no type ``artifact.TRUSTED_TYPES`` does not list.
@@ -142,7 +143,7 @@ def base_model_record(base: RiskModel) -> dict[str, Any]:
     }
 
 
-def _blocks(times: np.ndarray, share: float) -> tuple[float, np.ndarray, np.ndarray]:
+def time_blocks(times: np.ndarray, share: float) -> tuple[float, np.ndarray, np.ndarray]:
     """(first calibration time, early mask, late mask): the latest ``share`` of the distinct
     scoring times calibrate, the rest train."""
     distinct = np.unique(times)
@@ -234,6 +235,19 @@ def _calibrate(trees: Any, X: np.ndarray, y: np.ndarray, failures: int) -> tuple
     return cal.fit(X, y), method
 
 
+def auto_choice(total: int, n_early: int, n_late: int) -> tuple[str, str]:
+    """(one of ``HOW``, why) for a history of ``total`` failing GPUs, ``n_early`` of them in
+    the block the trees would learn from and ``n_late`` in the calibration block."""
+    if total == 0:
+        return "shipped", "no GPU failure in the history: nothing to adapt to"
+    if min(n_early, n_late) < WARM_MIN_FAILURES:
+        return "recalibrate", (
+            f"{n_early} failing GPUs in the earlier block and {n_late} in the later one "
+            f"(warm start needs {WARM_MIN_FAILURES} in each): only the calibration is refit"
+        )
+    return "warm", f"{n_early} failing GPUs to learn from, {n_late} to judge and calibrate on"
+
+
 def fit_from_base(
     base: RiskModel,
     ds: Dataset,
@@ -253,21 +267,9 @@ def fit_from_base(
     o = options
     times = ds.meta["at"].to_numpy(np.float64)
     total = failing_in(ds, np.ones(len(ds), dtype=bool))
-    split, early, late = _blocks(times, o.calibration_share)
+    split, early, late = time_blocks(times, o.calibration_share)
     n_early, n_late = failing_in(ds, early), failing_in(ds, late)
-    chosen, why = how, f"chosen with --{how}" if how != "auto" else ""
-    if how == "auto":
-        if total == 0:
-            chosen, why = "shipped", "no GPU failure in the history: nothing to adapt to"
-        elif min(n_early, n_late) < WARM_MIN_FAILURES:
-            chosen = "recalibrate"
-            why = (
-                f"{n_early} failing GPUs in the earlier block and {n_late} in the later one "
-                f"(warm start needs {WARM_MIN_FAILURES} in each): only the calibration is refit"
-            )
-        else:
-            chosen = "warm"
-            why = f"{n_early} failing GPUs to learn from, {n_late} to calibrate on"
+    chosen, why = auto_choice(total, n_early, n_late) if how == "auto" else (how, f"asked: {how}")
     if chosen != "shipped" and total == 0:
         raise InputError("no GPU failure in the history: nothing to fit; keep the base model")
     info: dict[str, Any] = {
@@ -280,10 +282,14 @@ def fit_from_base(
     if chosen == "shipped":
         return copy.deepcopy(b), info
     Xu = ds.X.to_numpy(np.float64)[:, b.used_features_]
-    if chosen == "recalibrate":
+
+    def recalibrated(note: dict[str, Any]) -> tuple[TimeSplitCalibratedClassifier, dict]:
         cal, method = _calibrate(b.estimator_, Xu, ds.y, total)
         est = _assemble(b, copy.deepcopy(b.estimator_), cal, ds, float(times.min()), method, o)
-        return est, {**info, "calibration": method, "calibration_rows": len(ds)}
+        return est, {**info, **note, "calibration": method, "calibration_rows": len(ds)}
+
+    if chosen == "recalibrate":
+        return recalibrated({})
     if n_early == 0 or n_late == 0:
         raise InputError(
             f"warm start needs failures in both time blocks (earlier: {n_early}, later: "
@@ -295,16 +301,49 @@ def fit_from_base(
         learn &= (ds.y == 1) | (rng.random(len(ds)) < o.negative_subsample)
     w = None if weight is None else np.asarray(weight, dtype=np.float64)[learn]
     trees = continue_trees(b.estimator_, Xu[learn], ds.y[learn], w, o)
+    n_base = int(b.estimator_.n_iter_)
+    added, ap = keep_best_trees(trees, n_base, Xu[late], ds.y[late])
+    grown = {"trees_base": n_base, "trees_added": added, "learning_rate": o.learning_rate}
+    grown |= {"later_block_pr_auc": {"base": ap[0], "warm": ap[added]}}
+    if added == 0:
+        return recalibrated(
+            {
+                **grown,
+                "how": "recalibrate",
+                "why": f"{info['why']}; no added tree ranked the later block better than the "
+                "base trees, so only the calibration is refit",
+            }
+        )
     cal, method = _calibrate(trees, Xu[late], ds.y[late], n_late)
     est = _assemble(b, trees, cal, ds, split, method, o)
-    return est, {
-        **info,
-        "calibration": method,
-        "calibration_rows": int(late.sum()),
-        "trees_base": int(b.estimator_.n_iter_),
-        "trees_added": o.extra_iter,
-        "learning_rate": o.learning_rate,
-    }
+    return est, {**info, **grown, "calibration": method, "calibration_rows": int(late.sum())}
+
+
+def keep_best_trees(
+    trees: Any, n_base: int, X: np.ndarray, y: np.ndarray, every: int = 5
+) -> tuple[int, dict[int, float]]:
+    """Cut the trees grown after the first ``n_base`` back to the count (a multiple of
+    ``every``) whose scores rank the later block's rows (X, y) best by average precision; 0
+    when none beats the base trees. A few failures overfit quickly, and the later block is the
+    only judge the trees never saw. Returns (trees kept, PR-AUC by count of added trees)."""
+    from sklearn.metrics import average_precision_score
+
+    grown = int(trees.n_iter_) - n_base
+    ap: dict[int, float] = {}
+    for i, raw in enumerate(trees.staged_decision_function(X)):
+        k = i + 1 - n_base
+        if k >= 0 and (k % every == 0 or k == grown):
+            ap[k] = float(average_precision_score(y, raw))
+    best = max(ap, key=lambda k: (ap[k], -k))
+    if ap[best] <= ap[0]:
+        best = 0
+    del trees._predictors[n_base + best :]
+    trees.set_params(max_iter=n_base + best)
+    for name in ("train_score_", "validation_score_"):
+        scores = getattr(trees, name, None)
+        if scores is not None and len(scores) > trees.n_iter_ + 1:
+            setattr(trees, name, np.asarray(scores)[: trees.n_iter_ + 1])
+    return best, ap
 
 
 #: ``--from-shipped`` / ``--from-scratch`` unset: from scratch only with at least this many

@@ -12,13 +12,15 @@ from click.testing import CliRunner
 from modelkit import T0
 
 from gpuwarden.errors import InputError
-from gpuwarden.models.artifact import TRUSTED_TYPES, load_model, save_model
+from gpuwarden.models.artifact import TRUSTED_TYPES, RiskModel, load_model, save_model
 from gpuwarden.models.cli import train
 from gpuwarden.models.panel import HourlyPanel
 from gpuwarden.models.train import TrainOptions, kind_weights, training_rows
 from gpuwarden.models.transfer import (
     WarmOptions,
+    continue_trees,
     fit_from_base,
+    keep_best_trees,
     load_base_model,
     model_digest,
     train_user_model,
@@ -75,7 +77,31 @@ def test_few_failures_refit_the_calibration_and_the_card_names_the_base(
     assert not np.allclose(done.model.risk(X), base.risk(X))
 
 
-def test_warm_start_continues_the_base_trees(eval_sim, base_dir, tmp_path):
+def test_warm_start_continues_the_base_trees(eval_sim, base_dir):
+    base = load_base_model(base_dir)
+    ds = training_rows(eval_sim.panel, options=FAST)
+    old = base.estimator.estimator_
+    X = ds.X.to_numpy(np.float64)[:, base.estimator.used_features_]
+    trees = continue_trees(old, X, ds.y, None, WarmOptions(extra_iter=15))
+    n = old.n_iter_
+    assert trees.n_iter_ == n + 15 and old.n_iter_ == n  # the base is left as it was
+    # its first n trees are the base model's own, and the new rows were binned by the base
+    # model's bins: a model trained from scratch, or with fresh bins, fails both
+    stages = list(trees.staged_decision_function(X[:3000]))
+    assert np.allclose(stages[n - 1], old.decision_function(X[:3000]))
+    assert not np.allclose(stages[-1], stages[n - 1])
+    for a, b in zip(
+        trees._bin_mapper.bin_thresholds_, old._bin_mapper.bin_thresholds_, strict=True
+    ):
+        assert np.array_equal(a, b)
+    # cut back to the count of added trees that ranks the later rows best
+    late = slice(len(X) // 2, None)
+    added, ap = keep_best_trees(trees, n, X[late], ds.y[late])
+    assert trees.n_iter_ == n + added and ap[added] == max(ap.values())
+    assert np.allclose(trees.decision_function(X[:3000]), stages[n + added - 1])
+
+
+def test_warm_model_round_trips_through_skops_with_trusted_types_only(eval_sim, base_dir, tmp_path):
     import skops.io as sio
 
     base = load_base_model(base_dir)
@@ -83,21 +109,8 @@ def test_warm_start_continues_the_base_trees(eval_sim, base_dir, tmp_path):
     est, info = fit_from_base(
         base, ds, how="auto", options=WarmOptions(extra_iter=15), weight=kind_weights(ds, 0.5)
     )
-    assert info["how"] == "warm", info["why"]
-    old, new = base.estimator.estimator_, est.estimator_
-    n = old.n_iter_
-    assert new.n_iter_ == n + 15
-    # its first n trees are the base model's own, and the new rows were binned by the base
-    # model's bins: a model trained from scratch, or with fresh bins, fails both
-    X = ds.X.to_numpy(np.float64)[:3000][:, est.used_features_]
-    stages = list(new.staged_decision_function(X))
-    assert np.allclose(stages[n - 1], old.decision_function(X))
-    assert not np.allclose(stages[-1], stages[n - 1])
-    for a, b in zip(new._bin_mapper.bin_thresholds_, old._bin_mapper.bin_thresholds_, strict=True):
-        assert np.array_equal(a, b)
-    # saved and loaded through skops with nothing outside the trusted list
-    from gpuwarden.models.artifact import RiskModel
-
+    assert info["how"] in ("warm", "recalibrate") and "trees_added" in info, info
+    assert est.estimator_.n_iter_ == base.estimator.estimator_.n_iter_ + info["trees_added"]
     folder = save_model(RiskModel(est, dict(base.card)), tmp_path / "warm")
     assert set(sio.get_untrusted_types(file=folder / "model.skops")) <= TRUSTED_TYPES
     again = load_model(folder)
