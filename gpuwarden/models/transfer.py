@@ -303,8 +303,12 @@ def fit_from_base(
     trees = continue_trees(b.estimator_, Xu[learn], ds.y[learn], w, o)
     n_base = int(b.estimator_.n_iter_)
     added, ap = keep_best_trees(trees, n_base, Xu[late], ds.y[late])
-    grown = {"trees_base": n_base, "trees_added": added, "learning_rate": o.learning_rate}
-    grown |= {"later_block_pr_auc": {"base": ap[0], "warm": ap[added]}}
+    grown: dict[str, Any] = {
+        "trees_base": n_base,
+        "trees_added": added,
+        "learning_rate": o.learning_rate,
+        "later_block_pr_auc": {"base": ap[0], "warm": ap[added]},
+    }
     if added == 0:
         return recalibrated(
             {
