@@ -127,6 +127,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=101)
     ap.add_argument("--accel", type=float, default=12.0, help="failure rate x the real one")
     ap.add_argument("--levels", default="5,20,100", help="failing GPUs to train on")
+    ap.add_argument("--methods", default=",".join(METHODS), help="of: " + ", ".join(METHODS))
     ap.add_argument("--step", type=int, default=2, help="hours between held-out scores")
     ap.add_argument("--out", type=Path, default=Path("bench-out/warmstart"))
     args = ap.parse_args()
@@ -169,7 +170,7 @@ def main() -> None:
         pick, _ = auto_choice(n, failing_in(ds, early), failing_in(ds, late))
         print(f"{n} failing GPUs on {nodes} nodes: `gpuwarden train` picks {pick}", flush=True)
         picks.append(f"{n}: {pick}")
-        for method in METHODS:
+        for method in args.methods.split(","):
             label = method
             t1 = time.time()
             try:

@@ -112,6 +112,12 @@ def _model(path: str | None):
     type=click.Path(exists=True),
     help="Start from this model folder instead of the shipped model.",
 )
+@click.option(
+    "--warm-start",
+    is_flag=True,
+    help="From the base model: also grow trees on this fleet (kept only as far as they rank "
+    "the later block better), not only refit the calibration.",
+)
 @click.option("--progress/--no-progress", default=True, help="Show progress bars.")
 @click.pass_context
 @domain_errors()
@@ -126,6 +132,7 @@ def train(
     calibration: str,
     from_base: bool | None,
     base_model: str | None,
+    warm_start: bool,
     progress: bool,
 ) -> None:
     """Train a risk model on your own fleet's history and write it to --out.
@@ -137,9 +144,15 @@ def train(
     from gpuwarden.models.transfer import train_user_model
     from gpuwarden.store import open_store
 
-    if from_base is False and base_model is not None:
-        raise click.UsageError("--base-model and --from-scratch exclude each other")
-    start_from = "scratch" if from_base is False else "base" if from_base or base_model else "auto"
+    if from_base is False and (base_model is not None or warm_start):
+        raise click.UsageError("--base-model and --warm-start exclude --from-scratch")
+    start_from = (
+        "scratch"
+        if from_base is False
+        else "base"
+        if from_base or base_model or warm_start
+        else "auto"
+    )
 
     step_s = parse_span(step, "--step")
     if step_s % 3600:
@@ -157,6 +170,7 @@ def train(
             panel,
             start_from=start_from,
             base_path=base_model,
+            adapt="warm" if warm_start else "auto",
             labels_until=end,
             options=options,
             source={"store": store.url},

@@ -106,8 +106,9 @@ def test_warm_model_round_trips_through_skops_with_trusted_types_only(eval_sim, 
 
     base = load_base_model(base_dir)
     ds = training_rows(eval_sim.panel, options=FAST)
+    assert fit_from_base(base, ds)[1]["how"] == "recalibrate"  # the default, by measurement
     est, info = fit_from_base(
-        base, ds, how="auto", options=WarmOptions(extra_iter=15), weight=kind_weights(ds, 0.5)
+        base, ds, how="warm", options=WarmOptions(extra_iter=15), weight=kind_weights(ds, 0.5)
     )
     assert info["how"] in ("warm", "recalibrate") and "trees_added" in info, info
     assert est.estimator_.n_iter_ == base.estimator.estimator_.n_iter_ + info["trees_added"]
@@ -189,4 +190,11 @@ def test_cli_refuses_a_base_model_with_other_features(quiet_store, base_dir, tmp
     assert "other features" in result.output and "lacks 1" in result.output
     assert not (tmp_path / "m").exists()
     clash = CliRunner().invoke(train, [*args, "--base-model", str(other), "--from-scratch"])
-    assert clash.exit_code != 0 and "exclude each other" in clash.output
+    assert clash.exit_code != 0 and "exclude --from-scratch" in clash.output
+
+
+def test_cli_warm_start_on_a_history_without_failures_is_refused(quiet_store, tmp_path):
+    args = ["--store", quiet_store, "--out", str(tmp_path / "m"), "--no-progress", "--warm-start"]
+    result = CliRunner().invoke(train, args)
+    assert result.exit_code != 0 and "no GPU failure in the history" in result.output
+    assert not (tmp_path / "m").exists()
