@@ -1,9 +1,10 @@
 """Training on a user's own fleet: does starting from the shipped model beat it, and beat
 training from scratch, when the fleet has few failures?
 
-    .venv/bin/python bench/bench_warmstart.py                 # 512 GPUs, 60 + 30 days
+    .venv/bin/python bench/bench_warmstart.py                 # 512 GPUs, 45 + 30 days
     .venv/bin/python bench/bench_warmstart.py --seed 102      # another user fleet
     .venv/bin/python bench/bench_warmstart.py --levels 5,20   # fewer training subsets
+    .venv/bin/python bench/bench_warmstart.py --methods shipped,recalibrate,warm   # no scratch fits
 
 The user fleet is unlike the shipped model's training fleet: another seed and period, two GPU
 models in place of three (A100 and H200, no H100), racks 5 C warmer, twice the look-alike
@@ -24,6 +25,7 @@ per level and method: failures with precursors caught at least 24 h ahead, false
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from pathlib import Path
 
@@ -122,14 +124,16 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--nodes", type=int, default=64, help="nodes (x8 GPUs) in the user fleet")
-    ap.add_argument("--train-days", type=float, default=60.0)
+    ap.add_argument("--train-days", type=float, default=45.0)
     ap.add_argument("--eval-days", type=float, default=30.0)
     ap.add_argument("--seed", type=int, default=101)
     ap.add_argument("--accel", type=float, default=12.0, help="failure rate x the real one")
-    ap.add_argument("--levels", default="5,20,100", help="failing GPUs to train on")
+    ap.add_argument("--levels", default="5,20,80", help="failing GPUs to train on")
     ap.add_argument("--methods", default=",".join(METHODS), help="of: " + ", ".join(METHODS))
     ap.add_argument("--step", type=int, default=2, help="hours between held-out scores")
-    ap.add_argument("--out", type=Path, default=Path("bench-out/warmstart"))
+    ap.add_argument(
+        "--out", type=Path, default=Path(tempfile.gettempdir()) / "gpuwarden-bench-warmstart"
+    )
     args = ap.parse_args()
     t0 = time.time()
     spec = user_fleet(args.nodes, args.train_days + args.eval_days, args.seed, args.accel)

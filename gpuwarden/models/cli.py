@@ -103,8 +103,8 @@ def _model(path: str | None):
     "--from-shipped/--from-scratch",
     "from_base",
     default=None,
-    help="Start from the shipped model (warm start, or only its calibration refit, by the "
-    "failures in the history) or grow trees from nothing (default: chosen by the failures).",
+    help="Start from the shipped model (its calibration refit on this fleet; kept as it is "
+    "when the history holds no failure) or grow trees from nothing.  [default: from-shipped]",
 )
 @click.option(
     "--base-model",

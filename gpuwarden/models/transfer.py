@@ -351,12 +351,6 @@ def keep_best_trees(
     return best, ap
 
 
-#: ``--from-shipped`` / ``--from-scratch`` unset: from scratch only with at least this many
-#: failing GPUs in the history (bench/bench_warmstart.py measured the crossing), else from
-#: the base model.
-SCRATCH_MIN_FAILURES = 10**9
-
-
 @dataclass
 class UserModel:
     """A model trained for the user's fleet and what was done: ``how`` is "scratch" or one of
@@ -379,21 +373,20 @@ def train_user_model(
     source: dict[str, Any] | None = None,
     progress: bool = False,
 ) -> UserModel:
-    """``gpuwarden train``: from the base model (``start_from`` "base", or "auto" with fewer
-    than ``SCRATCH_MIN_FAILURES`` failing GPUs), adapted as ``adapt`` says (one of ``HOW``, or
-    "auto": ``auto_choice``), or from scratch ("scratch")."""
+    """``gpuwarden train``: from the base model (``start_from`` "base" or "auto"), adapted as
+    ``adapt`` says (one of ``HOW``, or "auto": ``auto_choice``), or from scratch ("scratch").
+
+    "auto" starts from the base model however many failures the history holds: trees of the
+    user's own ranked the held-out month worse than the shipped model's at every level
+    bench_warmstart.py measured, up to 83 failing GPUs (the shipped model learnt from 556)."""
     options = TrainOptions() if options is None else options
     if start_from not in ("auto", "base", "scratch"):
         raise InputError(f"start_from must be auto, base or scratch, got {start_from!r}")
     started = time.time()
     ds = training_rows(panel, labels_until=labels_until, options=options, progress=progress)
     n = failing_lives(ds)
-    if start_from == "scratch" or (start_from == "auto" and n >= SCRATCH_MIN_FAILURES):
-        why = (
-            "chosen with --from-scratch"
-            if start_from == "scratch"
-            else f"{n} failing GPUs (from {SCRATCH_MIN_FAILURES} on, trees of its own do better)"
-        )
+    if start_from == "scratch":
+        why = f"asked for, {n} failing GPUs in the history"
         model = fit_on_rows(panel, ds, options=options, source=source, started=started)
         model.card["transfer"] = {"how": "scratch", "why": why, "failures": n}
         return UserModel(model, "scratch", why)
