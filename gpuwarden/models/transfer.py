@@ -7,11 +7,12 @@ A fleet of a few hundred GPUs sees a handful of failures a quarter: too few to g
 from nothing, enough to tell the shipped model how often its scores come true there. So:
 
 - ``shipped``: no failure at all in the history; the base model is kept as it is.
-- ``recalibrate``: the base trees stay; the probability calibration (a sigmoid) is fit again
-  on every row of the user's history (the trees never saw it, so no block needs holding back). The
-  ranking, and so PR-AUC, does not move; the operating point does: a fleet whose failure
-  rate is a tenth of the training fleet's gets risks a tenth as high.
-- ``warm``: boosting continues from the base trees on the user's earlier rows
+- ``recalibrate`` (the default with one failure or more): the base trees stay; a sigmoid of
+  their score is fit again on every row of the user's history (the trees never saw it, so no
+  block needs holding back): stacking, with the base score as the one input. The trees'
+  ranking stays whole (the sigmoid even separates rows the base model's isotonic steps tie);
+  the operating point moves: a fleet that fails half as often gets lower risks.
+- ``warm`` (``--warm-start``): boosting continues from the base trees on the user's earlier rows
   (up to ``extra_iter`` more trees, each scaled by ``learning_rate``), cut back to the count
   that ranks the later block best (none, and it is a recalibration), and the calibration is
   fit on the later block, as ``TimeSplitCalibratedClassifier`` does. The first trees are the
