@@ -181,22 +181,23 @@ def train(
     model = done.model
     folder = save_model(model, out_dir)
     data = model.card["training_data"]
-    base = model.card.get("base_model", {}).get("path", "")
+    path = model.card.get("base_model", {}).get("path", "")
+    base = "shipped model" if path == "shipped" else f"model in {path}"
     click.echo(
         {
             "scratch": "trained from scratch",
-            "warm": f"warm start from the {base} model",
-            "recalibrate": f"recalibrated the {base} model",
-            "shipped": f"kept the {base} model as it is",
+            "warm": f"warm start from the {base}",
+            "recalibrate": f"recalibrated the {base}",
+            "shipped": f"kept the {base} as it is",
         }[done.how]
         + f": {done.why}"
     )
     click.echo(f"trained on {data['rows']:,} (GPU, time) rows, {data['failures']} failures")
     cal = model.card.get("metrics", {}).get("calibration_block")
     if cal and done.how != "shipped":
+        rows = "every row" if done.how == "recalibrate" else "later block"
         click.echo(
-            f"calibration rows: PR-AUC {cal['pr_auc']:.3f}, Brier {cal['brier']:.4f} "
-            f"({cal['block']})"
+            f"calibration rows ({rows}): PR-AUC {cal['pr_auc']:.3f}, Brier {cal['brier']:.4f}"
         )
     click.echo(f"wrote {folder}")
 

@@ -415,6 +415,8 @@ def train_user_model(
         card = model_card(
             est, panel, ds, options=options, estimator=what, source=source, started=started
         )
+    if info["how"] == "recalibrate":
+        card["metrics"]["calibration_block"]["block"] = "every row of the history"
     card["base_model"] = base_model_record(base)
     card["transfer"] = info
     return UserModel(RiskModel(est, card), info["how"], info["why"])

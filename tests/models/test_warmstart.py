@@ -198,3 +198,26 @@ def test_cli_warm_start_on_a_history_without_failures_is_refused(quiet_store, tm
     result = CliRunner().invoke(train, args)
     assert result.exit_code != 0 and "no GPU failure in the history" in result.output
     assert not (tmp_path / "m").exists()
+
+
+def test_cli_with_a_few_failures_recalibrates_the_shipped_model(quiet_store, tmp_path):
+    from gpuwarden.models.artifact import DEFAULT_DIR
+    from gpuwarden.store import open_store
+
+    store = open_store(quiet_store)
+    try:
+        gpus = store.gpus().sort_values("uuid").head(3)
+    finally:
+        store.close()
+    path = tmp_path / "failures.csv"
+    lines = ["timestamp,hostname,gpu,UUID,kind"]
+    lines += [f"{T0 + 6 * 86400:.0f},{g.hostname},{g.gpu},{g.uuid},hbm" for g in gpus.itertuples()]
+    path.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "mine"
+    args = ["--store", quiet_store, "--failures", str(path), "--out", str(out), "--no-progress"]
+    result = CliRunner().invoke(train, [*args, "--step", "6h"])
+    assert result.exit_code == 0, result.output
+    assert "recalibrated the shipped model: 3 failing GPUs" in result.output
+    card = json.loads((out / "model_card.json").read_text())
+    assert card["base_model"]["sha256"] == model_digest(DEFAULT_DIR)
+    assert card["transfer"]["how"] == "recalibrate" and card["training_data"]["failures"] == 3
