@@ -189,7 +189,9 @@ def main() -> None:
                     else:
                         w = kind_weights(ds, options.rare_kind_power)
                         est, info = fit_from_base(shipped, ds, how=method, weight=w)
-                        model = RiskModel(est, dict(shipped.card))
+                        card = dict(shipped.card)
+                        card["threshold"] = info.get("threshold", shipped.threshold)
+                        model = RiskModel(est, card)
                         if method == "warm":
                             label = f"warm (+{info['trees_added']} trees)"
                     ev = evaluate_dataset(held, fails, model, horizon_s=model.horizon_s)

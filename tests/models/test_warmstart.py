@@ -75,6 +75,12 @@ def test_few_failures_refit_the_calibration_and_the_card_names_the_base(
     raw_new = done.model.estimator.uncalibrated_proba(X)[:, 1]
     assert np.array_equal(raw_new, base.estimator.uncalibrated_proba(X)[:, 1])
     assert not np.allclose(done.model.risk(X), base.risk(X))
+    # the at-risk line moves with the risks: the GPUs flagged on the history are the base
+    # model's, in this fleet's probabilities
+    rows = training_rows(panel, options=FAST).X
+    assert card["threshold"] == card["transfer"]["threshold"] != base.threshold
+    new_flags = done.model.risk(rows) >= done.model.threshold
+    assert np.array_equal(new_flags, base.risk(rows) >= base.threshold) and new_flags.any()
 
 
 def test_warm_start_continues_the_base_trees(eval_sim, base_dir):
