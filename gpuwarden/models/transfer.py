@@ -11,7 +11,8 @@ from nothing, enough to tell the shipped model how often its scores come true th
   their score is fit again on every row of the user's history (the trees never saw it, so no
   block needs holding back): stacking, with the base score as the one input. The trees'
   ranking stays whole (the sigmoid even separates rows the base model's isotonic steps tie);
-  the operating point moves: a fleet that fails half as often gets lower risks.
+  the risks move (a fleet that fails half as often gets lower ones), and the at-risk line
+  moves with them (``carried_threshold``), so the same GPUs are flagged.
 - ``warm`` (``--warm-start``): boosting continues from the base trees on the user's earlier rows
   (up to ``extra_iter`` more trees, each scaled by ``learning_rate``), cut back to the count
   that ranks the later block best (none, and it is a recalibration), and the calibration is
