@@ -99,6 +99,25 @@ def _model(path: str | None):
     show_default=True,
     help="Probability calibration on the later time block.",
 )
+@click.option(
+    "--from-shipped/--from-scratch",
+    "from_base",
+    default=None,
+    help="Start from the shipped model (its calibration refit on this fleet; kept as it is "
+    "when the history holds no failure) or grow trees from nothing.  [default: from-shipped]",
+)
+@click.option(
+    "--base-model",
+    "base_model",
+    type=click.Path(exists=True),
+    help="Start from this model folder instead of the shipped model.",
+)
+@click.option(
+    "--warm-start",
+    is_flag=True,
+    help="From the base model: also grow trees on this fleet (kept only as far as they rank "
+    "the later block better), not only refit the calibration.",
+)
 @click.option("--progress/--no-progress", default=True, help="Show progress bars.")
 @click.pass_context
 @domain_errors()
@@ -111,12 +130,29 @@ def train(
     horizon: str,
     step: str,
     calibration: str,
+    from_base: bool | None,
+    base_model: str | None,
+    warm_start: bool,
     progress: bool,
 ) -> None:
-    """Train a risk model on your own fleet's history and write it to --out."""
+    """Train a risk model on your own fleet's history and write it to --out.
+
+    A fleet with few failures starts from the shipped model (or --base-model); see "Training
+    on your own fleet" in docs/models.md."""
     from gpuwarden.models.artifact import save_model
-    from gpuwarden.models.train import TrainOptions, train_from_store
+    from gpuwarden.models.train import TrainOptions, store_history
+    from gpuwarden.models.transfer import train_user_model
     from gpuwarden.store import open_store
+
+    if from_base is False and (base_model is not None or warm_start):
+        raise click.UsageError("--base-model and --warm-start exclude --from-scratch")
+    start_from = (
+        "scratch"
+        if from_base is False
+        else "base"
+        if from_base or base_model or warm_start
+        else "auto"
+    )
 
     step_s = parse_span(step, "--step")
     if step_s % 3600:
@@ -127,22 +163,42 @@ def train(
     failures = read_failures_file(failures_file) if failures_file else None
     store = open_store(cliutil.store_url(ctx, store_url))
     try:
-        model = train_from_store(
-            store,
-            until=parse_time(until, "--until"),
-            failures=failures,
+        panel, end = store_history(
+            store, until=parse_time(until, "--until"), failures=failures, progress=progress
+        )
+        done = train_user_model(
+            panel,
+            start_from=start_from,
+            base_path=base_model,
+            adapt="warm" if warm_start else "auto",
+            labels_until=end,
             options=options,
+            source={"store": store.url},
             progress=progress,
         )
     finally:
         store.close()
+    model = done.model
     folder = save_model(model, out_dir)
     data = model.card["training_data"]
-    cal = model.card["metrics"]["calibration_block"]
+    path = model.card.get("base_model", {}).get("path", "")
+    base = "shipped model" if path == "shipped" else f"model in {path}"
     click.echo(
-        f"trained on {data['rows']:,} (GPU, time) rows, {data['failures']} failures; "
-        f"calibration block PR-AUC {cal['pr_auc']:.3f}, Brier {cal['brier']:.4f}"
+        {
+            "scratch": "trained from scratch",
+            "warm": f"warm start from the {base}",
+            "recalibrate": f"recalibrated the {base}",
+            "shipped": f"kept the {base} as it is",
+        }[done.how]
+        + f": {done.why}"
     )
+    click.echo(f"trained on {data['rows']:,} (GPU, time) rows, {data['failures']} failures")
+    cal = model.card.get("metrics", {}).get("calibration_block")
+    if cal and done.how != "shipped":
+        rows = "every row" if done.how == "recalibrate" else "later block"
+        click.echo(
+            f"calibration rows ({rows}): PR-AUC {cal['pr_auc']:.3f}, Brier {cal['brier']:.4f}"
+        )
     click.echo(f"wrote {folder}")
 
 

@@ -81,7 +81,7 @@ def kind_weights(ds: Dataset, power: float) -> np.ndarray:
     return w
 
 
-def _summary(panel: HourlyPanel, ds: Dataset, split: float) -> dict[str, Any]:
+def training_summary(panel: HourlyPanel, ds: Dataset, split: float) -> dict[str, Any]:
     keys = panel.keys
     failed = ds.meta.loc[ds.y == 1, "key"].unique()
     kinds = keys[keys["key"].isin(failed)]["fail_kind"].value_counts()
@@ -119,6 +119,55 @@ def _block_metrics(est: TimeSplitCalibratedClassifier, ds: Dataset, threshold: f
     }
 
 
+def training_rows(
+    panel: HourlyPanel,
+    *,
+    labels_until: float | None = None,
+    options: TrainOptions = TrainOptions(),
+    progress: bool = False,
+) -> Dataset:
+    """The (GPU, scoring time) rows a model learns from: every ``options.step_h`` hours, with
+    ``robust_share`` of the nodes' memory temperature hidden, labels known by ``labels_until``."""
+    o = options
+    work = hide_memory_temperature(panel, o.robust_share, o.random_state)
+    times = scoring_indices(work, step_h=o.step_h)
+    return build_dataset(
+        work, times, horizon_s=o.horizon_s, labels_until=labels_until, progress=progress
+    )
+
+
+def failing_lives(ds: Dataset) -> int:
+    """GPU lives with at least one row labelled "fails within the horizon"."""
+    return int(ds.meta.loc[ds.y == 1, "key"].nunique())
+
+
+def model_card(
+    est: TimeSplitCalibratedClassifier,
+    panel: HourlyPanel,
+    ds: Dataset,
+    *,
+    options: TrainOptions,
+    estimator: str,
+    source: dict[str, Any] | None,
+    started: float,
+) -> dict[str, Any]:
+    """The card of a model fit on ``ds`` (rows of ``panel``); ``estimator`` says how."""
+    o = options
+    return {
+        "gpuwarden_version": __version__,
+        "created": pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds"),
+        "threshold": DEFAULT_AT_RISK,
+        "horizon_s": o.horizon_s,
+        "label": f"fails within {o.horizon_s / 86400:g} days after the scoring time",
+        "features": list(FEATURE_NAMES),
+        "estimator": estimator,
+        "options": {k: getattr(o, k) for k in o.__dataclass_fields__},
+        "training_data": {**(source or {}), **training_summary(panel, ds, est.split_time_)},
+        "metrics": {"calibration_block": _block_metrics(est, ds, DEFAULT_AT_RISK)},
+        "train_seconds": round(time.time() - started, 1),
+    }
+
+
 def train_on_panel(
     panel: HourlyPanel,
     *,
@@ -128,14 +177,23 @@ def train_on_panel(
     progress: bool = False,
 ) -> RiskModel:
     """Fit and calibrate a model on every scoring time of ``panel``; returns it with its card."""
-    o = options
     started = time.time()
-    work = hide_memory_temperature(panel, o.robust_share, o.random_state)
-    times = scoring_indices(work, step_h=o.step_h)
-    ds = build_dataset(
-        work, times, horizon_s=o.horizon_s, labels_until=labels_until, progress=progress
-    )
-    n_failed = ds.meta.loc[ds.y == 1, "key"].nunique()
+    ds = training_rows(panel, labels_until=labels_until, options=options, progress=progress)
+    return fit_on_rows(panel, ds, options=options, source=source, started=started)
+
+
+def fit_on_rows(
+    panel: HourlyPanel,
+    ds: Dataset,
+    *,
+    options: TrainOptions = TrainOptions(),
+    source: dict[str, Any] | None = None,
+    started: float | None = None,
+) -> RiskModel:
+    """A model from nothing on ``ds`` (``training_rows`` of ``panel``), with its card."""
+    o = options
+    started = time.time() if started is None else started
+    n_failed = failing_lives(ds)
     if n_failed < MIN_FAILURES:
         raise InputError(
             f"only {n_failed} GPU failure(s) fall inside the training history "
@@ -157,21 +215,36 @@ def train_on_panel(
         )
     except ValueError as exc:
         raise InputError(f"cannot train: {exc}") from exc
-    card: dict[str, Any] = {
-        "gpuwarden_version": __version__,
-        "created": pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds"),
-        "threshold": DEFAULT_AT_RISK,
-        "horizon_s": o.horizon_s,
-        "label": f"fails within {o.horizon_s / 86400:g} days after the scoring time",
-        "features": list(FEATURE_NAMES),
-        "estimator": "HistGradientBoostingClassifier (class_weight=balanced) + "
+    card = model_card(
+        est,
+        panel,
+        ds,
+        options=o,
+        estimator="HistGradientBoostingClassifier (class_weight=balanced) + "
         f"{o.method} calibration on a later time block",
-        "options": {k: getattr(o, k) for k in o.__dataclass_fields__},
-        "training_data": {**(source or {}), **_summary(panel, ds, est.split_time_)},
-        "metrics": {"calibration_block": _block_metrics(est, ds, DEFAULT_AT_RISK)},
-        "train_seconds": round(time.time() - started, 1),
-    }
+        source=source,
+        started=started,
+    )
     return RiskModel(est, card)
+
+
+def store_history(
+    store: Store,
+    *,
+    until: float | None = None,
+    failures: pd.DataFrame | None = None,
+    progress: bool = False,
+) -> tuple[HourlyPanel, float]:
+    """(panel of everything the store holds before ``until``, the end of its labels);
+    ``until`` defaults to the newest sample, ``failures`` replaces the store's records."""
+    newest = newest_sample_ts(store)
+    if newest is None:
+        raise InputError(f"{store.url} holds no telemetry to train on")
+    end = float(until) if until is not None else newest + 1.0
+    start = float(store.gpus()["first_ts"].min())
+    if end <= start:
+        raise InputError(f"--until {end:.0f} is before the store's first sample ({start:.0f})")
+    return load_panel(store, start=start, end=end, failures=failures, progress=progress), end
 
 
 def train_from_store(
@@ -184,14 +257,7 @@ def train_from_store(
 ) -> RiskModel:
     """Train on everything the store holds before ``until`` (default: its newest sample);
     ``failures`` (the ``read_failures`` layout) replaces the store's failure records."""
-    newest = newest_sample_ts(store)
-    if newest is None:
-        raise InputError(f"{store.url} holds no telemetry to train on")
-    end = float(until) if until is not None else newest + 1.0
-    start = float(store.gpus()["first_ts"].min())
-    if end <= start:
-        raise InputError(f"--until {end:.0f} is before the store's first sample ({start:.0f})")
-    panel = load_panel(store, start=start, end=end, failures=failures, progress=progress)
+    panel, end = store_history(store, until=until, failures=failures, progress=progress)
     return train_on_panel(
         panel, labels_until=end, options=options, source={"store": store.url}, progress=progress
     )

@@ -1,0 +1,229 @@
+"""Training on a user's own fleet from a base model: no failures keeps it, few refit its
+calibration, enough continue its trees; the card names the base, the file stays trusted."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from modelkit import T0
+
+from gpuwarden.errors import InputError
+from gpuwarden.models.artifact import TRUSTED_TYPES, RiskModel, load_model, save_model
+from gpuwarden.models.cli import train
+from gpuwarden.models.panel import HourlyPanel
+from gpuwarden.models.train import TrainOptions, kind_weights, training_rows
+from gpuwarden.models.transfer import (
+    WarmOptions,
+    continue_trees,
+    fit_from_base,
+    keep_best_trees,
+    load_base_model,
+    model_digest,
+    train_user_model,
+)
+
+FAST = TrainOptions(step_h=6)
+
+
+@pytest.fixture(scope="module")
+def base_dir(tiny_model, tmp_path_factory):
+    return save_model(tiny_model, tmp_path_factory.mktemp("base") / "tiny")
+
+
+def keep_failures(panel: HourlyPanel, n: int) -> HourlyPanel:
+    """``panel`` with the failure records of all but its first ``n`` failed GPU lives gone."""
+    keys = panel.keys.copy()
+    failed = keys.index[keys["fail_ts"].notna()]
+    drop = keys.loc[failed].sort_values("fail_ts").index[n:]
+    keys.loc[drop, "fail_ts"] = np.nan
+    keys.loc[drop, "fail_kind"] = ""
+    return replace(panel, keys=keys)
+
+
+def test_no_failures_keeps_the_base_model_and_it_still_scores(eval_sim, base_dir, tmp_path):
+    panel = keep_failures(eval_sim.panel, 0)
+    done = train_user_model(panel, base_path=base_dir, options=FAST)
+    assert done.how == "shipped" and "no GPU failure" in done.why
+    folder = save_model(done.model, tmp_path / "kept")
+    again, base = load_model(folder), load_model(base_dir)
+    X = training_rows(eval_sim.panel, options=FAST).X.iloc[:500]
+    assert np.allclose(again.risk(X), base.risk(X))
+    card = again.card
+    assert card["transfer"]["failures"] == 0 and card["base_model"]["sha256"] == model_digest(
+        base_dir
+    )
+
+
+def test_few_failures_refit_the_calibration_and_the_card_names_the_base(
+    eval_sim, base_dir, tmp_path
+):
+    panel = keep_failures(eval_sim.panel, 5)
+    done = train_user_model(panel, base_path=base_dir, options=FAST)
+    assert done.how == "recalibrate", done.why
+    card = done.model.card
+    base_card = json.loads((base_dir / "model_card.json").read_text())
+    assert card["base_model"]["created"] == base_card["created"]
+    assert card["base_model"]["sha256"] == model_digest(base_dir)
+    assert card["transfer"]["failures"] == 5 and card["transfer"]["calibration"] == "sigmoid"
+    # the same trees: the ranking of the rows is the base model's
+    X = training_rows(eval_sim.panel, options=FAST).X.iloc[:2000]
+    base = load_model(base_dir)
+    raw_new = done.model.estimator.uncalibrated_proba(X)[:, 1]
+    assert np.array_equal(raw_new, base.estimator.uncalibrated_proba(X)[:, 1])
+    assert not np.allclose(done.model.risk(X), base.risk(X))
+    # the at-risk line moves with the risks: the GPUs flagged on the history are the base
+    # model's, in this fleet's probabilities
+    rows = training_rows(panel, options=FAST).X
+    assert card["threshold"] == card["transfer"]["threshold"] != base.threshold
+    new_flags = done.model.risk(rows) >= done.model.threshold
+    assert np.array_equal(new_flags, base.risk(rows) >= base.threshold) and new_flags.any()
+
+
+def test_warm_start_continues_the_base_trees(eval_sim, base_dir):
+    base = load_base_model(base_dir)
+    ds = training_rows(eval_sim.panel, options=FAST)
+    old = base.estimator.estimator_
+    X = ds.X.to_numpy(np.float64)[:, base.estimator.used_features_]
+    trees = continue_trees(old, X, ds.y, None, WarmOptions(extra_iter=15))
+    n = old.n_iter_
+    assert trees.n_iter_ == n + 15 and old.n_iter_ == n  # the base is left as it was
+    # its first n trees are the base model's own, and the new rows were binned by the base
+    # model's bins: a model trained from scratch, or with fresh bins, fails both
+    stages = list(trees.staged_decision_function(X[:3000]))
+    assert np.allclose(stages[n - 1], old.decision_function(X[:3000]))
+    assert not np.allclose(stages[-1], stages[n - 1])
+    for a, b in zip(
+        trees._bin_mapper.bin_thresholds_, old._bin_mapper.bin_thresholds_, strict=True
+    ):
+        assert np.array_equal(a, b)
+    # cut back to the count of added trees that ranks the later rows best
+    late = slice(len(X) // 2, None)
+    added, ap = keep_best_trees(trees, n, X[late], ds.y[late])
+    assert trees.n_iter_ == n + added and ap[added] == max(ap.values())
+    assert np.allclose(trees.decision_function(X[:3000]), stages[n + added - 1])
+
+
+def test_warm_model_round_trips_through_skops_with_trusted_types_only(eval_sim, base_dir, tmp_path):
+    import skops.io as sio
+
+    base = load_base_model(base_dir)
+    ds = training_rows(eval_sim.panel, options=FAST)
+    assert fit_from_base(base, ds)[1]["how"] == "recalibrate"  # the default, by measurement
+    est, info = fit_from_base(
+        base, ds, how="warm", options=WarmOptions(extra_iter=15), weight=kind_weights(ds, 0.5)
+    )
+    assert info["how"] in ("warm", "recalibrate") and "trees_added" in info, info
+    assert est.estimator_.n_iter_ == base.estimator.estimator_.n_iter_ + info["trees_added"]
+    folder = save_model(RiskModel(est, dict(base.card)), tmp_path / "warm")
+    assert set(sio.get_untrusted_types(file=folder / "model.skops")) <= TRUSTED_TYPES
+    again = load_model(folder)
+    assert np.allclose(again.risk(ds.X.iloc[:500]), est.predict_proba(ds.X.iloc[:500])[:, 1])
+
+
+def test_warm_start_refuses_a_block_without_failures(eval_sim, base_dir):
+    base = load_base_model(base_dir)
+    ds = training_rows(keep_failures(eval_sim.panel, 1), options=FAST)
+    with pytest.raises(InputError, match="both time blocks"):
+        fit_from_base(base, ds, how="warm")
+
+
+def test_a_base_model_with_other_features_is_refused_by_name(base_dir, tmp_path):
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(base_dir, other)
+    card = json.loads((other / "model_card.json").read_text())
+    first = card["features"][0]
+    card["features"] = [*card["features"][1:], "sbe_per_fortnight"]
+    (other / "model_card.json").write_text(json.dumps(card))
+    with pytest.raises(InputError, match="sbe_per_fortnight") as err:
+        load_base_model(other)
+    assert f"lacks 1 ({first})" in str(err.value)
+
+
+@pytest.fixture(scope="module")
+def quiet_store(tmp_path_factory):
+    """A small fleet's telemetry in SQLite, with no failure records."""
+    from gpuwarden.models.simdata import fleet_spec
+    from gpuwarden.sim import Fleet
+    from gpuwarden.store.sqlite import SqliteStore
+
+    path = tmp_path_factory.mktemp("quiet") / "fleet.db"
+    with SqliteStore(path) as store:
+        for chunk in Fleet(fleet_spec(nodes=2, days=10.0, seed=41, start_ts=T0)).chunks():
+            store.write_frame(chunk.samples)
+    return f"sqlite:///{path}"
+
+
+def test_cli_with_no_failures_keeps_the_shipped_model_and_says_so(quiet_store, tmp_path):
+    out = tmp_path / "mine"
+    args = ["--store", quiet_store, "--out", str(out), "--no-progress", "--step", "6h"]
+    result = CliRunner().invoke(train, args)
+    assert result.exit_code == 0, result.output
+    assert "kept the shipped model as it is: no GPU failure" in result.output
+    card = json.loads((out / "model_card.json").read_text())
+    assert card["base_model"]["path"] == "shipped" and card["transfer"]["how"] == "shipped"
+    rows = training_rows(_panel(quiet_store), options=FAST)
+    assert np.isfinite(load_model(out).risk(rows.X)).all()
+
+
+def _panel(url: str) -> HourlyPanel:
+    from gpuwarden.models.train import store_history
+    from gpuwarden.store import open_store
+
+    store = open_store(url)
+    try:
+        return store_history(store)[0]
+    finally:
+        store.close()
+
+
+def test_cli_refuses_a_base_model_with_other_features(quiet_store, base_dir, tmp_path):
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(base_dir, other)
+    card = json.loads((other / "model_card.json").read_text())
+    card["features"] = card["features"][:-1]
+    (other / "model_card.json").write_text(json.dumps(card))
+    args = ["--store", quiet_store, "--out", str(tmp_path / "m"), "--no-progress"]
+    result = CliRunner().invoke(train, [*args, "--base-model", str(other)])
+    assert result.exit_code != 0
+    assert "other features" in result.output and "lacks 1" in result.output
+    assert not (tmp_path / "m").exists()
+    clash = CliRunner().invoke(train, [*args, "--base-model", str(other), "--from-scratch"])
+    assert clash.exit_code != 0 and "exclude --from-scratch" in clash.output
+
+
+def test_cli_warm_start_on_a_history_without_failures_is_refused(quiet_store, tmp_path):
+    args = ["--store", quiet_store, "--out", str(tmp_path / "m"), "--no-progress", "--warm-start"]
+    result = CliRunner().invoke(train, args)
+    assert result.exit_code != 0 and "no GPU failure in the history" in result.output
+    assert not (tmp_path / "m").exists()
+
+
+def test_cli_with_a_few_failures_recalibrates_the_shipped_model(quiet_store, tmp_path):
+    from gpuwarden.models.artifact import DEFAULT_DIR
+    from gpuwarden.store import open_store
+
+    store = open_store(quiet_store)
+    try:
+        gpus = store.gpus().sort_values("uuid").head(3)
+    finally:
+        store.close()
+    path = tmp_path / "failures.csv"
+    lines = ["timestamp,hostname,gpu,UUID,kind"]
+    lines += [f"{T0 + 6 * 86400:.0f},{g.hostname},{g.gpu},{g.uuid},hbm" for g in gpus.itertuples()]
+    path.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "mine"
+    args = ["--store", quiet_store, "--failures", str(path), "--out", str(out), "--no-progress"]
+    result = CliRunner().invoke(train, [*args, "--step", "6h"])
+    assert result.exit_code == 0, result.output
+    assert "recalibrated the shipped model: 3 failing GPUs" in result.output
+    card = json.loads((out / "model_card.json").read_text())
+    assert card["base_model"]["sha256"] == model_digest(DEFAULT_DIR)
+    assert card["transfer"]["how"] == "recalibrate" and card["training_data"]["failures"] == 3
