@@ -344,9 +344,9 @@ def _robust_figures(
 
     def caught_table(flag: np.ndarray) -> pd.DataFrame:
         ft = M.failure_table(ds.meta, flag, failures, horizon_s=horizon_s, lead_s=LEAD_S)
-        return ft[~ft["fail_kind"].isin(sudden)].assign(catchable=M.catchable(ft)[
-            ~ft["fail_kind"].isin(sudden).to_numpy()
-        ])
+        return ft[~ft["fail_kind"].isin(sudden)].assign(
+            catchable=M.catchable(ft)[~ft["fail_kind"].isin(sudden).to_numpy()]
+        )
 
     slow = caught_table(model_flag)
     by_mode: dict[str, tuple[int, int]] = {}

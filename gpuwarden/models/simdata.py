@@ -145,6 +145,10 @@ def concat_panels(panels: Sequence[HourlyPanel], names: Sequence[str]) -> Hourly
     def stack(get: Callable[[HourlyPanel], np.ndarray], fill: Any) -> np.ndarray:
         return np.hstack([pad(p, get(p), fill) for p in panels])
 
+    def stack_all(attr: str, fill: Any) -> dict[str, np.ndarray]:
+        first_of: dict[str, np.ndarray] = getattr(panels[0], attr)
+        return {k: np.hstack([pad(p, getattr(p, attr)[k], fill) for p in panels]) for k in first_of}
+
     keys = []
     for p, name in zip(panels, names, strict=True):
         k = p.keys.copy()
@@ -153,7 +157,10 @@ def concat_panels(panels: Sequence[HourlyPanel], names: Sequence[str]) -> Hourly
         k["rack"] = np.where(k["rack"].astype(str) == "", "", name + "/" + k["rack"].astype(str))
         keys.append(k)
     first = np.concatenate(
-        [p.first + (int(p.hours[0]) - h0) // int(H.HOUR_S) for p in panels]
+        [
+            np.where(p.first >= p.shape[0], T, p.first + (int(p.hours[0]) - h0) // int(H.HOUR_S))
+            for p in panels
+        ]
     ).astype(np.int64)
     reads = [p.fields_read for p in panels]
     return HourlyPanel(
@@ -161,9 +168,9 @@ def concat_panels(panels: Sequence[HourlyPanel], names: Sequence[str]) -> Hourly
         pd.concat(keys, ignore_index=True),
         stack(lambda p: p.seen, False),
         first,
-        {k: stack(lambda p, k=k: p.inc[k], np.nan) for k in panels[0].inc},
-        {k: stack(lambda p, k=k: p.gauge[k], np.nan) for k in panels[0].gauge},
-        {k: stack(lambda p, k=k: p.events[k], 0.0) for k in panels[0].events},
+        stack_all("inc", np.nan),
+        stack_all("gauge", np.nan),
+        stack_all("events", 0.0),
         stack(lambda p: p.retired_total, np.nan),
         stack(lambda p: p.fatal_xid, np.nan),
         fields_read=None if any(r is None for r in reads) else np.vstack(reads),  # type: ignore[arg-type]

@@ -63,9 +63,10 @@ def test_relative_features_do_not_move_when_every_count_is_scaled():
     assert row["nvlink_crc_anomaly"] >= 3
     assert base.loc["GPU-2", "nvlink_crc_anomaly"] == 0
     # an absolute rate is not scale-free: the reason the relative ones exist
-    assert _features(1000.0).loc["GPU-0", "nvlink_crc_per_min_24h"] > 50 * row[
-        "nvlink_crc_per_min_24h"
-    ]
+    assert (
+        _features(1000.0).loc["GPU-0", "nvlink_crc_per_min_24h"]
+        > 50 * row["nvlink_crc_per_min_24h"]
+    )
 
 
 def test_a_counter_starting_from_nothing_is_new_and_a_steady_one_is_not():
@@ -100,7 +101,11 @@ def test_gaps_are_counted_and_never_read_as_zeros():
     assert X.loc["GPU-1", "gap_hours_24h"] == 3
     assert X.loc["GPU-1", "gap_hours_7d"] == 9
     assert X.loc["GPU-1", "longest_gap_h_7d"] == 6
-    assert X.loc["GPU-0", ["gap_hours_24h", "gap_hours_7d", "longest_gap_h_7d"]].tolist() == [0, 0, 0]
+    assert X.loc["GPU-0", ["gap_hours_24h", "gap_hours_7d", "longest_gap_h_7d"]].tolist() == [
+        0,
+        0,
+        0,
+    ]
     # the silent hours are unread, not zero: GPU-1's hourly mean is over the hours it reported
     assert X.loc["GPU-1", "pcie_replay_active_share_72h"] == pytest.approx(
         X.loc["GPU-0", "pcie_replay_active_share_72h"], abs=0.02
@@ -125,3 +130,28 @@ def test_width_drop_run_counts_hours_below_full_width():
     assert X.loc["GPU-0", "pcie_width_deficit_1h"] == 0.5
     assert X.loc["GPU-1", "pcie_width_low_run_h"] == 0
     assert set(FEATURE_NAMES) >= {"gap_hours_24h", "pcie_width_low_run_h", "nvlink_crc_anomaly"}
+
+
+def test_fleets_side_by_side_keep_their_own_peers_and_hours():
+    from gpuwarden.models.simdata import concat_panels
+
+    a = panel_from_frames(
+        [make_frame(HOURS, GPUS, values={"nvlink_crc_flit_errors_total": _growing(1.0)})],
+        no_events(),
+        no_failures(),
+    )
+    # the same hostnames, a day later: must not become node peers of the first fleet's GPUs
+    b = panel_from_frames(
+        [make_frame(HOURS - 24, GPUS, start=T0 + 24 * 3600)], no_events(), no_failures()
+    )
+    both = concat_panels([a, b], ["one", "two"])
+    assert both.shape == (a.shape[0], a.shape[1] + b.shape[1])
+    assert not both.seen[:24, a.shape[1] :].any()
+    _, alone = compute_features(a, rows_at(a, [a.shape[0] - 1]))
+    meta, side = compute_features(both, rows_at(both, [both.shape[0] - 1]))
+    mine = meta["hostname"].str.startswith("one/").to_numpy()
+    assert meta["key"].str.startswith(("one/", "two/")).all()
+    np.testing.assert_allclose(
+        side[mine]["nvlink_crc_node_rank_24h"], alone["nvlink_crc_node_rank_24h"]
+    )
+    np.testing.assert_allclose(side[mine]["nvlink_crc_log_vs_own"], alone["nvlink_crc_log_vs_own"])
