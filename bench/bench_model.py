@@ -2,14 +2,15 @@
 
     .venv/bin/python bench/bench_model.py                    # the shipped default model
     .venv/bin/python bench/bench_model.py --model my-model   # another model folder
-    .venv/bin/python bench/bench_model.py --seeds 2          # one held-out fleet only
+    .venv/bin/python bench/bench_model.py --seeds 3          # one held-out fleet only
     .venv/bin/python bench/bench_model.py --no-robustness    # skip the four robustness runs
-    .venv/bin/python bench/bench_model.py --seeds 2 --shifted --no-robustness   # unlike fleets
+    .venv/bin/python bench/bench_model.py --seeds 3 --shifted --no-robustness   # unlike fleets
 
 Each held-out fleet is ``simdata.held_out_spec(seed=...)``: 1,024 GPUs, scored every hour for
 37 days from 200 days after the training fleet's start (the last 7 days' labels run past the
 end, so flags there are judged only against failures), after a week of simulated history.
-Seeds 2, 3 and 4 by default (the training fleet is seed 1): one fleet holds 130-170 failures
+Seeds 3 and 4 by default (the training fleet is seed 1; seed 2 is the validation fleet
+``make model`` chooses the threshold on): one fleet holds 130-170 failures
 with precursors, so one seed's recall moves by about 4 points from chance alone. Prints each
 fleet's per-mode table (sudden failures in their own rows) with false flags per 1,000 GPU-days,
 PR-AUC, and the bound from the simulator's ground truth that no model can pass; then one table
@@ -27,7 +28,7 @@ on. Per family: the share of catchable failures (precursor began >= 24 h before)
 (flagged GPU-days of GPUs that do not fail within 30 days; the last 30 days of each fleet left
 out, so ``--days`` must exceed 30 for the figure), and PR-AUC against the ground-truth bound.
 
-    .venv/bin/python bench/bench_model.py --seeds 2 --days 67 --no-robustness \
+    .venv/bin/python bench/bench_model.py --seeds 3 --days 60 --no-robustness \
         --family-nodes 32
 """
 
@@ -224,7 +225,9 @@ def main() -> None:
         help="folder for the PNG plots",
     )
     ap.add_argument(
-        "--seeds", default="2,3,4", help="held-out fleets' seeds, comma-separated (default 2,3,4)"
+        "--seeds",
+        default="3,4",
+        help="held-out fleets' seeds, comma-separated (default 3,4; seed 2 chose the threshold)",
     )
     ap.add_argument("--no-robustness", action="store_true")
     ap.add_argument(
@@ -241,9 +244,11 @@ def main() -> None:
     )
     args = ap.parse_args()
     model = load_model(args.model)
-    seeds = [int(x) for x in args.seeds.split(",")]
+    seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
     if 1 in seeds:
         ap.error("seed 1 is the training fleet")
+    if 2 in seeds:
+        print("note: seed 2 is the validation fleet the shipped threshold was chosen on")
     t0 = time.time()
     runs: dict[int, Evaluation] = {}
     for seed in seeds:
@@ -254,19 +259,20 @@ def main() -> None:
             f"({time.time() - t0:.0f} s)\n"
         )
         print(runs[seed].render() + "\n", flush=True)
-    print(pooled_table(runs))
     fam_seeds = [int(x) for x in args.family_seeds.split(",") if x.strip()]
     if set(fam_seeds) & set(TRAIN_SEEDS):
         ap.error("--family-seeds: those are the family's training fleets")
-    print(robust_table("default simulator, held out", {str(k): v for k, v in runs.items()}))
+    if runs:
+        print(pooled_table(runs))
+        print(robust_table("default simulator, held out", {str(k): v for k, v in runs.items()}))
     if fam_seeds:
         fam = family_runs(fam_seeds, args.family_nodes, args.days, model)
         for key, ev in fam.items():
             print(f"\nfamily member {key}:\n{ev.render()}")
         print(robust_table("randomized family, held out", fam))
-    if args.shifted:
+    if args.shifted and seeds:
         shifted(args.nodes, args.days, seeds[0], model)
-    if args.no_robustness:
+    if args.no_robustness or not seeds:
         return
     spec, first = held_out_spec(args.nodes, args.days, seed=seeds[0])
     base = runs[seeds[0]]
