@@ -58,7 +58,6 @@ def _memory(r: pd.Series) -> list[str]:
     out = []
     if r["sbe_per_day_24h"] >= 1:
         out.append(f"single-bit errors {_n(r['sbe_per_day_24h'])}/day{_up(r['sbe_rise_24h'])}")
-        out += _against_self_and_peers(r, "sbe", "single-bit errors")
     for col, what in (
         ("remap_correctable_7d", "correctable row remaps"),
         ("remap_uncorrectable_7d", "uncorrectable row remaps"),
@@ -71,6 +70,8 @@ def _memory(r: pd.Series) -> list[str]:
         out.append("a memory repair waits for a GPU reset")
     if r["xid92_7d"] >= 1:
         out.append(f"Xid 92 (high single-bit rate) {_n(r['xid92_7d'])}x this week")
+    if r["sbe_per_day_24h"] >= 1:  # after the repairs: the rate above already says the rise
+        out += _against_self_and_peers(r, "sbe", "single-bit errors")
     return out
 
 
