@@ -32,16 +32,20 @@ def _growing(scale: float):
     return counter
 
 
+def _last(*frames: pd.DataFrame) -> pd.DataFrame:
+    """Every GPU's features at the panel's last hour, by UUID."""
+    panel = panel_from_frames(list(frames), no_events(), no_failures())
+    meta, X = compute_features(panel, rows_at(panel, [panel.shape[0] - 1]))
+    return X.set_index(meta["uuid"])
+
+
 def _features(scale: float) -> pd.DataFrame:
     values = {
         "pcie_replay_total": _growing(scale),
         "nvlink_crc_flit_errors_total": _growing(scale),
         "ecc_sbe_volatile_total": _growing(scale),
     }
-    frame = make_frame(HOURS, GPUS, values=values)
-    panel = panel_from_frames([frame], no_events(), no_failures())
-    meta, X = compute_features(panel, rows_at(panel, [panel.shape[0] - 1]))
-    return X.set_index(meta["uuid"])
+    return _last(make_frame(HOURS, GPUS, values=values))
 
 
 def test_relative_features_do_not_move_when_every_count_is_scaled():
@@ -75,17 +79,12 @@ def test_a_counter_starting_from_nothing_is_new_and_a_steady_one_is_not():
         per_h = np.where(h >= HOURS - 10, 5.0, 0.0) if g == 0 else np.full(h.size, 5.0)
         return np.cumsum(per_h * 300 / 3600)
 
-    frame = make_frame(HOURS, GPUS[:2], values={"pcie_replay_total": start_late})
-    panel = panel_from_frames([frame], no_events(), no_failures())
-    meta, X = compute_features(panel, rows_at(panel, [panel.shape[0] - 1]))
-    X = X.set_index(meta["uuid"])
+    X = _last(make_frame(HOURS, GPUS[:2], values={"pcie_replay_total": start_late}))
     assert X.loc["GPU-0", "pcie_replay_new_24h"] == 1.0
     assert X.loc["GPU-1", "pcie_replay_new_24h"] == 0.0
     # one day of history: no baseline, so "new" is unknown rather than yes or no
-    short = make_frame(20, GPUS[:1], values={"pcie_replay_total": start_late})
-    panel = panel_from_frames([short], no_events(), no_failures())
-    _, X = compute_features(panel, rows_at(panel, [panel.shape[0] - 1]))
-    assert np.isnan(X["pcie_replay_new_24h"].iloc[0])
+    short = _last(make_frame(20, GPUS[:1], values={"pcie_replay_total": start_late}))
+    assert np.isnan(short["pcie_replay_new_24h"].iloc[0])
 
 
 def test_gaps_are_counted_and_never_read_as_zeros():
@@ -95,9 +94,7 @@ def test_gaps_are_counted_and_never_read_as_zeros():
     # GPU-1 sends nothing for hours 150-155 (6 h) and 180-182 (3 h): within the last day
     # and the week
     quiet = (frame["uuid"] == "GPU-1") & (((h >= 150) & (h < 156)) | ((h >= 180) & (h < 183)))
-    panel = panel_from_frames([frame[~quiet.to_numpy()]], no_events(), no_failures())
-    meta, X = compute_features(panel, rows_at(panel, [panel.shape[0] - 1]))
-    X = X.set_index(meta["uuid"])
+    X = _last(frame[~quiet.to_numpy()])
     assert X.loc["GPU-1", "gap_hours_24h"] == 3
     assert X.loc["GPU-1", "gap_hours_7d"] == 9
     assert X.loc["GPU-1", "longest_gap_h_7d"] == 6
@@ -112,9 +109,7 @@ def test_gaps_are_counted_and_never_read_as_zeros():
     )
     # a GPU life that began an hour ago has no gap before its first sample
     late = make_frame(3, [("node001", 0, "GPU-9")], start=T0 + (HOURS - 3) * 3600)
-    panel = panel_from_frames([frame, late], no_events(), no_failures())
-    meta, X = compute_features(panel, rows_at(panel, [panel.shape[0] - 1]))
-    assert X.set_index(meta["uuid"]).loc["GPU-9", "gap_hours_7d"] == 0
+    assert _last(frame, late).loc["GPU-9", "gap_hours_7d"] == 0
 
 
 def test_width_drop_run_counts_hours_below_full_width():
@@ -122,10 +117,7 @@ def test_width_drop_run_counts_hours_below_full_width():
         h = (ts - T0) / 3600.0
         return np.where((g == 0) & (h >= HOURS - 5), 8.0, 16.0)
 
-    frame = make_frame(HOURS, GPUS[:2], values={"pcie_link_width": width})
-    panel = panel_from_frames([frame], no_events(), no_failures())
-    meta, X = compute_features(panel, rows_at(panel, [panel.shape[0] - 1]))
-    X = X.set_index(meta["uuid"])
+    X = _last(make_frame(HOURS, GPUS[:2], values={"pcie_link_width": width}))
     assert X.loc["GPU-0", "pcie_width_low_run_h"] == 5
     assert X.loc["GPU-0", "pcie_width_deficit_1h"] == 0.5
     assert X.loc["GPU-1", "pcie_width_low_run_h"] == 0
