@@ -2,9 +2,11 @@
 
 1. simulate the training fleets: the default simulator's (``simdata.fleet_spec()``: 1,024
    GPUs, 97 days, seed 1) and members ``sim.family.TRAIN_SEEDS`` of the randomized family,
-   as long, smaller; every third of those with only link and cooling failures (with the sudden
-   kinds), as the calibrated mix gives NVLink 2% and cooling 5% of the failures with
-   precursors, too few to learn them from;
+   as long, smaller; every third of those restricted to ``LINK_KINDS``, meant to hold only
+   link and cooling failures (the calibrated mix gives NVLink 2% and cooling 5% of the
+   failures with precursors). As ``LINK_KINDS`` names ``hbm_uncorrectable``, the HBM draw is
+   still allowed and becomes a sudden HBM failure: those fleets have no HBM ramps and no more
+   link failures than the mix gives (docs/models.md says so beside the figures);
 2. train and calibrate on them side by side (``train.train_on_panel``, default options);
 3. evaluate on the validation fleet, which it never saw (``simdata.held_out_spec``: seed 2,
    scored hourly from 200 days later for 60 days, after a week of history), and choose the
