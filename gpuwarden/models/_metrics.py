@@ -123,3 +123,49 @@ def summarise(
     out.attrs["gpu_days"] = gpu_days
     out.attrs["false_flags_per_1000_gpu_days"] = onsets / gpu_days * 1000 if gpu_days else np.nan
     return out
+
+
+#: Issue 17's false-flag definition: a flagged GPU-day of a GPU that does not fail within
+#: this long after it; the last this-long of the record is left out (its outcome is unknown).
+OUTCOME_S = 30 * 86400.0
+
+
+def false_flag_days(
+    meta: pd.DataFrame, flagged: np.ndarray, *, outcome_s: float = OUTCOME_S
+) -> tuple[int, float]:
+    """(flagged GPU-days of GPUs that do not fail within ``outcome_s`` of that day, GPU-days
+    of such GPUs), over the days that end ``outcome_s`` before the newest row or earlier.
+    A GPU-day is a GPU life's UTC day with at least one scored row; ``meta`` needs ``key``,
+    ``at`` and ``fail_ts`` (NaN: no recorded failure). (0, 0.0) when no day qualifies."""
+    at = meta["at"].to_numpy(np.float64)
+    if at.size == 0:
+        return 0, 0.0
+    day = np.floor((at - 1.0) / 86400.0)
+    end_of_day = (day + 1) * 86400.0
+    fail = meta["fail_ts"].to_numpy(np.float64)
+    closed = end_of_day + outcome_s <= at.max()
+    fails_soon = (fail > day * 86400.0) & (fail <= end_of_day + outcome_s)
+    keep = closed & ~fails_soon
+    if not keep.any():
+        return 0, 0.0
+    frame = pd.DataFrame(
+        {"key": meta["key"].to_numpy()[keep], "day": day[keep], "flag": np.asarray(flagged)[keep]}
+    )
+    days = frame.groupby(["key", "day"], sort=False)["flag"].any()
+    return int(days.sum()), float(len(days))
+
+
+def catchable(failures: pd.DataFrame, lead_s: float = 86400.0) -> np.ndarray:
+    """Failures whose precursor began at least ``lead_s`` before them (simulator ground
+    truth): the ones a detector could catch that early."""
+    if "precursor_start_ts" not in failures:
+        return np.zeros(len(failures), dtype=bool)
+    lead = failures["fail_ts"].to_numpy(float) - failures["precursor_start_ts"].to_numpy(float)
+    return lead >= lead_s
+
+
+def lead_quantiles(leads_h: np.ndarray, qs=(0.1, 0.25, 0.5, 0.75, 0.9)) -> dict[str, float]:
+    """Quantiles of the lead times (h) of failures flagged at all within the horizon."""
+    v = np.asarray(leads_h, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    return {f"p{int(q * 100)}": float(np.quantile(v, q)) if v.size else float("nan") for q in qs}

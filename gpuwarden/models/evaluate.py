@@ -87,6 +87,19 @@ class Evaluation:
                 f"| PR-AUC, rows inside a precursor vs healthy rows | "
                 f"{_f(s['model_pr_auc_precursor'], 3)} | {_f(s['rules_pr_auc_precursor'], 3)} |"
             )
+        if s.get("model_false_flag_days_30d_per_1000") is not None:
+            lines.append(
+                "| false flags per 1,000 GPU-days, 30-day outcome (flagged GPU-days of GPUs "
+                f"not failing within 30 days; {s['false_flag_gpu_days_30d']:.0f} GPU-days) | "
+                f"{_f(s['model_false_flag_days_30d_per_1000'])} | "
+                f"{_f(s['rules_false_flag_days_30d_per_1000'])} |"
+            )
+        if s.get("pr_auc_vs_bound") is not None:
+            lines.append(
+                f"| PR-AUC / ground-truth bound | {_f(s['pr_auc_vs_bound'])} | "
+                f"{_f(s['rules_pr_auc_vs_bound'])} |"
+            )
+        lines += _render_curve(s)
         lines += [
             "",
             f"{s['gpu_days']:.0f} GPU-days without a failure in the horizon; "
@@ -111,7 +124,46 @@ class Evaluation:
         return "\n".join(lines)
 
 
-def _pct(v: float) -> str:
+def _render_curve(s: dict[str, Any]) -> list[str]:
+    """The catchable shares, the operating curve and the lead times, as Markdown."""
+    lines: list[str] = []
+    by_mode = s.get("catchable_by_mode") or {}
+    if by_mode:
+        lines += [
+            "",
+            "| mode (precursor began >= 24 h before) | catchable | model: caught >= 24 h |",
+            "|---|---:|---:|",
+        ]
+        for mode, (n, caught) in by_mode.items():
+            lines.append(f"| {mode} | {n} | {caught} ({_pct(caught / n if n else None)}) |")
+    curve = s.get("operating_curve") or []
+    if curve:
+        which = s.get("operating_curve_false_flags", "")
+        lines += [
+            "",
+            f"Operating curve (false flags: {which}; recall: failures with precursors caught "
+            ">= 24 h ahead):",
+            "",
+            "| false flags / 1,000 GPU-days at most | best recall at 24 h | catchable caught "
+            "| threshold |",
+            "|---:|---:|---:|---:|",
+        ]
+        for b in s.get("recall_at_false_flags", []):
+            lines.append(
+                f"| {b['budget']:g} | {_pct(b['recall_24h'])} | {_pct(b['catchable_share'])} "
+                f"| {_f(b['threshold'])} |"
+            )
+    q = s.get("lead_h_quantiles") or {}
+    if q:
+        lines += [
+            "",
+            "Lead times of failures with precursors flagged within the horizon (h): "
+            + ", ".join(f"{k} {_h(v)}" for k, v in q.items()),
+        ]
+    return lines
+
+
+def _pct(v: float | None) -> str:
     return "-" if v is None or not np.isfinite(v) else f"{v:.0%}"
 
 
@@ -181,6 +233,12 @@ def evaluate_dataset(
             on, days = M.false_flags(ds.meta, flag, ds.y | degrading, known)
             summary[f"{name}_false_flags_healthy_per_1000"] = on / days * 1000 if days else None
         summary.update(_oracle(ds, inside, pre, known, sudden))
+    summary["threshold"] = model.threshold
+    summary.update(
+        _robust_figures(
+            ds, failures, risk, hard, model_flag, rules_flag, summary, horizon_s, sudden
+        )
+    )
     m, r = tables["model"], tables["rules"]
     table = pd.DataFrame(
         {
@@ -250,6 +308,96 @@ def _oracle(
         "oracle_pr_auc": M.pr_auc(ds.y, ranked, known),
         "oracle_pr_auc_no_sudden": M.pr_auc(ds.y, ranked, quiet),
     }
+
+
+#: Risk thresholds of the operating curve (the model's own is added), and the false-flag
+#: budgets (per 1,000 GPU-days) it reports the best recall at.
+CURVE_THRESHOLDS = tuple(round(x, 2) for x in np.arange(0.05, 0.96, 0.05))
+CURVE_BUDGETS = (0.5, 1.0, 2.0, 5.0)
+
+
+def _robust_figures(
+    ds: Dataset,
+    failures: pd.DataFrame,
+    risk: np.ndarray,
+    hard: np.ndarray,
+    model_flag: np.ndarray,
+    rules_flag: np.ndarray,
+    summary: dict[str, Any],
+    horizon_s: float,
+    sudden: tuple[str, ...],
+) -> dict[str, Any]:
+    """Issue 17's figures: false flags with a 30-day outcome, the share of catchable failures
+    caught per mode, PR-AUC against the ground-truth bound, the operating curve and the lead
+    times."""
+    out: dict[str, Any] = {}
+    on_m, days = M.false_flag_days(ds.meta, model_flag)
+    on_r, _ = M.false_flag_days(ds.meta, rules_flag)
+    out["false_flag_gpu_days_30d"] = days
+    out["model_false_flag_days_30d"] = on_m
+    out["model_false_flag_days_30d_per_1000"] = on_m / days * 1000 if days else None
+    out["rules_false_flag_days_30d_per_1000"] = on_r / days * 1000 if days else None
+    bound = summary.get("oracle_pr_auc")
+    if bound:
+        out["pr_auc_vs_bound"] = summary["model_pr_auc"] / bound
+        out["rules_pr_auc_vs_bound"] = summary["rules_pr_auc"] / bound
+
+    def caught_table(flag: np.ndarray) -> pd.DataFrame:
+        ft = M.failure_table(ds.meta, flag, failures, horizon_s=horizon_s, lead_s=LEAD_S)
+        return ft[~ft["fail_kind"].isin(sudden)].assign(
+            catchable=M.catchable(ft)[~ft["fail_kind"].isin(sudden).to_numpy()]
+        )
+
+    slow = caught_table(model_flag)
+    by_mode: dict[str, tuple[int, int]] = {}
+    if "precursor_start_ts" in failures and len(slow):
+        for kind in sorted(slow["fail_kind"].unique()):
+            sel = slow[(slow["fail_kind"] == kind) & slow["catchable"]]
+            by_mode[str(kind)] = (len(sel), int(sel["caught"].sum()))
+        sel = slow[slow["catchable"]]
+        by_mode["ALL with precursors"] = (len(sel), int(sel["caught"].sum()))
+    out["catchable_by_mode"] = by_mode
+    lead = slow["lead_h"].to_numpy(float) if len(slow) else np.array([])
+    out["lead_h_quantiles"] = M.lead_quantiles(lead)
+    use30 = days > 0
+    out["operating_curve_false_flags"] = (
+        "flagged GPU-days, 30-day outcome" if use30 else "flag episodes, 7-day label"
+    )
+    known = ds.meta["known"].to_numpy(bool)
+    curve = []
+    for th in sorted({*CURVE_THRESHOLDS, float(summary["threshold"])}):
+        flag = (risk >= th) | hard
+        ct = caught_table(flag)
+        if use30:
+            on, d = M.false_flag_days(ds.meta, flag)
+        else:
+            on, d = M.false_flags(ds.meta, flag, ds.y, known)
+        n_c = int(ct["catchable"].sum()) if len(ct) else 0
+        curve.append(
+            {
+                "threshold": th,
+                "recall_24h": float(ct["caught"].mean()) if len(ct) else float("nan"),
+                "catchable_share": float(ct.loc[ct["catchable"], "caught"].mean())
+                if n_c
+                else float("nan"),
+                "false_flags_per_1000": on / d * 1000 if d else float("nan"),
+            }
+        )
+    out["operating_curve"] = curve
+    best = []
+    for budget in CURVE_BUDGETS:
+        ok = [c for c in curve if c["false_flags_per_1000"] <= budget]
+        top = max(ok, key=lambda c: (c["recall_24h"], c["threshold"])) if ok else None
+        best.append(
+            {
+                "budget": budget,
+                "recall_24h": top["recall_24h"] if top else float("nan"),
+                "catchable_share": top["catchable_share"] if top else float("nan"),
+                "threshold": top["threshold"] if top else float("nan"),
+            }
+        )
+    out["recall_at_false_flags"] = best
+    return out
 
 
 #: Risk thresholds the trade-off plot draws the model at (its own is marked).

@@ -29,7 +29,7 @@ SPREAD_LIMIT_C = 15.0
 @dataclass(frozen=True)
 class Feature:
     name: str
-    group: str  # memory, thermal, pcie, nvlink, xid: the reasons sentence it feeds; context: none
+    group: str  # memory, thermal, pcie, nvlink, xid, telemetry: its reasons sentence; context: none
     unit: str
     help: str
 
@@ -106,6 +106,41 @@ _BASE: tuple[Feature, ...] = (
     _f("gpu_lost_24h", "xid", "events", "GPU fell off the bus or needed a reset, last day."),
     # not a reason: tells the trees when the windows above are short (a new board)
     _f("history_h", "context", "h", "Hours of this GPU life's history, up to 168."),
+    # silence (issue 14): hours the GPU sent nothing while its life went on; never zeros
+    _f("gap_hours_24h", "telemetry", "h", "Hours of the last day without a sample."),
+    _f("gap_hours_7d", "telemetry", "h", "Hours of the last week without a sample."),
+    _f("longest_gap_h_7d", "telemetry", "h", "Longest run of hours without a sample, 7 days."),
+    _f("pcie_width_low_run_h", "pcie", "h", "Hours in a row, up to now, below full link width."),
+)
+#: Error counters read against the GPU's own past and its peers instead of in absolute
+#: units: another generator's (or another fleet's) replay and CRC magnitudes differ from the
+#: simulator's by orders, so what carries over is "worse than itself and its neighbours".
+#: (hourly increase in the panel, feature prefix, reason group, what it counts)
+RELATIVE: tuple[tuple[str, str, str, str], ...] = (
+    ("sbe", "sbe", "memory", "single-bit errors"),
+    ("replay", "pcie_replay", "pcie", "PCIe replays"),
+    ("nvl_crc", "nvlink_crc", "nvlink", "NVLink CRC errors"),
+)
+_REL_HELP: tuple[tuple[str, str, str], ...] = (
+    ("log_vs_own", "log ratio", "log(1 + hourly {w}, last day) minus the same, 6 days before."),
+    ("peak_vs_own", "log ratio", "log(1 + busiest hour's {w}, last day) vs the 6 days before."),
+    ("new_24h", "bool", "{W} in the last day after 6 days without any (NaN: no baseline)."),
+    ("growth_72h", "log/h", "Slope of log(1 + hourly {w}) over 3 days: exponential growth."),
+    ("active_share_72h", "fraction", "Share of the last 3 days' hours with any {w}."),
+    ("node_rank_24h", "fraction", "Share of the node's other GPUs with fewer {w} today."),
+    ("vs_node_log_24h", "log ratio", "log(1 + hourly {w}) today over the node median's, >= 0."),
+    ("model_rank_24h", "fraction", "Share of same-model GPUs in the fleet with fewer {w}."),
+    ("anomaly", "signs", "Scale-free warning signs of {w} at once (0-5): see docs/models.md."),
+)
+_BASE = _BASE + tuple(
+    _f(
+        f"{prefix}_{suffix}",
+        group,
+        unit,
+        help.format(w=what, W=what[0].upper() + what[1:]),
+    )
+    for _, prefix, group, what in RELATIVE
+    for suffix, unit, help in _REL_HELP
 )
 #: Signals also compared with the GPU's node and rack: value minus the peers' median, so a
 #: rack-wide heat wave or a node-wide job crash is not one sick GPU.
@@ -262,6 +297,85 @@ def _nvlink(p: HourlyPanel, w: Windows, out: dict[str, np.ndarray]) -> None:
     out["xid74_7d"] = w.sums(p.events["xid74"], (D7,))[D7][0]
 
 
+def _shifted(a: np.ndarray, hours: int) -> np.ndarray:
+    """``a`` moved ``hours`` buckets later (NaN in front): windows over it end that far back."""
+    pad = np.full((hours, a.shape[1]), np.nan, dtype=a.dtype)
+    return np.vstack([pad, a[:-hours]]) if a.shape[0] > hours else np.full_like(a, np.nan)
+
+
+def _relative(p: HourlyPanel, w: Windows, out: dict[str, np.ndarray]) -> None:
+    """Per counter family of ``RELATIVE``: the GPU against its own past (peers in ``_ranks``)."""
+    for key, prefix, _, _ in RELATIVE:
+        a = p.inc[key]
+        sums = w.sums(a, (H24, H72, D7))
+        (s24, k24), (s7, k7) = sums[H24], sums[D7]
+        sb, kb = s7 - s24, k7 - k24
+        with np.errstate(invalid="ignore", divide="ignore"):
+            m24 = np.where(k24 > 0, s24 / k24, np.nan)
+            mb = np.where(kb > 0, sb / kb, np.nan)
+        out[f"{prefix}_m24"] = m24  # hourly mean over the hours read: a gap is not a zero
+        out[f"{prefix}_log_vs_own"] = np.log1p(m24) - np.log1p(mb)
+        before_peak = w.peak(_shifted(a, H24), D7 - H24)
+        out[f"{prefix}_peak_vs_own"] = np.log1p(w.peak(a, H24)) - np.log1p(before_peak)
+        new = (s24 > 0) & (sb == 0)
+        out[f"{prefix}_new_24h"] = np.where((kb >= H24) & (k24 > 0), new.astype(float), np.nan)
+        out[f"{prefix}_growth_72h"] = w.slope(np.log1p(a), H72)
+        act = w.count_where(a, a > 0, H72)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[f"{prefix}_active_share_72h"] = act / sums[H72][1]
+
+
+def _ranks(meta: pd.DataFrame, out: dict[str, np.ndarray]) -> None:
+    """Per counter family: the GPU against its node's other GPUs and its model's, by rank
+    (unchanged when every count is scaled) and by log ratio to the node median."""
+    t = meta["t"].to_numpy()
+    for _, prefix, _, _ in RELATIVE:
+        m24 = out.pop(f"{prefix}_m24")
+        frame = pd.DataFrame({"v": m24, "t": t, "host": meta["hostname"].to_numpy()})
+        frame["model"] = meta["model"].to_numpy()
+        for scope, col in (("node", "host"), ("model", "model")):
+            g = frame.groupby(["t", col], sort=False)["v"]
+            below = g.rank(method="min").to_numpy() - 1.0  # peers strictly lower (NaN: unread)
+            peers = g.transform("count").to_numpy() - 1.0
+            with np.errstate(invalid="ignore", divide="ignore"):
+                rank = np.where(peers > 0, below / peers, np.nan)
+            out[f"{prefix}_{scope}_rank_24h"] = rank
+            if scope == "node":
+                med = g.transform("median").to_numpy()
+                # only "worse than its peers" counts: below a busy median is not scale-free
+                out[f"{prefix}_vs_node_log_24h"] = np.maximum(np.log1p(m24) - np.log1p(med), 0)
+        signs = (
+            (out[f"{prefix}_log_vs_own"] > np.log(4.0)).astype(float)
+            + (out[f"{prefix}_peak_vs_own"] > np.log(4.0))
+            + (out[f"{prefix}_new_24h"] > 0)
+            + (out[f"{prefix}_growth_72h"] > 0.02)
+            + ((out[f"{prefix}_node_rank_24h"] >= 0.99) & (m24 > 0))
+        )
+        out[f"{prefix}_anomaly"] = np.where(np.isnan(m24), np.nan, signs)
+
+
+def _gaps(p: HourlyPanel, w: Windows, out: dict[str, np.ndarray]) -> None:
+    """Silence: hours the GPU life sent nothing, from its first sample on (before it there is
+    no GPU to be silent), counted, never filled in as zeros."""
+    T, G = p.seen.shape
+    alive = np.arange(T)[:, None] >= p.first[None, :]
+    missing = np.where(alive, (~p.seen).astype(np.float32), np.nan)
+    for h, name in ((H24, "gap_hours_24h"), (D7, "gap_hours_7d")):
+        out[name] = w.sums(missing, (h,))[h][0]
+    run = np.zeros((T, G), dtype=np.float32)  # hours without a sample ending at each hour
+    for t in range(T):
+        run[t] = np.where(p.seen[t], 0.0, (run[t - 1] if t else 0.0) + 1.0)
+    run = np.where(alive, run, np.nan)
+    out["longest_gap_h_7d"] = np.minimum(w.peak(run, D7), float(D7))
+    width, wmax = p.gauge["pcie_link_width"], p.gauge["pcie_link_width_max"]
+    low = width < wmax - 0.5
+    lrun = np.zeros((T, G), dtype=np.float32)  # an unread hour neither breaks nor extends it
+    for t in range(T):
+        prev = lrun[t - 1] if t else 0.0
+        lrun[t] = np.where(np.isnan(width[t]), prev, np.where(low[t], prev + 1.0, 0.0))
+    out["pcie_width_low_run_h"] = np.where(np.isnan(w.last(wmax)), np.nan, w.last(lrun))
+
+
 def _xid(p: HourlyPanel, w: Windows, out: dict[str, np.ndarray]) -> None:
     for ch, wins in (
         ("xid_hw", (H24, D7)),
@@ -308,10 +422,11 @@ def compute_features(panel: HourlyPanel, rows: np.ndarray) -> tuple[pd.DataFrame
     )
     w = Windows(t, g, panel.first, n_buckets=panel.shape[0], last_fraction=panel.last_fraction)
     out: dict[str, np.ndarray] = {}
-    for part in (_memory, _thermal, _pcie, _nvlink, _xid):
+    for part in (_memory, _thermal, _pcie, _nvlink, _xid, _relative, _gaps):
         part(panel, w, out)
     out["history_h"] = np.minimum(w.age, float(D7))
     _peers(meta, out)
+    _ranks(meta, out)
     meta["fatal_xid"] = w.latest(panel.fatal_xid, H24)  # for the Xid catalogue's action
     X = pd.DataFrame({n: np.asarray(out[n], dtype=np.float32) for n in FEATURE_NAMES})
     return meta, X

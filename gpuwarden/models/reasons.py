@@ -21,7 +21,7 @@ from gpuwarden.health import AT_RISK_ACTION, GpuState, Reason, describe
 from gpuwarden.models.features import FEATURES
 from gpuwarden.models.rules import HARD, hard_table
 
-GROUPS: tuple[str, ...] = ("memory", "thermal", "pcie", "nvlink", "xid")
+GROUPS: tuple[str, ...] = ("memory", "thermal", "pcie", "nvlink", "xid", "telemetry")
 _GROUP_COLUMNS = {g: [f.name for f in FEATURES if f.group == g] for g in GROUPS}
 MIN_SHARE = 0.05  # a group that moves the risk by less than this is not a reason
 
@@ -35,6 +35,23 @@ def _up(rise: float) -> str:
     if not np.isfinite(rise) or rise < np.log(2.0):
         return ""
     return f", up {np.exp(rise):.0f}x on the days before"
+
+
+def _against_self_and_peers(r: pd.Series, prefix: str, what: str) -> list[str]:
+    """The scale-free signs of one counter family in words: against the GPU's own past
+    (started from nothing, a multiple of its usual rate, growing by a share an hour) and
+    against its node's other GPUs."""
+    out = []
+    if r[f"{prefix}_new_24h"] > 0:
+        out.append(f"{what} started in the last day after 6 days with none")
+    elif r[f"{prefix}_log_vs_own"] >= np.log(4.0):
+        out.append(f"{what} {np.exp(r[f'{prefix}_log_vs_own']):.0f}x this GPU's own rate")
+    growth = r[f"{prefix}_growth_72h"]
+    if np.isfinite(growth) and growth >= 0.02:
+        out.append(f"{what} growing about {np.expm1(growth):.0%} an hour over 3 days")
+    if r[f"{prefix}_node_rank_24h"] >= 0.99 and r[f"{prefix}_vs_node_log_24h"] > 0:
+        out.append(f"more {what} than every other GPU on its node")
+    return out
 
 
 def _memory(r: pd.Series) -> list[str]:
@@ -53,6 +70,8 @@ def _memory(r: pd.Series) -> list[str]:
         out.append("a memory repair waits for a GPU reset")
     if r["xid92_7d"] >= 1:
         out.append(f"Xid 92 (high single-bit rate) {_n(r['xid92_7d'])}x this week")
+    if r["sbe_per_day_24h"] >= 1:  # after the repairs: the rate above already says the rise
+        out += _against_self_and_peers(r, "sbe", "single-bit errors")
     return out
 
 
@@ -76,23 +95,29 @@ def _thermal(r: pd.Series) -> list[str]:
 
 def _pcie(r: pd.Series) -> list[str]:
     out = []
+    if r["pcie_width_deficit_1h"] > 0:
+        run = r["pcie_width_low_run_h"]
+        since = f" for {_n(run)} h" if np.isfinite(run) and run >= 1 else ""
+        out.append(f"PCIe link lost {r['pcie_width_deficit_1h']:.0%} of its lanes{since}")
     rate = r["pcie_replay_per_min_24h"]
     if rate > 0:
         limit = r["pcie_replay_vs_limit_1h"]
         share = f" ({limit:.0%} of DCGM's limit in the last hour)" if np.isfinite(limit) else ""
         out.append(f"PCIe replays {_n(rate)}/min{share}{_up(r['pcie_replay_rise_24h'])}")
-    if r["pcie_width_deficit_1h"] > 0:
-        out.append(f"PCIe link lost {r['pcie_width_deficit_1h']:.0%} of its lanes")
+        out += _against_self_and_peers(r, "pcie_replay", "PCIe replays")
     return out
 
 
 def _nvlink(r: pd.Series) -> list[str]:
     out = []
     if r["nvlink_crc_per_min_24h"] > 0:
+        relative = _against_self_and_peers(r, "nvlink_crc", "NVLink CRC errors")
+        out += relative[:1]
         out.append(
             f"NVLink CRC errors {_n(r['nvlink_crc_per_min_24h'])}/min"
             f"{_up(r['nvlink_crc_rise_24h'])}"
         )
+        out += relative[1:]
     if r["nvlink_recovery_24h"] >= 1:
         out.append(f"{_n(r['nvlink_recovery_24h'])} NVLink recoveries today")
     if r["xid74_7d"] >= 1:
@@ -109,12 +134,22 @@ def _xid(r: pd.Series) -> list[str]:
     return out
 
 
+def _telemetry(r: pd.Series) -> list[str]:
+    if not r["gap_hours_24h"] >= 1 and not r["longest_gap_h_7d"] >= 2:
+        return []
+    return [
+        f"no telemetry for {_n(r['gap_hours_24h'])} h of the last day "
+        f"(longest silence this week {_n(r['longest_gap_h_7d'])} h)"
+    ]
+
+
 _SAY: dict[str, Callable[[pd.Series], list[str]]] = {
     "memory": _memory,
     "thermal": _thermal,
     "pcie": _pcie,
     "nvlink": _nvlink,
     "xid": _xid,
+    "telemetry": _telemetry,
 }
 
 

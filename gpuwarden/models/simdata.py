@@ -120,6 +120,63 @@ def simulate_panel(
     return SimPanel(panel, fleet, ev, fails)
 
 
+def family_panel(draw: Any, *, progress: bool = False) -> SimPanel:
+    """A member of the randomized family (``sim.family.FamilyDraw``), its unsupported fields
+    hidden as the draw says."""
+    hides = [HideField(model, fields) for model, fields in draw.hidden]
+    return simulate_panel(draw.spec, transforms=hides, progress=progress)
+
+
+def concat_panels(panels: Sequence[HourlyPanel], names: Sequence[str]) -> HourlyPanel:
+    """Several fleets' panels side by side, as one panel over the union of their hours.
+
+    Hostnames, racks and keys get the fleet's name in front, so node and rack peers never
+    cross fleets; hours a fleet did not cover are unread (NaN, not seen), never zeros."""
+    h0 = min(int(p.hours[0]) for p in panels)
+    h1 = max(int(p.hours[-1]) for p in panels)
+    T = (h1 - h0) // int(H.HOUR_S) + 1
+
+    def pad(p: HourlyPanel, a: np.ndarray, fill: Any) -> np.ndarray:
+        out = np.full((T, a.shape[1]), fill, dtype=a.dtype)
+        lo = (int(p.hours[0]) - h0) // int(H.HOUR_S)
+        out[lo : lo + a.shape[0]] = a
+        return out
+
+    def stack(get: Callable[[HourlyPanel], np.ndarray], fill: Any) -> np.ndarray:
+        return np.hstack([pad(p, get(p), fill) for p in panels])
+
+    def stack_all(attr: str, fill: Any) -> dict[str, np.ndarray]:
+        first_of: dict[str, np.ndarray] = getattr(panels[0], attr)
+        return {k: np.hstack([pad(p, getattr(p, attr)[k], fill) for p in panels]) for k in first_of}
+
+    keys = []
+    for p, name in zip(panels, names, strict=True):
+        k = p.keys.copy()
+        for col in ("key", "hostname"):
+            k[col] = name + "/" + k[col].astype(str)
+        k["rack"] = np.where(k["rack"].astype(str) == "", "", name + "/" + k["rack"].astype(str))
+        keys.append(k)
+    first = np.concatenate(
+        [
+            np.where(p.first >= p.shape[0], T, p.first + (int(p.hours[0]) - h0) // int(H.HOUR_S))
+            for p in panels
+        ]
+    ).astype(np.int64)
+    reads = [p.fields_read for p in panels]
+    return HourlyPanel(
+        np.arange(h0, h1 + 1, int(H.HOUR_S), dtype=np.int64),
+        pd.concat(keys, ignore_index=True),
+        stack(lambda p: p.seen, False),
+        first,
+        stack_all("inc", np.nan),
+        stack_all("gauge", np.nan),
+        stack_all("events", 0.0),
+        stack(lambda p: p.retired_total, np.nan),
+        stack(lambda p: p.fatal_xid, np.nan),
+        fields_read=None if any(r is None for r in reads) else np.vstack(reads),  # type: ignore[arg-type]
+    )
+
+
 #: The share of HBM failures without an SBE ramp in the fleets the shipped model was trained
 #: and judged on (the simulator before it was compared with the Calchas log).
 SHIPPED_HBM_SUDDEN_FRACTION = 0.0

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from gpuwarden.sim._events import NodeReset
 from gpuwarden.sim._frames import FRAME_COLUMNS
+from gpuwarden.sim.family import FamilyDraw, draw_family
 from gpuwarden.sim.fleet import Fleet, RackHeat, SimChunk, SimResult
 from gpuwarden.sim.live import LiveFleet
 from gpuwarden.sim.spec import (
@@ -36,6 +37,7 @@ __all__ = [
     "DEFAULT_START_TS",
     "FAILURE_KINDS",
     "FRAME_COLUMNS",
+    "FamilyDraw",
     "MODELS",
     "PRECURSOR_KINDS",
     "SUDDEN_KINDS",
@@ -46,4 +48,5 @@ __all__ = [
     "RackHeat",
     "SimChunk",
     "SimResult",
+    "draw_family",
 ]

@@ -130,6 +130,11 @@ class Engine:
             sp.lookalike_fraction,
             tuple(sp.kinds),
             sp.hbm_sudden_fraction,
+            sp.precursor_shape,
+            sp.precursor_magnitude,
+            sp.precursor_magnitude_sd,
+            sp.precursor_length,
+            sp.background_noise,
         )
         self.lives: list[L.Lifetime] = []
         self.slot_lives: list[list[int]] = [[] for _ in range(self.n_slots)]

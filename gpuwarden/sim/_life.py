@@ -108,6 +108,11 @@ class LifeContext:
     lookalike_fraction: float
     kinds: tuple[str, ...]
     hbm_sudden_fraction: float = 0.0
+    precursor_shape: str = "accelerating"
+    precursor_magnitude: float = 1.0
+    precursor_magnitude_sd: float = 0.0
+    precursor_length: float = 1.0
+    background_noise: float = 1.0
 
     def step_at(self, ts: float) -> int:
         """Index of the first sample at or after ``ts``."""
@@ -195,7 +200,7 @@ def new_lifetime(
         precursor_start_ts=None,
         lookalike=look,
     )
-    _draw_traits(life, rng)
+    _draw_traits(life, rng, ctx.background_noise)
     if np.isfinite(fail_ts):
         if kind in C.PRECURSOR_KINDS:
             _draw_precursor(ctx, life, rng)
@@ -210,7 +215,7 @@ def _lognormal(rng: np.random.Generator, median: float, sd: float) -> float:
     return float(median * np.exp(sd * rng.standard_normal()))
 
 
-def _draw_traits(life: Lifetime, rng: np.random.Generator) -> None:
+def _draw_traits(life: Lifetime, rng: np.random.Generator, noise: float = 1.0) -> None:
     life.gpu_off_c = 1.5 * rng.standard_normal()
     life.mem_off_c = 1.5 * rng.standard_normal() + 0.3 * life.gpu_off_c
     life.theta_scale = 1.0 + 0.05 * rng.standard_normal()
@@ -231,6 +236,11 @@ def _draw_traits(life: Lifetime, rng: np.random.Generator) -> None:
         life.mem_off_c += rng.uniform(6.0, 12.0)
     elif look == "app_flaky":
         life.app_factor = C.APP_FLAKY_FACTOR
+    if noise != 1.0:  # the randomized family's benign-noise level; 1 leaves the draw as it was
+        life.sbe_per_day *= noise
+        life.burst_per_day *= noise
+        life.pcie_blip_per_day *= noise
+        life.pcie_steady_per_h *= noise
 
 
 def _draw_sudden(life: Lifetime, rng: np.random.Generator) -> None:
@@ -292,10 +302,31 @@ def _grid(ctx: LifeContext, life: Lifetime) -> tuple[np.ndarray, np.ndarray]:
     return steps, (np.arange(n) + 0.5) / n
 
 
-def _accelerating(
-    rng: np.random.Generator, u: np.ndarray, peak_per_s: float, k: float, step_s: int
+def _counts(
+    rng: np.random.Generator, profile: np.ndarray, peak_per_s: float, step_s: int
 ) -> np.ndarray:
-    return rng.poisson(peak_per_s * step_s * np.exp(k * (u - 1.0)))
+    return rng.poisson(peak_per_s * step_s * profile)
+
+
+def _profile(
+    shape: str, u: np.ndarray, k: float, step_ts: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """The precursor's rate over its span as a share of the peak (``C.PRECURSOR_SHAPES``)."""
+    if shape == "mixed":
+        shape = C.PRECURSOR_SHAPES[int(rng.integers(0, len(C.PRECURSOR_SHAPES) - 1))]
+    if shape == "accelerating":
+        return np.exp(k * (u - 1.0))
+    if shape == "exponential":
+        return np.exp(rng.uniform(7.0, 12.0) * (u - 1.0))
+    if shape == "linear":
+        return u.astype(np.float64)
+    if shape == "step":
+        return (u >= rng.uniform(0.1, 0.8)).astype(np.float64)
+    # bursts: hour-long blocks, each on with one probability, louder towards the end
+    hour = np.floor((step_ts - step_ts[0]) / 3600.0).astype(np.int64)
+    on = rng.random(int(hour[-1]) + 1) < rng.uniform(0.15, 0.6)
+    on[-1] = True
+    return on[hour] * (0.3 + 0.7 * u)
 
 
 def _keep(steps: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -310,9 +341,8 @@ def _draw_precursor(ctx: LifeContext, life: Lifetime, rng: np.random.Generator) 
     counts from a second stream, so the same board fails the same way at any ``step_s``.
     """
     median_h, sd_len, sd_int = C.PRECURSOR_SHAPE[life.kind]
-    length = float(
-        np.clip(_lognormal(rng, median_h * 3600, sd_len), C.MIN_PRECURSOR_S, C.MAX_PRECURSOR_S)
-    )
+    median_s = median_h * 3600 * ctx.precursor_length
+    length = float(np.clip(_lognormal(rng, median_s, sd_len), C.MIN_PRECURSOR_S, C.MAX_PRECURSOR_S))
     start = max(life.fail_ts - length, life.start_ts + ctx.step_s)
     life.precursor_start_ts = min(start, life.fail_ts - ctx.step_s)
     life.precursor_step = min(ctx.step_at(life.precursor_start_ts), life.fail_step - 1)
@@ -324,13 +354,20 @@ def _draw_precursor(ctx: LifeContext, life: Lifetime, rng: np.random.Generator) 
     n = len(steps)
     step_ts = ctx.start_ts + steps * float(ctx.step_s)
     lid, fts = life.id, life.fail_ts
+    # the family's knobs draw from a stream of their own: at their defaults nothing changes
+    knob = keyed_rng(ctx.seed, STREAM_LIFE, life.slot, life.gen, 3)
+    profile = _profile(ctx.precursor_shape, u, k, step_ts, knob)
+    mag = ctx.precursor_magnitude
+    if ctx.precursor_magnitude_sd > 0:
+        mag *= float(np.exp(ctx.precursor_magnitude_sd * knob.standard_normal()))
+    intensity *= mag
     if life.kind == C.HBM:
         peak = C.HBM_SBE_PEAK_PER_H * intensity / 3600
-        sbe = _accelerating(ev, u, peak, k, ctx.step_s)
+        sbe = _counts(ev, profile, peak, ctx.step_s)
         remap = ev.binomial(sbe, C.HBM_REMAP_PER_SBE * (0.5 + 1.5 * share))
         dbe = np.zeros_like(sbe)
         span = max(1, int(n * (0.05 + 0.25 * extra)))
-        for i in ev.integers(n - span, n, ev.poisson(1.5 * intensity**0.5)):
+        for i in ev.integers(n - span, n, ev.poisson(1.5 * (intensity / mag) ** 0.5)):
             dbe[i] += 1
             t = float(step_ts[i]) - ev.uniform(0, ctx.step_s)
             life.xids += [
@@ -340,7 +377,7 @@ def _draw_precursor(ctx: LifeContext, life: Lifetime, rng: np.random.Generator) 
             ]
         for i in np.flatnonzero(remap):
             life.xids.append(XidRecord(float(step_ts[i]) - 1.0, lid, "xid", C.XID_ROW_REMAP))
-        over = np.flatnonzero(peak * np.exp(k * (u - 1.0)) * 3600 >= C.XID_92_THRESHOLD_PER_H)
+        over = np.flatnonzero(peak * profile * 3600 >= C.XID_92_THRESHOLD_PER_H)
         if over.size:
             life.xids.append(XidRecord(float(step_ts[over[0]]), lid, "xid", C.XID_HIGH_SBE_RATE))
         if ending < 0.4:  # an uncontained error takes the GPU down at once
@@ -363,7 +400,7 @@ def _draw_precursor(ctx: LifeContext, life: Lifetime, rng: np.random.Generator) 
             REMAP_U: _keep(steps, dbe.copy()),  # each DBE remaps its row
         }
     elif life.kind == C.PCIE:
-        replay = _accelerating(ev, u, C.PCIE_REPLAY_PEAK_PER_MIN * intensity / 60, k, ctx.step_s)
+        replay = _counts(ev, profile, C.PCIE_REPLAY_PEAK_PER_MIN * intensity / 60, ctx.step_s)
         life.events = {REPLAY: _keep(steps, replay)}
         if ending < 0.75:  # the link trains down to fewer lanes (sometimes a slower gen too)
             life.width_drop_step = int(steps[int(n * where)])
@@ -373,7 +410,8 @@ def _draw_precursor(ctx: LifeContext, life: Lifetime, rng: np.random.Generator) 
         life.xid = C.XID_FELL_OFF_BUS
         life.xids += [XidRecord(fts, lid, "xid", life.xid), XidRecord(fts, lid, "gpu_lost")]
     elif life.kind == C.COOLING:
-        life.cool_amp_c = C.COOLING_MEM_RISE_C * intensity
+        # degrees, not counts: the family's magnitude acts through its 0.35th power
+        life.cool_amp_c = C.COOLING_MEM_RISE_C * (intensity / mag) * mag**0.35
         life.cool_core_ratio = 0.2 + 0.3 * share
         life.cool_shape = 1.0 + 2.0 * extra
         if ending < 0.5:  # thermal shutdown drops it off the bus; else operators pull it
@@ -382,10 +420,10 @@ def _draw_precursor(ctx: LifeContext, life: Lifetime, rng: np.random.Generator) 
     elif life.kind == C.NVLINK:
         base = C.NVLINK_CRC_PEAK_PER_MIN * intensity / 60
         life.events = {
-            NVL_FLIT: _keep(steps, _accelerating(ev, u, base, k, ctx.step_s)),
-            NVL_DATA: _keep(steps, _accelerating(ev, u, 0.25 * base, k, ctx.step_s)),
-            NVL_REPLAY: _keep(steps, _accelerating(ev, u, 0.5 * base, k, ctx.step_s)),
-            NVL_RECOVERY: _keep(steps, _accelerating(ev, u, 0.01 * base, k, ctx.step_s)),
+            NVL_FLIT: _keep(steps, _counts(ev, profile, base, ctx.step_s)),
+            NVL_DATA: _keep(steps, _counts(ev, profile, 0.25 * base, ctx.step_s)),
+            NVL_REPLAY: _keep(steps, _counts(ev, profile, 0.5 * base, ctx.step_s)),
+            NVL_RECOVERY: _keep(steps, _counts(ev, profile, 0.01 * base, ctx.step_s)),
         }
         if ending < 0.5:  # recoverable NVLink errors logged before the link gives up
             for i in ev.integers(int(n * 0.7), n, 1 + int(3 * share)):

@@ -236,6 +236,19 @@ PRECURSOR_SHAPE: dict[str, tuple[float, float, float]] = {
     COOLING: (120.0, 0.9, 0.5),
     NVLINK: (24.0, 1.1, 1.2),
 }
+#: Precursor shapes: the rate over the precursor's span u in (0, 1) is the peak times
+#: exp(k (u - 1)) ("accelerating", k 2.5-7, the calibrated default), exp(k (u - 1)) with k 7-12
+#: ("exponential": from almost nothing), u ("linear"), 0 then the peak from a random point
+#: ("step"), or hour-long blocks switched on at random ("bursts"). "mixed" draws one of the
+#: five per failure.
+PRECURSOR_SHAPES: tuple[str, ...] = (
+    "accelerating",
+    "exponential",
+    "linear",
+    "step",
+    "bursts",
+    "mixed",
+)
 MIN_PRECURSOR_S = 1800.0
 MAX_PRECURSOR_S = 21 * 86400.0
 HBM_SBE_PEAK_PER_H = 120.0  # median SBE rate (/h) just before an HBM failure

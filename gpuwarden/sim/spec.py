@@ -13,6 +13,9 @@ from gpuwarden.sim import calib as C
 MODELS: tuple[str, ...] = tuple(C.MODELS)
 PRECURSOR_KINDS: tuple[str, ...] = C.PRECURSOR_KINDS  # failures announced by telemetry
 SUDDEN_KINDS: tuple[str, ...] = C.SUDDEN_KINDS  # failures with no precursor
+#: How a precursor's event rate grows towards the failure (``FleetSpec.precursor_shape``):
+#: "accelerating" is the calibrated default; "mixed" draws one of the others per failure.
+PRECURSOR_SHAPES: tuple[str, ...] = C.PRECURSOR_SHAPES
 FAILURE_KINDS: tuple[str, ...] = (*PRECURSOR_KINDS, *SUDDEN_KINDS)
 DEFAULT_START_TS = 1767225600.0  # 2026-01-01T00:00:00Z
 
@@ -42,6 +45,13 @@ class FleetSpec:
     heat_events_per_rack_day: float = 0.05  # rack-wide inlet excursions of +4..12 C for hours
     ambient_c: float = 22.0  # mean rack inlet temperature (racks differ by -2..+3 C)
     diurnal_peak_utc_h: float = 20.0  # hour (UTC) of peak inference load
+    #: The knobs below widen the precursors for the randomized family (``sim.family``); at
+    #: their defaults the simulator draws exactly what it drew before they existed.
+    precursor_shape: str = "accelerating"  # PRECURSOR_SHAPES
+    precursor_magnitude: float = 1.0  # multiplies every precursor's error rates
+    precursor_magnitude_sd: float = 0.0  # log-sd of a further per-failure factor
+    precursor_length: float = 1.0  # multiplies the median precursor lengths
+    background_noise: float = 1.0  # multiplies benign SBE, burst and PCIe replay rates
 
     def __post_init__(self) -> None:
         ints = {
@@ -73,6 +83,14 @@ class FleetSpec:
                 raise ConfigError(
                     f"FleetSpec.models: unknown model {m!r}; known: {', '.join(MODELS)}"
                 )
+        if self.precursor_shape not in PRECURSOR_SHAPES:
+            raise ConfigError(
+                f"FleetSpec.precursor_shape: unknown shape {self.precursor_shape!r}; "
+                f"known: {', '.join(PRECURSOR_SHAPES)}"
+            )
+        for name in ("precursor_magnitude", "precursor_length"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"FleetSpec.{name} must be positive, got {getattr(self, name)!r}")
         for k in self.kinds:
             if k not in FAILURE_KINDS:
                 raise ConfigError(

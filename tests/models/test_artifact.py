@@ -91,4 +91,8 @@ def test_the_shipped_default_model_loads_and_is_small():
     model = load_model()
     assert (DEFAULT_DIR / MODEL_FILE).stat().st_size < 2 * 1024 * 1024
     assert model.card["training_data"]["failures"] > 50
-    assert "held_out" in model.card["metrics"]
+    assert {"validation", "held_out_family"} <= set(model.card["metrics"])
+    # the threshold comes from the validation fleet's operating curve, and the card says so
+    choice = model.card["threshold_choice"]
+    assert model.threshold == choice["threshold"] and "validation fleet" in choice["rule"]
+    assert any(c["threshold"] == model.threshold for c in choice["curve"])

@@ -129,3 +129,40 @@ def test_shipped_model_beats_the_rules_on_a_small_held_out_fleet(eval_sim):
     assert s["model_pr_auc"] > 2 * s["rules_pr_auc"]
     t = ev.table.set_index("mode").loc["ALL with precursors"]
     assert t["model_caught"] >= t["rules_caught"] - 2  # as many caught, give or take noise
+
+
+def test_thirty_day_false_flags_count_flagged_gpu_days_of_gpus_that_do_not_fail_soon():
+    days = 60
+    meta = _rows({"ok": days * 24, "dies": days * 24, "late": days * 24})
+    meta["at"] = meta["at"] + H  # a row at the end of each hour
+    fail = {"ok": np.nan, "dies": 20.5 * 86400, "late": 59.0 * 86400}
+    meta["fail_ts"] = meta["key"].map(fail)
+    meta = meta[~(meta["at"] >= meta["fail_ts"])].reset_index(drop=True)  # a life ends there
+    flag = np.zeros(len(meta), bool)
+    at = meta["at"].to_numpy()
+    # "ok" is flagged for 2 hours on day 3 and all of day 10; "dies" on day 5 (fails on day
+    # 20: within 30 days, not false); "late" on day 12 (fails on day 59: 47 days on, false)
+    flag[(meta["key"] == "ok") & (at > 3 * 86400) & (at <= 3 * 86400 + 2 * H)] = True
+    flag[(meta["key"] == "ok") & (at > 10 * 86400) & (at <= 11 * 86400)] = True
+    flag[(meta["key"] == "dies") & (at > 5 * 86400) & (at <= 6 * 86400)] = True
+    flag[(meta["key"] == "late") & (at > 12 * 86400) & (at <= 13 * 86400)] = True
+    # a flag in the last 30 days is left out: its outcome is unknown
+    flag[(meta["key"] == "ok") & (at > 40 * 86400) & (at <= 41 * 86400)] = True
+    on, gpu_days = M.false_flag_days(meta, flag)
+    assert on == 3
+    # the days that end 30 days before the record's end or earlier (0-29): all 30 of "ok",
+    # 28 of "late" (days 28 and 29 end within 30 days of its failure), none of "dies"
+    assert gpu_days == 58
+    assert M.false_flag_days(meta.iloc[:0], flag[:0]) == (0, 0.0)
+
+
+def test_catchable_is_a_precursor_that_began_a_day_ahead():
+    f = pd.DataFrame(
+        {
+            "fail_ts": [100 * H, 100 * H, 100 * H],
+            "precursor_start_ts": [50 * H, 90 * H, np.nan],
+        }
+    )
+    assert M.catchable(f).tolist() == [True, False, False]
+    q = M.lead_quantiles(np.array([10.0, 20.0, np.nan, 30.0]))
+    assert q["p50"] == 20.0 and q["p10"] == pytest.approx(12.0)

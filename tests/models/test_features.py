@@ -24,7 +24,7 @@ def test_every_feature_is_documented_with_a_group_and_unit():
     assert len(set(FEATURE_NAMES)) == len(FEATURE_NAMES)
     for f in FEATURES:
         assert (
-            f.group in {"memory", "thermal", "pcie", "nvlink", "xid", "context"}
+            f.group in {"memory", "thermal", "pcie", "nvlink", "xid", "telemetry", "context"}
             and f.unit
             and f.help
         )

@@ -147,6 +147,15 @@ def test_reasons_say_the_numbers_of_the_group_that_raises_the_risk(tiny_model):
         xid63_7d=12,
         sbe_per_day_24h_vs_node=400,
         sbe_per_day_24h_vs_rack=400,
+        # the same GPU read against its own past and its peers
+        sbe_log_vs_own=np.log1p(400 / 24) - np.log1p(6 / 24),
+        sbe_peak_vs_own=2.0,
+        sbe_growth_72h=0.03,
+        sbe_active_share_72h=0.6,
+        sbe_node_rank_24h=1.0,
+        sbe_vs_node_log_24h=np.log1p(400 / 24),
+        sbe_model_rank_24h=1.0,
+        sbe_anomaly=4,
     )
     X = pd.DataFrame([base, sick])[list(FEATURE_NAMES)].astype(np.float32)
     meta = pd.DataFrame({"fatal_xid": [np.nan, np.nan]})

@@ -1,0 +1,75 @@
+"""The randomized family (issue 17): draws stay inside the committed ranges, differ by seed,
+and every shape simulates."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from gpuwarden.errors import ConfigError
+from gpuwarden.sim import Fleet, FleetSpec
+from gpuwarden.sim import calib as C
+from gpuwarden.sim import family as F
+
+
+def _inside(v: float, lo_hi: tuple[float, float]) -> bool:
+    lo, hi = lo_hi
+    return lo - 1e-12 <= v <= hi + 1e-12
+
+
+def test_draws_stay_inside_the_committed_ranges_and_differ_by_seed():
+    draws = [F.draw_family(s) for s in range(40)]
+    for d in draws:
+        s = d.spec
+        assert _inside(s.precursor_magnitude, F.MAGNITUDE_RANGE)
+        assert _inside(s.precursor_magnitude_sd, F.MAGNITUDE_SD_RANGE)
+        assert _inside(s.precursor_length, F.LENGTH_RANGE)
+        assert _inside(s.lookalike_fraction, F.LOOKALIKE_RANGE)
+        assert _inside(s.background_noise, F.NOISE_RANGE)
+        assert _inside(s.reboot_rate_per_node_day, F.REBOOT_RANGE)
+        assert _inside(s.driver_reload_rate_per_node_day, F.RELOAD_RANGE)
+        assert _inside(s.sudden_fraction, F.SUDDEN_RANGE)
+        assert _inside(s.hbm_sudden_fraction, F.HBM_SUDDEN_RANGE)
+        assert s.step_s in F.STEP_CHOICES_S and s.precursor_shape in F.SHAPES
+        assert s.seed == d.seed and s.accel == F.ACCEL
+        for model, fields in d.hidden:
+            assert model in s.models and set(fields) <= set(F.HIDEABLE_FIELDS)
+    # the family is wide: over 40 seeds the magnitudes span more than two orders of magnitude
+    mags = [d.spec.precursor_magnitude for d in draws]
+    assert math.log10(max(mags) / min(mags)) > 1.5
+    assert len({d.spec.precursor_shape for d in draws}) == len(F.SHAPES)
+    assert len({d.spec.step_s for d in draws}) == len(F.STEP_CHOICES_S)
+    assert F.draw_family(7) == F.draw_family(7)
+    assert len({d.describe()["precursor_magnitude"] for d in draws}) == len(draws)
+    assert not set(F.TRAIN_SEEDS) & set(F.HELD_OUT_SEEDS)
+
+
+def test_knobs_are_checked():
+    with pytest.raises(ConfigError, match="precursor_shape"):
+        FleetSpec(precursor_shape="zigzag")
+    with pytest.raises(ConfigError, match="precursor_magnitude"):
+        FleetSpec(precursor_magnitude=0.0)
+
+
+@pytest.mark.parametrize("shape", [s for s in C.PRECURSOR_SHAPES if s != "accelerating"])
+def test_every_shape_makes_nvlink_precursors_whose_size_follows_the_magnitude(shape):
+    spec = FleetSpec(
+        nodes=2,
+        days=6,
+        step_s=600,
+        accel=400,
+        seed=3,
+        kinds=("nvlink_degradation",),
+        sudden_fraction=0.0,
+        precursor_shape=shape,
+    )
+    totals = []
+    for mag in (0.1, 10.0):
+        res = Fleet(replace(spec, precursor_magnitude=mag)).run()
+        assert any(f.kind == "nvlink_degradation" for f in res.failures)
+        crc = res.samples.groupby("uuid")["nvlink_crc_flit_errors_total"].max()
+        totals.append(float(np.nansum(crc)))
+    assert totals[1] > 20 * totals[0] > 0
