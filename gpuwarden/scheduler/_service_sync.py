@@ -46,6 +46,8 @@ class AgentSync:
             self.nodes.sleep.synced(node)
         if body.get("models") is not None:
             self.nodes.set_model_cache(node, list(body["models"]))
+        if body.get("gpus") is not None:
+            self.nodes.usage.add(node, now, body["gpus"])
         reported: dict[Key, dict[str, Any]] = {}
         for t in body["tasks"]:
             reported[(t["job_id"], int(t["attempt"]), int(t["task"]))] = t

@@ -130,11 +130,21 @@ class LogChunk(_Strict):
     offset: Whole | None = None
 
 
+class GpuUsage(_Strict):
+    index: int = Field(ge=0, le=63)
+    util_pct: float | None = Field(None, ge=0, le=100, description="mean since the last sync")
+    energy_mj: float | None = Field(None, ge=0, le=1e15, description="energy since the last sync")
+    span_s: float | None = Field(None, ge=0, le=1e9, description="seconds energy_mj covers")
+
+
 class Sync(_Strict):
     tasks: list[TaskReport] = Field([], max_length=MAX_SYNC_ITEMS)
     logs: list[LogChunk] = Field([], max_length=MAX_SYNC_ITEMS)
     models: list[Annotated[str, Field(min_length=1, max_length=300)]] | None = Field(
         None, max_length=4096, description="model weights the node's local cache holds"
+    )
+    gpus: list[GpuUsage] | None = Field(
+        None, max_length=64, description="measured per GPU; absent where there is no NVML"
     )
 
 

@@ -227,19 +227,21 @@ def reclaim(node: str, in_s: float, reason: str, url: str, token_file: str | Non
 @domain_errors()
 def nodes(fmt: str, url: str, token_file: str | None) -> None:
     """List the nodes the scheduler knows, one line per GPU: the node's state (ok, or lost
-    when its agent stopped syncing) and seconds since its agent's last sync."""
+    when its agent stopped syncing), seconds since its agent's last sync, and each GPU's
+    measured utilisation over the service's usage window ("-" where the agent has no NVML: the
+    sleep controller then goes by allocation, UTIL_FROM)."""
     with _client(url, token_file) as c:
         rows = c.nodes()
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
         return
     header = ("NODE", "STATE", "SINCE_SYNC_S", "GPU", "MODEL", "MEMORY_MIB", "HEALTH", "MODE",
-              "USED")  # fmt: skip
+              "USED", "UTIL_PCT", "UTIL_FROM")  # fmt: skip
     table = []
     for n in rows:
         since = n.get("since_sync_s")
         for g in n.get("gpus", []) or [{}]:
-            used = g.get("used_milli")
+            used, util = g.get("used_milli"), g.get("util_pct")
             table.append(
                 (
                     n["node"],
@@ -251,6 +253,8 @@ def nodes(fmt: str, url: str, token_file: str | None) -> None:
                     _s(g.get("health")),
                     _s(g.get("mode")),
                     "-" if used is None else f"{used / 1000:.3g}",
+                    "-" if util is None else f"{util:.0f}",
+                    _s(n.get("utilisation_from")),
                 )  # fmt: skip
             )
     _echo_table(header, table)

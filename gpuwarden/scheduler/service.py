@@ -100,7 +100,11 @@ class SchedulerService:
         self._agents = AgentSync(self._lifecycle, self._nodes)
         if sleep is not None:
             self._nodes.sleep = ServiceSleep(
-                self._lifecycle, sleep, broadcast=wol_broadcast, port=wol_port
+                self._lifecycle,
+                sleep,
+                broadcast=wol_broadcast,
+                port=wol_port,
+                usage=self._nodes.usage,
             )
         self._jobs = JobRequests(
             self._lifecycle, self._nodes, clock, max_queued_tasks=max_queued_tasks
