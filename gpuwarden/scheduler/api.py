@@ -340,10 +340,10 @@ def create_app(
         rows = service.billing(who, since, until)
         if format == "csv":
             return Response(to_csv(rows), media_type="text/csv")
-        power = service.billing_energy(rows)
+        power = service.billing_energy(rows, since, until)
         return [
             {"tenant": r.tenant, "job_id": r.job_id, "name": r.name, "gpu_hours": r.gpu_hours,
-             "kwh": e.kwh, "co2_kg": e.co2_kg}
+             "kwh": e.kwh, "co2_kg": e.co2_kg, "kwh_source": e.source}
             for r, e in zip(rows, power, strict=True)
         ]  # fmt: skip
 

@@ -303,7 +303,9 @@ def billing(
     url: str,
     token_file: str | None,
 ) -> None:
-    """GPU-hours per job and tenant in a window; shares and MIG instances count fractionally."""
+    """GPU-hours per job and tenant in a window; shares and MIG instances count fractionally.
+    KWH_FROM says whether a job's kWh was measured by its GPUs' energy counters, partly
+    measured, or estimated from board power (agents without NVML)."""
     now = datetime.now(UTC)
     since_s = parse_time(since, "--since") if since else now.replace(
         day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()  # fmt: skip
@@ -319,13 +321,14 @@ def billing(
     if fmt == "json":
         click.echo(json.dumps(raw, indent=2))
         return
-    power = [EnergyRow(r["tenant"], r["job_id"], r.get("kwh"), r.get("co2_kg")) for r in raw]
-    table = [(r.tenant, r.job_id, r.name, f"{r.gpu_hours:.4f}", _num(e.kwh), _num(e.co2_kg))
-             for r, e in zip(rows, power, strict=True)]  # fmt: skip
+    power = [EnergyRow(r["tenant"], r["job_id"], r.get("kwh"), r.get("co2_kg"),
+                       r.get("kwh_source", "estimated")) for r in raw]  # fmt: skip
+    table = [(r.tenant, r.job_id, r.name, f"{r.gpu_hours:.4f}", _num(e.kwh), e.source,
+              _num(e.co2_kg)) for r, e in zip(rows, power, strict=True)]  # fmt: skip
     watts = energy_totals(power)
-    table += [(t, "(total)", "", f"{h:.4f}", _num(watts[t][0]), _num(watts[t][1]))
+    table += [(t, "(total)", "", f"{h:.4f}", _num(watts[t][0]), "", _num(watts[t][1]))
               for t, h in tenant_totals(rows).items()]  # fmt: skip
-    _echo_table(("TENANT", "JOB", "NAME", "GPU_HOURS", "KWH", "CO2_KG"), table)
+    _echo_table(("TENANT", "JOB", "NAME", "GPU_HOURS", "KWH", "KWH_FROM", "CO2_KG"), table)
 
 
 def _num(value: float | None) -> str:
