@@ -4,7 +4,7 @@ usage window, and the sleep controller judging nodes by it (allocated-but-idle i
 from __future__ import annotations
 
 import pytest
-from service_helpers import AGENT_SECRET, Clock, PlayAgent, agent_token, submit
+from service_helpers import ADMIN, AGENT_SECRET, Clock, PlayAgent, agent_token, submit
 from test_agent_tasks import _fake_nvml
 
 from gpuwarden.errors import CollectorUnavailable
@@ -151,7 +151,10 @@ def test_a_gpu_that_stops_reporting_makes_the_node_unmeasured(tmp_path):
 
 
 def test_a_real_agent_sends_its_measurements_through_http(tmp_path):
-    """The real agent over the fake NVML, syncing with the real service over HTTP."""
+    """The real agent over the fake NVML, syncing with the real service over HTTP, running a
+    real task: the node is measured, and the job's kWh comes from the GPU's energy counter."""
+    import time
+
     from gpuwarden.scheduler._auth import TokenBook
     from gpuwarden.scheduler.agent import Agent, Inventory
     from gpuwarden.scheduler.api import SchedulerServer
@@ -161,17 +164,28 @@ def test_a_real_agent_sends_its_measurements_through_http(tmp_path):
     server = SchedulerServer(svc, TokenBook({}, admin="admin-token-0", agent=AGENT_SECRET))
     server.start(port=0)
     fake = _fake_nvml()("a100_vm_1gpu.json")
-    fake.devices[0]["utilization_pct"]["gpu"] = 40
+    dev = fake.devices[0]
+    dev["utilization_pct"]["gpu"] = 40
+    dev["per_step"] = {"total_energy_mj": 5_000_000}  # 5 kJ between two agent steps
     inv = Inventory(8000, 16384, ({"index": 0, "uuid": "GPU-0", "model": "A100-80GB",
                                    "memory_mib": 81920},))  # fmt: skip
     agent = Agent("n1", server.url, tmp_path / "w", inv, token=agent_token("n1"),
                   meter=GpuMeter(fake))  # fmt: skip
     try:
-        for _ in range(3):
+        job = submit(svc, command=["sleep", "5"], gpus_per_task=1)
+        for _ in range(6):
             agent.step()
+            fake.advance()
+            time.sleep(0.05)
         row = svc.nodes()[0]
         assert row["utilisation_from"] == "measured"
         assert row["gpus"][0]["util_pct"] == pytest.approx(40.0)
+        bill = svc.billing(ADMIN, 0, time.time() + 1)
+        (e,) = svc.billing_energy(bill, 0, time.time() + 1)
+        stored = sum(r[3] for r in svc.db.energy_rows([job]))
+        assert stored > 0 and stored % 5_000_000 == 0  # whole steps of the counter, this GPU's
+        assert e.source in ("measured", "partly measured") and e.kwh is not None
+        assert e.kwh >= stored / 3.6e9 - 1e-6  # kWh is rounded to 6 places
     finally:
         agent.close()
         server.stop()
