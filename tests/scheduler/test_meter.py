@@ -67,6 +67,18 @@ def test_power_is_integrated_where_the_energy_counter_is_not_offered():
     assert meter.report()[2] == {"index": 2}  # neither offered: missing, never 0
 
 
+def test_a_gpu_needing_a_reset_is_skipped_and_its_counter_covers_the_gap(caplog):
+    fake, tick, meter = _meter("h100_lost_4gpu.json")  # GPU 3 needs a reset in steps 1 and 2
+    for _ in range(4):
+        meter.sample()
+        fake.advance()
+        tick.t += 1
+    got = {g["index"]: g for g in meter.report()}
+    assert "GPU 3 not measured" in caplog.text
+    assert got[0]["span_s"] == 3.0 and got[3]["span_s"] == 3.0  # one counter step spans the gap
+    assert got[3]["energy_mj"] > 0
+
+
 def test_no_nvml_means_no_meter():
     import pynvml
 
