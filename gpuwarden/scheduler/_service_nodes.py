@@ -33,6 +33,7 @@ from gpuwarden.scheduler._service_jobs import FINISHED
 from gpuwarden.scheduler._service_lifecycle import JobLifecycle, node_spec
 from gpuwarden.scheduler._service_sleep import ServiceSleep
 from gpuwarden.scheduler._service_types import NotFoundError
+from gpuwarden.scheduler._service_usage import UsageWindow
 from gpuwarden.scheduler.resources import GPU_MILLI, Health
 from gpuwarden.scheduler.state import NodeRow
 
@@ -56,6 +57,7 @@ class Nodes:
         self.started_at = started_at  # silence before this (the service was down) does not count
         self.clock = clock
         self.sleep: ServiceSleep | None = None  # idle-node sleep, when the service runs it
+        self.usage = UsageWindow()  # measured GPU utilisation, from agent syncs
 
     def run_round(self, now: float, *, preempt: bool) -> None:
         """Write off nodes whose agent went silent, then place what waits (and preempt for it)."""
@@ -182,17 +184,21 @@ class Nodes:
         s = self.lifecycle.scheduler
         for n in self.db.nodes():
             idx = s.cluster.index.get(n.node) if s is not None else None
+            means = self.usage.gpu_means(n.node, now)
             gpus = []
             for g in n.gpus:
                 used = None if idx is None else GPU_MILLI - int(s.cluster.free[idx, g["index"]])  # type: ignore[union-attr]
                 gpus.append({"index": g["index"], "uuid": g.get("uuid", ""), "model": g["model"],
                              "memory_mib": g.get("memory_mib"), "health": g.get("health", "ok"),
-                             "mode": g.get("mode", "fractional"), "used_milli": used})  # fmt: skip
+                             "mode": g.get("mode", "fractional"), "used_milli": used,
+                             "util_pct": means.get(g["index"])})  # fmt: skip
+            measured = bool(gpus) and all(g["util_pct"] is not None for g in gpus)
             seen = n.agent_seen_at
             out.append({"node": n.node, "state": "ok" if n.lost_at is None else "lost",
                         "since_sync_s": None if seen is None else round(max(0.0, now - seen), 1),
                         "lost_at": n.lost_at, "cpu_milli": n.cpu_milli,
                         "memory_mib": n.memory_mib, "agent_seen_at": seen,
+                        "utilisation_from": "measured" if measured else "allocation",
                         "gpus": gpus})  # fmt: skip
         return out
 

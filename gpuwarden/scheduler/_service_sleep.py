@@ -1,6 +1,12 @@
 """Idle-node sleep inside the scheduler service (``sleep.py``'s controller over its scheduler).
 
-After every placement round the controller looks at each node's allocation and the queue. A node
+After every placement round the controller looks at each node's utilisation and the queue. A
+node's utilisation is the larger of its GPUs' allocation share and their measured utilisation
+over the usage window (``_service_usage.py``, sent by agents with NVML): a node whose GPUs are
+allocated but idle has jobs on it and is not calm, and one whose GPUs are free but busy (work
+outside the scheduler) is not idle either. Where a node's GPUs are not all measured (no NVML,
+``--fake-gpus``, a service restarted less than a window ago) allocation alone decides, and the
+action's reason says so ("by allocation, not measured"). A node
 it puts to sleep is told so in its agent's next sync answer (``"sleep": true``); the agent runs
 its sleep command (``gpuwarden agent --sleep-command``). A sleeping node's agent stops syncing,
 so the node-liveness rule passes over sleeping and waking nodes: they are not lost. To wake one
@@ -18,6 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from gpuwarden.scheduler._service_lifecycle import JobLifecycle
+from gpuwarden.scheduler._service_usage import UsageWindow
 from gpuwarden.scheduler.sleep import NodeSleep, SleepController, SleepPolicy
 from gpuwarden.scheduler.wol import WOL_PORT, send_magic_packet
 
@@ -36,8 +43,10 @@ class ServiceSleep:
         broadcast: str = "255.255.255.255",
         port: int = WOL_PORT,
         send: Callable[..., bytes] = send_magic_packet,
+        usage: UsageWindow | None = None,
     ) -> None:
         self.lifecycle, self.policy = lifecycle, policy
+        self.usage = usage if usage is not None else UsageWindow()
         self.broadcast, self.port, self._send = broadcast, port, send
         self.ctl: SleepController | None = None
         self._orders: set[str] = set()  # nodes to tell to sleep in their next sync
@@ -68,7 +77,17 @@ class ServiceSleep:
             return
         c = ctl.s.cluster
         used = np.where(c.exists, 1000 - c.free, 0).sum(axis=1) / np.maximum(c.n_gpus, 1) / 1000
-        ctl.step(now, {n: float(u) for n, u in zip(c.names, used, strict=True)})
+        share: dict[str, float] = {}
+        basis: dict[str, str] = {}
+        for i, n in enumerate(c.names):
+            gpus = [int(g) for g in np.flatnonzero(c.exists[i])]
+            measured = self.usage.node_share(n, gpus, now)
+            if measured is None:
+                share[n], basis[n] = float(used[i]), "by allocation, not measured"
+            else:
+                share[n] = max(float(used[i]), measured)
+                basis[n] = f"measured {measured:.0%}, allocated {float(used[i]):.0%}"
+        ctl.step(now, share, basis)
         ctl.need(now, ctl.s.pending)
 
     def resting(self, node: str, now: float) -> bool:

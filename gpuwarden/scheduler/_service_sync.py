@@ -64,6 +64,9 @@ class AgentSync:
                 if (k := self._task((c["job_id"], int(c["attempt"]), int(c["task"])))) is not None
                 and k.node == node]  # fmt: skip
         store_logs(self.db, node, ours)
+        if body.get("gpus") is not None:
+            self.nodes.usage.add(node, now, body["gpus"])
+            self._bill_energy(node, body["gpus"], now)
         for row in self.db.tasks(node=node, live=True):
             key = (row.job_id, row.attempt, row.task)
             if row.state == "starting" and row.ordered_seq < seq and key not in reported:
@@ -73,6 +76,29 @@ class AgentSync:
                     self.lifecycle.maybe_finish_stop(row.job_id, now)
         self.nodes.run_round(now, preempt=False)
         return self._orders(node, seq, now, reported, strangers)
+
+    def _bill_energy(self, node: str, gpus: list[dict[str, Any]], now: float) -> None:
+        """Measured energy of each GPU since the last sync, to the jobs running on it by their
+        share (a 250-milli share takes a quarter of its GPU's energy, as it bills a quarter of
+        its GPU-hours; what no job holds is the GPU's idle draw and nobody's bill). A task that
+        ended between two syncs is not charged for that last stretch."""
+        holders: dict[int, list[tuple[JobRow, float]]] = {}
+        for row in self.db.tasks(node=node, live=True):
+            job = self.db.job(row.job_id)
+            if row.state != "running" or job is None or not _current(job, row):
+                continue
+            placed = job.placement or []
+            milli = float(placed[row.task]["gpu_milli"]) if row.task < len(placed) else 0.0
+            for g in row.gpus:
+                holders.setdefault(int(g), []).append((job, min(milli, 1000.0)))
+        for got in gpus:
+            mj, span = got.get("energy_mj"), got.get("span_s")
+            if mj is None or not span:
+                continue  # not measured: the bill estimates this stretch from board power
+            for job, milli in holders.get(int(got["index"]), ()):
+                self.db.add_energy(
+                    job.job_id, job.tenant, now, span, mj * milli / 1000, milli * span
+                )
 
     def _take_report(self, row: TaskRow, t: dict, node: str, now: float) -> None:
         job = self.db.job(row.job_id)

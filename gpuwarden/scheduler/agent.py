@@ -34,6 +34,7 @@ from gpuwarden.errors import CollectorError, ConfigError, InputError
 from gpuwarden.outbound import OutboundPolicy
 from gpuwarden.scheduler._agent_sharing import GpuSharing
 from gpuwarden.scheduler._agent_tasks import TaskTable
+from gpuwarden.scheduler.meter import GpuMeter
 from gpuwarden.scheduler.modelcache import CacheWatcher
 from gpuwarden.scheduler.power import PowerGovernor
 from gpuwarden.scheduler.resources import GPU_MEMORY_MIB
@@ -162,7 +163,9 @@ class Agent:
     (``power.py``). ``notice``: a file a cloud hook writes a spot reclaim notice to
     (``spot.py``); the agent forwards it to the service, which checkpoints and requeues.
     ``cost_class``: owned, reserved or spot, registered with the node. ``model_cache``: the
-    local weights cache, reported when it changes (``modelcache.py``)."""
+    local weights cache, reported when it changes (``modelcache.py``). ``meter``: the GPUs'
+    utilisation and energy, sampled every step and sent with each sync (``meter.py``); None
+    where there is no NVML (``--fake-gpus``): the service then judges the node by allocation."""
 
     def __init__(
         self,
@@ -182,6 +185,7 @@ class Agent:
         model_cache: CacheWatcher | None = None,
         mac: str | None = None,
         sleep_command: Sequence[str] = (),
+        meter: GpuMeter | None = None,
     ) -> None:
         self.node = node or socket.gethostname()
         self.url = url.rstrip("/")
@@ -206,6 +210,9 @@ class Agent:
         self.mac = mac
         self.sleep_command = tuple(sleep_command)
         self._pending_notice: ReclaimNotice | None = None
+        self.meter = meter
+        if meter is None:
+            logger.warning("%s: GPU utilisation and energy not measured (no NVML)", self.node)
 
     def run(self, stop: threading.Event | None = None) -> None:
         """Register and sync until ``stop`` is set (Ctrl-C in the command). ``ConfigError``
@@ -227,6 +234,8 @@ class Agent:
         if self.power is not None:
             self.power.settle(k for k, t in self.tasks.tasks.items() if t.state != "exited")
         self._read_notice()
+        if self.meter is not None:
+            self.meter.sample()
         try:
             if self._pending_notice is not None and self.registered:
                 n = self._pending_notice
@@ -249,6 +258,8 @@ class Agent:
             models = self.model_cache.poll() if self.model_cache is not None else None
             if models is not None:
                 body["models"] = models
+            if self.meter is not None:
+                body["gpus"] = self.meter.report()
             orders = self._post(f"/v1/agents/{self.node}/sync", body)
         except _ServiceAway as exc:
             if self.model_cache is not None:
@@ -263,6 +274,8 @@ class Agent:
             )
             self._down_since = None
         self.tasks.acknowledged(report)
+        if self.meter is not None:
+            self.meter.acknowledged()
         for order in orders.get("start", ()):
             self.tasks.start(order)
             if self.power is not None:
@@ -300,6 +313,8 @@ class Agent:
 
     def close(self) -> None:
         self._http.close()
+        if self.meter is not None:
+            self.meter.close()
         if self.sharing is not None:
             self.sharing.close()
 

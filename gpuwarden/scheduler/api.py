@@ -130,11 +130,21 @@ class LogChunk(_Strict):
     offset: Whole | None = None
 
 
+class GpuUsage(_Strict):
+    index: int = Field(ge=0, le=63)
+    util_pct: float | None = Field(None, ge=0, le=100, description="mean since the last sync")
+    energy_mj: float | None = Field(None, ge=0, le=1e15, description="energy since the last sync")
+    span_s: float | None = Field(None, ge=0, le=1e9, description="seconds energy_mj covers")
+
+
 class Sync(_Strict):
     tasks: list[TaskReport] = Field([], max_length=MAX_SYNC_ITEMS)
     logs: list[LogChunk] = Field([], max_length=MAX_SYNC_ITEMS)
     models: list[Annotated[str, Field(min_length=1, max_length=300)]] | None = Field(
         None, max_length=4096, description="model weights the node's local cache holds"
+    )
+    gpus: list[GpuUsage] | None = Field(
+        None, max_length=64, description="measured per GPU; absent where there is no NVML"
     )
 
 
@@ -330,10 +340,10 @@ def create_app(
         rows = service.billing(who, since, until)
         if format == "csv":
             return Response(to_csv(rows), media_type="text/csv")
-        power = service.billing_energy(rows)
+        power = service.billing_energy(rows, since, until)
         return [
             {"tenant": r.tenant, "job_id": r.job_id, "name": r.name, "gpu_hours": r.gpu_hours,
-             "kwh": e.kwh, "co2_kg": e.co2_kg}
+             "kwh": e.kwh, "co2_kg": e.co2_kg, "kwh_source": e.source}
             for r, e in zip(rows, power, strict=True)
         ]  # fmt: skip
 

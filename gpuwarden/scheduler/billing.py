@@ -137,35 +137,87 @@ BOARD_POWER_W: dict[str, float] = {
 
 @dataclass(frozen=True)
 class EnergyRow:
-    """A job's energy inside the billing window. ``kwh``: its GPU-hours at the board power of
-    its GPU model (an upper bound: a GPU rarely draws its board power all the time); None when
-    the model's power is unknown. ``co2_kg``: ``kwh`` x the grid's intensity; None when either
-    is unknown (missing is never zero)."""
+    """A job's energy inside the billing window. ``kwh``: measured by its GPUs' energy counters
+    where the agents measured it, and for the GPU-hours they did not, GPU-hours at the board
+    power of its GPU model (an upper bound: a GPU rarely draws its board power all the time);
+    None when part of it is unmeasured and the model's power is unknown. ``source``: measured
+    (all of its GPU-hours), partly measured, or estimated (none). ``co2_kg``: ``kwh`` x the
+    grid's intensity; None when either is unknown (missing is never zero)."""
 
     tenant: str
     job_id: str
     kwh: float | None
     co2_kg: float | None
+    source: str = "estimated"
+
+
+#: a job whose measured GPU-hours reach this share of its billed ones counts as measured (the
+#: first and last second of a task fall between two syncs and are never measured)
+MEASURED_SHARE = 0.99
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Measured energy of one job in the window: ``kwh`` over ``gpu_hours`` of its GPU-time."""
+
+    kwh: float
+    gpu_hours: float
 
 
 def energy(
     rows: Iterable[BillRow],
     watts_per_gpu: Mapping[str, float | None],
     grid_g_per_kwh: float | None,
+    measured: Mapping[str, Measured] | None = None,
 ) -> list[EnergyRow]:
     """kWh and CO2 per job of ``rows``; ``watts_per_gpu``: job id -> watts one of its GPUs
-    draws (``BOARD_POWER_W`` of its model, or a measured mean)."""
+    draws (``BOARD_POWER_W`` of its model); ``measured``: job id -> what its GPUs' energy
+    counters measured. The GPU-hours not measured are estimated at ``watts_per_gpu``."""
     out = []
     for r in rows:
+        m = (measured or {}).get(r.job_id)
+        seen_h = 0.0 if m is None else min(m.gpu_hours, r.gpu_hours)
+        rest_h = r.gpu_hours - seen_h
         w = watts_per_gpu.get(r.job_id)
-        kwh = None if w is None or w != w else round(r.gpu_hours * w / 1000.0, 6)
+        guess: float | None = 0.0
+        if r.gpu_hours > 0 and seen_h >= MEASURED_SHARE * r.gpu_hours:
+            source = "measured"
+        else:
+            source = "estimated" if seen_h <= 0 else "partly measured"
+            guess = None if w is None or w != w else rest_h * w / 1000.0
+        total = None if guess is None else guess + (0.0 if m is None else m.kwh)
+        kwh = None if total is None else round(total, 6)
         co2 = (
             None
             if kwh is None or grid_g_per_kwh is None
             else round(kwh * grid_g_per_kwh / 1000.0, 6)
         )
-        out.append(EnergyRow(r.tenant, r.job_id, kwh, co2))
+        out.append(EnergyRow(r.tenant, r.job_id, kwh, co2, source))
     return out
+
+
+def measured_energy(
+    rows: Iterable[tuple[str, float, float, float, float]],
+    since: float | None,
+    until: float | None,
+) -> dict[str, Measured]:
+    """``Measured`` per job from stored (job_id, first second, last second, mJ, GPU
+    thousandth-seconds) rows (one per job and hour), each counted by the share of its seconds
+    inside ``[since, until)``: energy within one row is taken as spread evenly, so a window
+    that cuts a row bills it pro rata."""
+    lo = -math.inf if since is None else since
+    hi = math.inf if until is None else until
+    mj: dict[str, float] = defaultdict(float)
+    milli_s: dict[str, float] = defaultdict(float)
+    for job_id, first, last, e, cover in rows:
+        if last <= first:
+            inside = 1.0 if lo <= last < hi else 0.0
+        else:
+            inside = max(0.0, min(last, hi) - max(first, lo)) / (last - first)
+        if inside > 0:
+            mj[job_id] += e * inside
+            milli_s[job_id] += cover * inside
+    return {j: Measured(mj[j] / 3.6e9, _hours(milli_s[j])) for j in mj}
 
 
 def energy_totals(rows: Iterable[EnergyRow]) -> dict[str, tuple[float | None, float | None]]:

@@ -227,19 +227,21 @@ def reclaim(node: str, in_s: float, reason: str, url: str, token_file: str | Non
 @domain_errors()
 def nodes(fmt: str, url: str, token_file: str | None) -> None:
     """List the nodes the scheduler knows, one line per GPU: the node's state (ok, or lost
-    when its agent stopped syncing) and seconds since its agent's last sync."""
+    when its agent stopped syncing), seconds since its agent's last sync, and each GPU's
+    measured utilisation over the service's usage window ("-" where the agent has no NVML: the
+    sleep controller then goes by allocation, UTIL_FROM)."""
     with _client(url, token_file) as c:
         rows = c.nodes()
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
         return
     header = ("NODE", "STATE", "SINCE_SYNC_S", "GPU", "MODEL", "MEMORY_MIB", "HEALTH", "MODE",
-              "USED")  # fmt: skip
+              "USED", "UTIL_PCT", "UTIL_FROM")  # fmt: skip
     table = []
     for n in rows:
         since = n.get("since_sync_s")
         for g in n.get("gpus", []) or [{}]:
-            used = g.get("used_milli")
+            used, util = g.get("used_milli"), g.get("util_pct")
             table.append(
                 (
                     n["node"],
@@ -251,6 +253,8 @@ def nodes(fmt: str, url: str, token_file: str | None) -> None:
                     _s(g.get("health")),
                     _s(g.get("mode")),
                     "-" if used is None else f"{used / 1000:.3g}",
+                    "-" if util is None else f"{util:.0f}",
+                    _s(n.get("utilisation_from")),
                 )  # fmt: skip
             )
     _echo_table(header, table)
@@ -299,7 +303,9 @@ def billing(
     url: str,
     token_file: str | None,
 ) -> None:
-    """GPU-hours per job and tenant in a window; shares and MIG instances count fractionally."""
+    """GPU-hours per job and tenant in a window; shares and MIG instances count fractionally.
+    KWH_FROM says whether a job's kWh was measured by its GPUs' energy counters, partly
+    measured, or estimated from board power (agents without NVML)."""
     now = datetime.now(UTC)
     since_s = parse_time(since, "--since") if since else now.replace(
         day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()  # fmt: skip
@@ -315,13 +321,14 @@ def billing(
     if fmt == "json":
         click.echo(json.dumps(raw, indent=2))
         return
-    power = [EnergyRow(r["tenant"], r["job_id"], r.get("kwh"), r.get("co2_kg")) for r in raw]
-    table = [(r.tenant, r.job_id, r.name, f"{r.gpu_hours:.4f}", _num(e.kwh), _num(e.co2_kg))
-             for r, e in zip(rows, power, strict=True)]  # fmt: skip
+    power = [EnergyRow(r["tenant"], r["job_id"], r.get("kwh"), r.get("co2_kg"),
+                       r.get("kwh_source", "estimated")) for r in raw]  # fmt: skip
+    table = [(r.tenant, r.job_id, r.name, f"{r.gpu_hours:.4f}", _num(e.kwh), e.source,
+              _num(e.co2_kg)) for r, e in zip(rows, power, strict=True)]  # fmt: skip
     watts = energy_totals(power)
-    table += [(t, "(total)", "", f"{h:.4f}", _num(watts[t][0]), _num(watts[t][1]))
+    table += [(t, "(total)", "", f"{h:.4f}", _num(watts[t][0]), "", _num(watts[t][1]))
               for t, h in tenant_totals(rows).items()]  # fmt: skip
-    _echo_table(("TENANT", "JOB", "NAME", "GPU_HOURS", "KWH", "CO2_KG"), table)
+    _echo_table(("TENANT", "JOB", "NAME", "GPU_HOURS", "KWH", "KWH_FROM", "CO2_KG"), table)
 
 
 def _num(value: float | None) -> str:

@@ -290,6 +290,7 @@ def agent(
             power=_power_governor() if power_caps else None,
             mac=mac,
             sleep_command=SleepPolicy.command(sleep_command) if sleep_command else (),
+            meter=None if fake_gpus is not None else _meter(),
         )  # fmt: skip
     if not hide_environment():
         print(
@@ -325,6 +326,14 @@ def agent(
         runner.close()
     if failed:
         raise click.ClickException(failed[0])
+
+
+def _meter() -> Any:
+    """The agent's utilisation and energy meter over the real NVML (None without it)."""
+    from gpuwarden.collectors.libnvml import real_module
+    from gpuwarden.scheduler.meter import open_meter
+
+    return open_meter(real_module())
 
 
 def _power_governor() -> Any:

@@ -47,6 +47,7 @@ from gpuwarden.scheduler.billing import (
     UsageInterval,
     energy,
     gpu_hours,
+    measured_energy,
 )
 from gpuwarden.scheduler.mig import canonical_model
 from gpuwarden.scheduler.resources import GPU_MILLI
@@ -100,7 +101,11 @@ class SchedulerService:
         self._agents = AgentSync(self._lifecycle, self._nodes)
         if sleep is not None:
             self._nodes.sleep = ServiceSleep(
-                self._lifecycle, sleep, broadcast=wol_broadcast, port=wol_port
+                self._lifecycle,
+                sleep,
+                broadcast=wol_broadcast,
+                port=wol_port,
+                usage=self._nodes.usage,
             )
         self._jobs = JobRequests(
             self._lifecycle, self._nodes, clock, max_queued_tasks=max_queued_tasks
@@ -275,9 +280,13 @@ class SchedulerService:
         intervals = [UsageInterval(*r) for r in rows]
         return gpu_hours(intervals, since, until, self.clock())
 
-    def billing_energy(self, rows: list[BillRow]) -> list[EnergyRow]:
-        """kWh and CO2 of each billed job, from the GPU model of the nodes its tasks ran on
-        (``billing.energy``) and the ``grid_intensity_g_per_kwh`` setting."""
+    def billing_energy(
+        self, rows: list[BillRow], since: float | None = None, until: float | None = None
+    ) -> list[EnergyRow]:
+        """kWh and CO2 of each billed job inside ``[since, until)``: measured by its GPUs'
+        energy counters where its nodes' agents sent them, else estimated from the GPU model
+        of the nodes its tasks ran on (``billing.energy``); the ``grid_intensity_g_per_kwh``
+        setting gives CO2."""
         watts: dict[str, float | None] = {}
         with self.lock:
             models = {n.node: next((g["model"] for g in n.gpus), "") for n in self.db.nodes()}
@@ -287,7 +296,9 @@ class SchedulerService:
                     BOARD_POWER_W.get(canonical_model(models.get(n, "") or "x")) for n in nodes
                 }
                 watts[r.job_id] = found.pop() if len(found) == 1 else None
-        return energy(rows, watts, self.grid_g_per_kwh)
+            stored = self.db.energy_rows([r.job_id for r in rows]) if rows else []
+        measured = measured_energy((tuple(s) for s in stored), since, until)
+        return energy(rows, watts, self.grid_g_per_kwh, measured)
 
     def audit(
         self,

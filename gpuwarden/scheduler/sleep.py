@@ -167,10 +167,13 @@ class SleepController:
 
     # ---- deciding ----------------------------------------------------------------------
 
-    def step(self, now: float, utilisation: Mapping[str, float]) -> list[SleepAction]:
+    def step(
+        self, now: float, utilisation: Mapping[str, float], basis: Mapping[str, str] | None = None
+    ) -> list[SleepAction]:
         """One pass: wake nodes that are due, sleep drained ones, drain idle ones in the
         window, wake all outside it. ``utilisation``: node -> 0..1 (a node not in it is left
-        alone: missing is never idle)."""
+        alone: missing is never idle). ``basis``: node -> what its figure came from, added to
+        the reason of a drain or sleep."""
         done: list[SleepAction] = []
         for node, ready in list(self.ready_at.items()):
             if now >= ready:
@@ -193,15 +196,18 @@ class SleepController:
             for n, u in utilisation.items()
             if self.state.get(n) is NodeSleep.AWAKE and u == u and u < self.policy.below
         )
-        for _, node in calm:
+        for u, node in calm:
             idle = self._idle_gpus(node)
             if spare - idle < self.policy.headroom_gpus:
                 continue
             spare -= idle
+            why = f"{u:.0%} utilisation"
+            if basis is not None and node in basis:
+                why += f", {basis[node]}"
             if self.s.node_busy(node):
-                self._set(node, NodeSleep.DRAINING, now, "drain", "below threshold", done)
+                self._set(node, NodeSleep.DRAINING, now, "drain", f"below threshold ({why})", done)
             else:
-                self._set(node, NodeSleep.ASLEEP, now, "sleep", "idle", done)
+                self._set(node, NodeSleep.ASLEEP, now, "sleep", f"idle ({why})", done)
         return done
 
     def need(self, now: float, waiting: Iterable[Job]) -> list[SleepAction]:

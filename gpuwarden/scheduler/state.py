@@ -11,6 +11,7 @@ writes. The schema version lives in ``PRAGMA user_version``; a newer file is ref
     tasks     one row per (job_id, attempt, task) the service asked an agent to start
     audit     who did what to which job or GPU, and why
     usage     GPU-time intervals for billing (open while a job runs)
+    energy    measured GPU energy per job and hour, with the GPU-time it covers
     nodes     what each agent registered, its GPUs' health, its sync counter and, while its
               agent is silent past the node timeout, when it was found lost
     quotas    per-tenant GPU limits
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -61,6 +63,10 @@ CREATE INDEX IF NOT EXISTS audit_action ON audit (action, id);
 CREATE TABLE IF NOT EXISTS usage (
     id INTEGER PRIMARY KEY, job_id TEXT NOT NULL, tenant TEXT NOT NULL, name TEXT NOT NULL,
     gpu_milli REAL NOT NULL, start_s REAL NOT NULL, end_s REAL
+);
+CREATE TABLE IF NOT EXISTS energy (
+    job_id TEXT NOT NULL, tenant TEXT NOT NULL, hour REAL NOT NULL, lo REAL NOT NULL,
+    hi REAL NOT NULL, mj REAL NOT NULL, milli_s REAL NOT NULL, PRIMARY KEY (job_id, hour)
 );
 CREATE TABLE IF NOT EXISTS nodes (
     node TEXT PRIMARY KEY, cpu_milli INTEGER NOT NULL, memory_mib INTEGER NOT NULL,
@@ -379,6 +385,29 @@ class SchedulerDB:
         if tenant is not None:
             sql, args = sql + " WHERE tenant = ?", [tenant]
         return list(self.conn.execute(sql + " ORDER BY id", args))
+
+    def add_energy(
+        self, job_id: str, tenant: str, at: float, span_s: float, mj: float, milli_s: float
+    ) -> None:
+        """Measured energy (mJ) over the ``span_s`` seconds up to ``at``, and the GPU
+        thousandth-seconds it covers, added to ``job_id``'s row for the hour ``at`` falls in;
+        the row keeps the first and last second it covers."""
+        hour = math.floor(at / 3600.0) * 3600.0
+        self.conn.execute(
+            "INSERT INTO energy (job_id, tenant, hour, lo, hi, mj, milli_s)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (job_id, hour) DO UPDATE SET"
+            " lo = MIN(lo, excluded.lo), hi = MAX(hi, excluded.hi), mj = mj + excluded.mj,"
+            " milli_s = milli_s + excluded.milli_s",
+            (job_id, tenant, hour, at - span_s, at, mj, milli_s),
+        )
+
+    def energy_rows(self, job_ids: list[str]) -> list[sqlite3.Row]:
+        """(job_id, first second, last second, mJ, GPU thousandth-seconds) of ``job_ids``, one
+        row per job and hour."""
+        marks = ",".join("?" * len(job_ids))
+        return list(self.conn.execute(
+            f"SELECT job_id, lo, hi, mj, milli_s FROM energy WHERE job_id IN ({marks})", job_ids
+        ))  # fmt: skip
 
     # ---- nodes and quotas ------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ class PlayAgent:
         self.started: list[tuple[str, int, int]] = []
         self.hooks: list[tuple[str, int, int]] = []
         self.orders: dict = {}
+        self.usage: list[dict] | None = None  # per-GPU measurements to send (an agent with NVML)
         svc.register(node, {"cpu_milli": 64000, "memory_mib": 262144, "gpus": [
             {"index": i, "uuid": f"GPU-{node}-{i}", "model": "H100-80GB", "memory_mib": 81920}
             for i in range(gpus)]})  # fmt: skip
@@ -48,6 +49,8 @@ class PlayAgent:
     def sync(self) -> dict:
         body = {"tasks": [{"job_id": k[0], "attempt": k[1], "task": k[2], **v}
                           for k, v in self.tasks.items()], "logs": []}  # fmt: skip
+        if self.usage is not None:
+            body["gpus"] = self.usage
         self.orders = orders = self.svc.agent_sync(self.node, body)
         for o in orders["start"]:
             key = (o["job_id"], o["attempt"], o["task"])

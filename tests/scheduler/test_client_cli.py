@@ -137,6 +137,7 @@ def test_logs_billing_nodes_and_quota(service: Service) -> None:
     # 250 milli for about 1.2 s: 0.25 x 1.2 / 3600 GPU-hours, give or take a sync interval
     assert 0.25 * 0.8 / 3600 < float(row["gpu_hours"]) < 0.25 * 3.0 / 3600
     assert job_id in table and "(total)" in table
+    assert "KWH_FROM" in table and "estimated" in table  # no NVML: board power x GPU-hours
     # a window before the job ran bills nothing
     assert "(none)" in service.ok("billing", "--since", "0", "--until", "1000")
 
@@ -148,6 +149,9 @@ def test_logs_billing_nodes_and_quota(service: Service) -> None:
         ("n1", "ok", "1", "H100-80GB"),
     ]
     assert all(0 <= int(r[2]) < 5 for r in rows)  # the agent syncs every 0.2 s
+    # a --fake-gpus agent has no NVML: nothing measured, and the service says it goes by allocation
+    assert nodes[0].split()[-2:] == ["UTIL_PCT", "UTIL_FROM"]
+    assert [r[-2:] for r in rows] == [["-", "allocation"]] * 2
     (n1,) = json.loads(service.ok("nodes", "--format", "json"))
     assert n1["node"] == "n1" and n1["state"] == "ok" and 0 <= n1["since_sync_s"] < 5
     with SchedulerClient(service.url, ADMIN) as admin:
