@@ -22,6 +22,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,7 @@ from gpuwarden.store import (
     _prom_records,
     _prom_rollups,
     _series,
+    window,
 )
 from gpuwarden.store._frames import check_fields
 from gpuwarden.store._promapi import DEFAULT_MAX_POINTS, PromApi, time_spans
@@ -128,6 +130,8 @@ class PrometheusStore:
         self._until: float | None = None
         self._until_at = -math.inf
         self._lock = threading.RLock()
+        #: reads the kept rollups beside the live ones (``_rolled``)
+        self._side = ThreadPoolExecutor(1, thread_name_prefix="rollups")
 
     @classmethod
     def url_options(cls, url: str) -> tuple[RemoteUrl, dict[str, Any]]:
@@ -303,25 +307,36 @@ class PrometheusStore:
         ``whole``): the hours kept as rollup series (``_prom_rollups``), then the rest rolled
         up by the server as it is read."""
         live_from = first
+        kept: Future[pd.DataFrame] | None = None
         parts = []
         if resolution_s == _prom_rollups.RESOLUTION:
             until = self.rolled_until()
             if until is not None and until > first:
                 live_from = min(until, float(np.floor(end / resolution_s) * resolution_s))
-                rolled = (_prom_rollups.ROLLUP, str(resolution_s))
-                parts.append(
-                    _prom_reads.raw(
-                        self.api,
-                        target,
-                        start=first,
-                        end=live_from,
-                        fields=fields,
-                        interval_s=resolution_s,
-                        rolled=rolled,
-                        progress=progress,
-                    )  # fmt: skip
+                # the kept hours are read while the server rolls up the rest: two threads
+                # of requests, so neither waits on the other's answers
+                kept = self._side.submit(
+                    _prom_reads.raw,
+                    self.api,
+                    target,
+                    start=first,
+                    end=live_from,
+                    fields=fields,
+                    interval_s=resolution_s,
+                    rolled=(_prom_rollups.ROLLUP, str(resolution_s)),
+                    progress=progress,
                 )
-        if end > live_from or not parts:
+        if not whole and kept is not None and 0 < end - live_from <= resolution_s:
+            # the hour under way: its raw samples, bucketed here as SQLite buckets its raw
+            # tail (reading each series once costs the server less than rolling it up per
+            # field, peak and bit)
+            raw = _prom_reads.raw(
+                self.api, target, start=live_from, end=end, fields=window.raw_fields(fields),
+                interval_s=self.scrape_interval_s(),
+            )  # fmt: skip
+            tail = window.bucketed(raw, fields, resolution_s)
+            parts.append(tail if len(tail) else _prom_reads.empty(fields))
+        elif end > live_from or kept is None:
             parts.append(
                 _prom_reads.rollups(
                     self.api,
@@ -336,6 +351,8 @@ class PrometheusStore:
                     interval_s=self.scrape_interval_s(),
                 )  # fmt: skip
             )
+        if kept is not None:
+            parts.insert(0, kept.result())
         parts = [p for p in parts if len(p)] or parts[:1]
         if len(parts) == 1:
             return parts[0]
@@ -456,6 +473,7 @@ class PrometheusStore:
         return _prom_records.nodes_frame(self._records(_series.NODE, None, None), hostnames)
 
     def close(self) -> None:
+        self._side.shutdown(wait=False, cancel_futures=True)
         self.api.close()
 
     def __enter__(self) -> PrometheusStore:
