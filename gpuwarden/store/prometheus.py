@@ -33,6 +33,7 @@ from gpuwarden.errors import ConfigError, InputError
 from gpuwarden.store import (
     _prom_events,
     _prom_inventory,
+    _prom_labels,
     _prom_reads,
     _prom_records,
     _prom_rollups,
@@ -467,6 +468,24 @@ class PrometheusStore:
         if uuids is not None:
             out = out[out["uuid"].isin(list(uuids))]
         return out.reset_index(drop=True)
+
+    def read_pod_labels(
+        self, *, start: float | None = None, end: float | None = None, step_s: float = 300.0
+    ) -> pd.DataFrame:
+        """Who held each GPU in ``[start, end)`` (default: the lookback up to now) as
+        dcgm-exporter's pod, namespace and container labels say, looked at every ``step_s``:
+        uuid, hostname, gpu, namespace, pod, container, ts_from, ts_to; one row per unbroken
+        stay (``_prom_labels.pods``). Empty where the exporter runs without Kubernetes."""
+        hi = self.clock() + 1.0 if end is None else float(end)
+        lo = hi - self.lookback_s if start is None else float(start)
+        return _prom_labels.pods(self.api, lo, hi, step_s)
+
+    def read_driver_labels(self, *, at: float | None = None) -> pd.DataFrame:
+        """Each GPU's driver version from dcgm-exporter's ``DCGM_FI_DRIVER_VERSION`` label, as
+        its newest series in the lookback before ``at`` says: hostname, uuid, driver_version,
+        last_ts."""
+        now = self.clock() + 1.0 if at is None else float(at)
+        return _prom_labels.drivers(self.api, now, self.lookback_s)
 
     def read_nodes(self, *, hostnames: Sequence[str] | None = None) -> pd.DataFrame:
         """Each node's newest driver and CUDA driver versions (``gpuwarden_node_info``)."""
