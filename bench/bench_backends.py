@@ -206,7 +206,8 @@ def main() -> None:
             pids["prometheus"] = prom.proc.pid
             print(f"prometheus: backfilled (promtool) and started in "
                   f"{time.perf_counter() - t:.0f} s", flush=True)  # fmt: skip
-            stores["prometheus"] = PrometheusStore(prom.url)
+            # its per-bit subqueries take tens of seconds on a loaded machine
+            stores["prometheus"] = PrometheusStore(prom.url, timeout_s=600.0)
         del kept, events
         results: dict[str, tuple[dict[str, float], pd.DataFrame]] = {}
         for name, store in stores.items():
