@@ -254,11 +254,21 @@ def screen(batch: Batch) -> Batch:
     )
 
 
-def check_columns(values: Mapping[str, np.ndarray], models: np.ndarray) -> dict[str, np.ndarray]:
+def check_columns(
+    values: Mapping[str, np.ndarray],
+    models: np.ndarray,
+    *,
+    coded: tuple[np.ndarray, np.ndarray] | None = None,
+) -> dict[str, np.ndarray]:
     """Judge a frame's field columns (float64, one row per sample; ``models`` the board of each
     row). Returns, for each column with an impossible reading, an int8 array: 0 possible (or
-    NaN), else 1 + the index of the reason in ``telemetry.REJECT_REASONS``. Nothing is changed."""
-    names, row_model = np.unique(np.asarray(models, dtype=str), return_inverse=True)
+    NaN), else 1 + the index of the reason in ``telemetry.REJECT_REASONS``. Nothing is changed.
+    ``coded``: the boards already as (names, index of each row's), for callers that have them
+    (finding them in millions of rows costs more than the checks)."""
+    if coded is None:
+        names, row_model = np.unique(np.asarray(models, dtype=str), return_inverse=True)
+    else:
+        names, row_model = coded
     out: dict[str, np.ndarray] = {}
     for name, col in values.items():
         f = FIELDS_BY_NAME[name]

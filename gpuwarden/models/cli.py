@@ -247,6 +247,12 @@ def _render(frame: pd.DataFrame, fmt: str, top: int) -> str:
 )
 @click.option("--output", type=click.Path(dir_okay=False), help="Write to this file.")
 @click.option(
+    "--shard",
+    default=None,
+    help="i/n: score only the racks (hosts without one) whose stable hash mod n is i, "
+    "one of n replicas reading the same store.",
+)
+@click.option(
     "--top",
     type=int,
     default=20,
@@ -267,6 +273,7 @@ def score(
     output: str | None,
     top: int,
     into_url: str | None,
+    shard: str | None,
 ) -> None:
     """One row per GPU: hostname, gpu, UUID, risk, state (ok / at-risk / unhealthy), reasons.
 
@@ -279,9 +286,14 @@ def score(
         raise click.UsageError("a backtest needs both --start and --end")
     if at is not None and start is not None:
         raise click.UsageError("give either --at or --start/--end")
+    from gpuwarden.store.shard import HostShard, parse_shard
+
+    part = parse_shard(shard) if shard is not None else None
     model = _model(model_path)
     store = open_store(cliutil.store_url(ctx, store_url))
     try:
+        if part is not None:
+            store = HostShard(store, *part)
         if start is not None:
             frame = backtest(
                 store,

@@ -11,6 +11,7 @@ import click
 
 from gpuwarden import cliutil
 from gpuwarden.health import DEFAULT_AT_RISK
+from gpuwarden.store.shard import HostShard, parse_shard
 
 logger = logging.getLogger("gpuwarden.serve")
 
@@ -50,6 +51,12 @@ logger = logging.getLogger("gpuwarden.serve")
     "else sqlite:///gpuwarden-verdicts.db).",
 )
 @cliutil.spool_options
+@click.option(
+    "--shard",
+    default=None,
+    help="i/n: score only the racks (hosts without one) whose stable hash mod n is i, "
+    "one of n replicas reading the same store (use with --no-collect).",
+)
 @click.option(
     "--audit",
     "audit_path",
@@ -203,6 +210,7 @@ def _serve(ctx: click.Context, **o: Any) -> None:
     token = os.environ.get(ENV_API_TOKEN) or None
     if token is None and not o["once"]:
         click.echo(f"{ENV_API_TOKEN} is not set: overrides and /alertmanager are refused", err=True)
+    part = parse_shard(o["shard"]) if o.get("shard") else None
     store, verdicts = spooled_stores(cfg, o)
     collector = None if o["no_collect"] else cliutil.open_collector(o["collector_url"], cfg)
     audit = AuditLog(o["audit_path"])
@@ -211,7 +219,7 @@ def _serve(ctx: click.Context, **o: Any) -> None:
             Exporter(collector, interval_s=interval, store=store) if collector is not None else None
         )
         service = RiskService(
-            store,
+            store if part is None else HostShard(store, *part),
             assess=assess,
             engine=engine,
             audit=audit,

@@ -5,9 +5,10 @@ with timeouts and retries, and every failure as one line with the token masked.
     http.send(lines, "write_batch")                        # requests of ``batch`` lines
     frame = http.query(flux, "read_samples")               # annotated CSV -> one frame
 
-Retries are urllib3's (the client's transport): on a refused or dropped connection, a timeout,
-5xx and 429, ``retries`` times after the first try, backing off 0.5 s, 1 s, 2 s... and waiting
-the server's ``Retry-After``. Writes and queries are both idempotent, so both are retried.
+Retries are the other remote stores' (``_remote.with_retries``; urllib3's own are off): on a
+refused or dropped connection, a timeout, 5xx and 429, ``retries`` times after the first try,
+backing off 0.5 s, 1 s, 2 s... with jitter, or waiting the server's ``Retry-After``. Writes
+and queries are both idempotent, so both are retried.
 Writes are gzip-compressed here at level 1 (the client's own gzip, level 9, took longer than
 sending); query answers are asked for gzipped and inflated by urllib3.
 """
@@ -18,16 +19,21 @@ import gzip
 import json
 import os
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pandas as pd
+from urllib3.exceptions import HTTPError
 
 from gpuwarden.errors import ConfigError, InputError, StoreError
 from gpuwarden.store import _flux
+from gpuwarden.store._remote import RETRY_STATUS, Retryable, retry_after, with_retries
 from gpuwarden.store._url import INFLUX_TOKEN_ENV, InfluxUrl
 
 if TYPE_CHECKING:
     from influxdb_client import InfluxDBClient
+
+
+_T = TypeVar("_T")
 
 
 def token_from_env() -> str:
@@ -52,14 +58,9 @@ class InfluxHttp:
             raise ConfigError(
                 f"{self.url} needs influxdb-client: pip install 'gpuwarden[influx]'"
             ) from exc
-        retry = Retry(
-            total=config.retries,
-            backoff_factor=0.5,
-            status_forcelist=(429, 500, 502, 503, 504),
-            allowed_methods=None,  # writes are idempotent: a point written twice is one point
-            respect_retry_after_header=True,
-            raise_on_status=False,
-        )
+        # one try per call here: ``with_retries`` makes the others (a point written twice is
+        # one point, so writes are retried too)
+        retry = Retry(total=0, raise_on_status=False)
         self._client: InfluxDBClient | None = InfluxDBClient(
             url=config.base,
             token=self._token,
@@ -119,19 +120,39 @@ class InfluxHttp:
             sent += self._post(chunk, what, progress)
         return sent
 
+    def _try(self, call: Callable[[], _T], what: str, *, writing: bool = False) -> _T:
+        """``call()`` with ``_remote.with_retries``; every failure as ``error`` says it."""
+
+        def attempt() -> _T:
+            try:
+                return call()
+            except StoreError:
+                raise
+            except Exception as exc:  # the client raises urllib3's and its own errors
+                status = getattr(exc, "status", None)
+                dropped = not isinstance(status, int) and isinstance(exc, (HTTPError, OSError))
+                if dropped or status in RETRY_STATUS:
+                    headers = getattr(exc, "headers", None) or {}
+                    wait = retry_after(headers.get("Retry-After"))
+                    raise Retryable(self.error(what, exc, writing=writing), wait) from exc
+                raise self.error(what, exc, writing=writing) from exc
+
+        return with_retries(attempt, retries=self.config.retries)
+
     def _post(self, chunk: list[str], what: str, progress: Callable[[int], Any] | None) -> int:
         body = gzip.compress("\n".join(chunk).encode(), compresslevel=1)
-        try:
-            self._writes.post_write(
+        self._try(
+            lambda: self._writes.post_write(
                 org=self.config.org,
                 bucket=self.config.bucket,
                 body=body,
                 precision="us",
                 content_encoding="gzip",
                 content_type="text/plain; charset=utf-8",
-            )
-        except Exception as exc:  # the client raises urllib3's and its own errors
-            raise self.error(what, exc, writing=True) from exc
+            ),
+            what,
+            writing=True,
+        )
         if progress is not None:
             progress(len(chunk))
         return len(chunk)
@@ -140,11 +161,13 @@ class InfluxHttp:
         """Run ``flux``; every table of the answer in one frame (``_flux.read_csv``)."""
         self._open()
         try:
-            return _flux.read_csv(self._queries.query_csv(flux, org=self.config.org))
+            return _flux.read_csv(
+                self._try(lambda: list(self._queries.query_csv(flux, org=self.config.org)), what)
+            )
         except StoreError as exc:
+            if str(exc).startswith(f"{what} on "):  # ``error``'s line already
+                raise
             raise StoreError(self.mask(f"{what} on {self.url}: {exc}")) from exc
-        except Exception as exc:
-            raise self.error(what, exc) from exc
 
     def close(self) -> None:
         if self._client is not None:

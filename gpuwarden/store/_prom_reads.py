@@ -9,14 +9,17 @@ put together into the wide frame every store returns.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from gpuwarden.store._promapi import MAX_STEPS, PromApi, chunks, time_spans
+from gpuwarden.readings import check_columns
+from gpuwarden.store import _prom_rollups
+from gpuwarden.store._prom_rollups import FIELDS_LABEL, holding, unpack_ms
+from gpuwarden.store._promapi import MAX_STEPS, Flat, PromApi, chunks, time_spans
 from gpuwarden.store._promql import (
     BITMASK_BITS,
     FIELD_LABEL,
@@ -26,13 +29,15 @@ from gpuwarden.store._promql import (
     rollup,
     selector,
 )
-from gpuwarden.store._schema import rollup_agg
+from gpuwarden.store._schema import ROLLUP_FIELDS, rollup_agg
 from gpuwarden.store._series import Raw, gpu_of
 from gpuwarden.telemetry import FIELD_BY_DCGM, FIELDS_BY_NAME, FRAME_ID_COLUMNS, MIG_INSTANCE_FIELDS
 
 MAX_QUERY_LEN = 15_000
 #: Raw samples one rollup query should make the server scan (a few seconds of its time).
 MAX_SCAN = 3_000_000
+#: GPUs from which a raw read is split across ``PromApi.concurrency`` queries at least.
+MIN_SPLIT_GPUS = 128
 _ID = [c for c in FRAME_ID_COLUMNS if c != "ts"]
 
 
@@ -84,44 +89,101 @@ def _key(labels: dict[str, str], field: str) -> str | None:
 
 
 class _Long:
-    """(uuid, ts, column, value) quadruples gathered from query results."""
+    """Points gathered from query answers as flat arrays: the GPU's slot in ``target``, the
+    column's index in ``columns``, ts, value. A (GPU, column) met in two series is noted, and
+    its cells combined when the frame is made."""
 
-    def __init__(self) -> None:
-        self.parts: list[tuple[str, np.ndarray, str, np.ndarray]] = []
+    def __init__(self, columns: Sequence[str], target: Target) -> None:
+        self.columns = list(columns)
+        self.target = target
+        self.slot = {u: i for i, u in enumerate(target.gpus.index)}
+        self.where = {c: j for j, c in enumerate(self.columns)}
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._cells: set[tuple[int, int]] = set()
+        self.once = True
+
+    def _note(self, g: int, columns: Iterable[int]) -> None:
+        for c in columns:
+            self.once &= (g, c) not in self._cells
+            self._cells.add((g, c))
 
     def add(self, uuid: str, ts: np.ndarray, column: str, values: np.ndarray) -> None:
-        if len(ts):
-            self.parts.append((uuid, ts, column, values))
+        """One series' points of one column."""
+        g, c = self.slot.get(uuid), self.where.get(column)
+        if g is None or c is None or not len(ts):
+            return
+        self._note(g, [c])
+        n = len(ts)
+        self.parts.append((np.full(n, g), np.full(n, c), ts, values))
 
-    def wide(self, columns: Sequence[str], target: Target, means: set[str]) -> pd.DataFrame:
+    def add_flat(
+        self, flat: Flat, keys: Sequence[tuple[str, str] | None], lo: float, hi: float
+    ) -> None:
+        """Every series of ``flat`` whose key (uuid, column) is not None, points in
+        ``[lo, hi)``."""
+        g_of = np.full(len(keys) + 1, -1, dtype=np.int64)
+        c_of = np.full(len(keys) + 1, -1, dtype=np.int64)
+        for i, key in enumerate(keys):
+            if key is not None:
+                g, c = self.slot.get(key[0]), self.where.get(key[1])
+                if g is not None and c is not None:
+                    g_of[i], c_of[i] = g, c
+                    self._note(g, [c])
+        series = np.repeat(np.arange(len(keys)), flat.counts)
+        keep = (c_of[series] >= 0) & (flat.ts >= lo) & (flat.ts < hi)
+        s = series[keep]
+        self.parts.append((g_of[s], c_of[s], flat.ts[keep], flat.values[keep]))
+
+    def add_packed(self, flat: Flat, lo: float, hi: float) -> None:
+        """Every rollup series of ``flat`` (``_prom_rollups``: one per GPU, each sample's
+        column its offset into the hour), hours in ``[lo, hi)``."""
+        hours, k = unpack_ms(flat.ts)
+        series = np.repeat(np.arange(len(flat.labels)), flat.counts)
+        width = max((len(lab.get(FIELDS_LABEL, "").split(",")) for lab in flat.labels), default=0)
+        g_of = np.full(len(flat.labels), -1, dtype=np.int64)
+        lookup = np.full((len(flat.labels), width + 1), -1, dtype=np.int64)
+        tables: dict[str, np.ndarray] = {}
+        for i, labels in enumerate(flat.labels):
+            gpu = gpu_of(labels)
+            g = None if gpu is None else self.slot.get(gpu.uuid)
+            if g is None:
+                continue
+            names = labels.get(FIELDS_LABEL, "")
+            if names not in tables:
+                tables[names] = np.array(
+                    [self.where.get(n, -1) for n in names.split(",")], dtype=np.int64
+                )
+            table = tables[names]
+            g_of[i] = g
+            lookup[i, : len(table)] = table
+            self._note(g, table[table >= 0].tolist())
+        kk = np.where((k >= 0) & (k < width), k, width)  # past a series' fields: none
+        c = lookup[series, kk]
+        keep = (g_of[series] >= 0) & (c >= 0) & (hours >= lo) & (hours < hi)
+        self.parts.append((g_of[series[keep]], c[keep], hours[keep], flat.values[keep]))
+
+    def wide(self, means: set[str], step: float | None = None) -> pd.DataFrame:
         """One row per (uuid, ts) of the selected GPUs, identity from the inventory, sorted
         by ts, hostname, gpu; a (uuid, ts, column) read twice is combined (mean for
-        ``means``, else the larger)."""
-        gpus = target.gpus
-        slot = {u: i for i, u in enumerate(gpus.index)}
-        where = {c: j for j, c in enumerate(columns)}
-        keep = [p for p in self.parts if p[0] in slot and p[2] in where]
-        if not keep:
+        ``means``, else the larger). ``step``: the times are buckets this long."""
+        gpus = self.target.gpus
+        columns, where = self.columns, self.where
+        parts = [p for p in self.parts if len(p[2])]
+        if not parts:
             return empty(columns)
-        lengths = np.array([len(p[1]) for p in keep])
-        g = np.repeat(np.array([slot[p[0]] for p in keep], dtype=np.int64), lengths)
-        c = np.repeat(np.array([where[p[2]] for p in keep], dtype=np.int64), lengths)
-        ts = np.concatenate([p[1] for p in keep])
-        values = np.concatenate([p[3] for p in keep])
+        g = np.concatenate([p[0] for p in parts]).astype(np.int64, copy=False)
+        c = np.concatenate([p[1] for p in parts]).astype(np.int64, copy=False)
+        ts = np.concatenate([p[2] for p in parts])
+        values = np.concatenate([p[3] for p in parts])
         # rows: one per (GPU, time), in time order, then the GPUs' slot order
         rank = gpus.reset_index(drop=True).sort_values(["hostname", "gpu", "uuid"], kind="stable")
         order_of = np.empty(len(gpus), dtype=np.int64)
         order_of[rank.index.to_numpy()] = np.arange(len(gpus))
         r = order_of[g]
-        idx = np.lexsort((r, ts))
-        ts_s, r_s = ts[idx], r[idx]
-        new = np.r_[True, (ts_s[1:] != ts_s[:-1]) | (r_s[1:] != r_s[:-1])]
-        row = np.empty(len(idx), dtype=np.int64)
-        row[idx] = np.cumsum(new) - 1
-        key_ts, key_rank = ts_s[new], r_s[new]
+        row, key_ts, key_rank = _rows(ts, r, len(gpus), step)
         grid = np.full((len(key_ts), len(columns)), np.nan)
         cell = row * len(columns) + c
-        if len({(p[0], p[2]) for p in keep}) == len(keep):  # one series per GPU and column
+        if self.once:  # one series per GPU and column
             grid.flat[cell] = values
         else:  # a GPU's series split in two (a relabel, MIG copies): combine per cell
             combined = pd.DataFrame(
@@ -136,13 +198,60 @@ class _Long:
             for part in (avg, top):
                 grid.flat[part.index.to_numpy()] = part.to_numpy()
         at = rank.index.to_numpy()[key_rank]  # the inventory row of each output row
+        _screen(grid, columns, gpus["model"].to_numpy()[at])
         out = pd.DataFrame({"ts": key_ts.astype(np.float64)})
         for col in _ID:
             values_of = gpus[col].to_numpy()[at] if col != "uuid" else gpus.index.to_numpy()[at]
-            out[col] = values_of.astype(np.int64) if col == "gpu" else values_of.astype(str)
+            out[col] = values_of.astype(np.int64) if col == "gpu" else values_of
         for j, name in enumerate(columns):
             out[name] = grid[:, j]
         return out
+
+
+def _rows(
+    ts: np.ndarray, rank: np.ndarray, n: int, step: float | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each point's output row (one per time and GPU, by time then ``rank``), and each row's
+    time and rank. Bucket times (``step``) index a dense grid of times x GPUs, with no sort of
+    the millions of points a week of a fleet has; any other times are sorted."""
+    if step and len(ts):
+        t0 = float(ts.min())
+        ti = np.rint((ts - t0) / step).astype(np.int64)
+        slots = (int(ti.max()) + 1) * n
+        if np.array_equal(t0 + ti * step, ts) and slots <= 4 * len(ts) + 1_000_000:
+            key = ti * n + rank
+            present = np.zeros(slots, dtype=bool)
+            present[key] = True
+            taken = np.flatnonzero(present)
+            index = np.empty(slots, dtype=np.int64)
+            index[taken] = np.arange(len(taken))
+            return index[key], t0 + (taken // n) * step, taken % n
+    idx = np.lexsort((rank, ts))
+    ts_s, r_s = ts[idx], rank[idx]
+    new = np.r_[True, (ts_s[1:] != ts_s[:-1]) | (r_s[1:] != r_s[:-1])]
+    row = np.empty(len(idx), dtype=np.int64)
+    row[idx] = np.cumsum(new) - 1
+    return row, ts_s[new], r_s[new]
+
+
+def _screen(grid: np.ndarray, columns: Sequence[str], models: np.ndarray) -> None:
+    """Readings no GPU gives (a DCGM sentinel, out of range: ``readings.check_columns``) made
+    missing in place, as ingest and the collectors leave them out: a store written by
+    dcgm-exporter or anything else holds what it was sent. A rollup column is judged as its
+    field (a sentinel in an hour makes its peak, and its mean, impossible too)."""
+    row_model, names = pd.factorize(models)
+    coded = (np.asarray(names, dtype=str), row_model)
+    plain: dict[str, int] = {}
+    peaks: dict[str, int] = {}
+    for j, name in enumerate(columns):
+        base = base_field(name)
+        if base in FIELDS_BY_NAME:
+            (plain if base == name else peaks)[base] = j
+    for group in (plain, peaks):
+        if group:
+            bad = check_columns({n: grid[:, j] for n, j in group.items()}, models, coded=coded)
+            for n, codes in bad.items():
+                grid[codes != 0, group[n]] = np.nan
 
 
 def empty(columns: Sequence[str]) -> pd.DataFrame:
@@ -164,8 +273,8 @@ def raw(
     rolled: tuple[str, str] | None = None,
 ) -> pd.DataFrame:
     """Raw samples of ``fields`` in ``[start, end)``: range selectors, chunked. ``rolled``:
-    read the rollup series (``_prom_rollups``: metric name, resolution) instead, whose
-    ``field`` label names the column."""
+    read the rollup series (``_prom_rollups``: metric name, resolution) instead, one per GPU,
+    each sample's column its offset into its hour."""
     if target.gpus.empty or not fields:
         return empty(fields)
     dialect = api.dialect
@@ -174,39 +283,45 @@ def raw(
             n for f in fields for n in (FIELDS_BY_NAME[f].dcgm, *FIELDS_BY_NAME[f].dcgm_aliases)
         ]
         extra: list[str] = []
-    else:
+    else:  # the packed series holding a field asked for carry the rest of theirs too
         names = [rolled[0]]
-        extra = [matcher("resolution", [rolled[1]]), matcher("field", list(fields))]
-    per_gpu_s = len(fields) / max(interval_s, 1e-3)  # points one GPU gives per second
+        extra = [matcher("resolution", [rolled[1]]), holding(fields)]
+    per_series = len(fields)
+    if rolled is not None:
+        per_series = sum(
+            len(g) for g in _prom_rollups.groups(ROLLUP_FIELDS) if set(g) & set(fields)
+        )
+    per_gpu_s = per_series / max(interval_s, 1e-3)  # points one GPU gives per second
     # whole windows for as many GPUs as fit (each series then comes back once), and the
     # window cut in time only when one GPU's is too much
     whole = per_gpu_s * (end - start)
     per_group = max(1, min(len(target.gpus), int(api.max_points / max(whole, 1.0))))
+    # at least ``concurrency`` queries for a large read: the server answers them on all its
+    # cores while the answers already in are parsed here
+    if len(target.gpus) >= MIN_SPLIT_GPUS:
+        per_group = min(per_group, -(-len(target.gpus) // api.concurrency))
     span = (end - start) if whole <= api.max_points else max(60.0, api.max_points / per_gpu_s)
     groups = target.groups(per_group)
     work = [(alt, a, b) for alt in groups for a, b in time_spans(start, end, span)]
-    out = _Long()
+    out = _Long(fields, target)
 
-    def one(item: tuple[list[list[str]], float, float]) -> list[Raw]:
+    def one(item: tuple[list[list[str]], float, float]) -> list[Flat]:
         alternatives, a, b = item
-        got: list[Raw] = []
-        for matchers in alternatives:
-            got += api.query(dialect.window(selector(names, [*matchers, *extra]), b - a), b)
-        return got
+        window = [dialect.window(selector(names, [*m, *extra]), b - a) for m in alternatives]
+        return [api.query_flat(w, b) for w in window]
 
-    for raws in tqdm(api.map(one, work), total=len(work), disable=not progress, desc="reading"):
-        for r in raws:
-            if rolled is None:
-                field = FIELD_BY_DCGM.get(r.labels.get("__name__", ""))
-                key = None if field is None or field not in fields else _key(r.labels, field)
-            else:
-                field = r.labels.get("field")
-                gpu = gpu_of(r.labels)
-                key = None if gpu is None or field not in fields else gpu.uuid
-            if key is not None and field is not None:
-                keep = (r.ts >= start) & (r.ts < end)
-                out.add(key, r.ts[keep], field, r.values[keep])
-    return out.wide(fields, target, set())
+    for flats in tqdm(api.map(one, work), total=len(work), disable=not progress, desc="reading"):
+        for flat in flats:
+            if rolled is not None:
+                out.add_packed(flat, start, end)
+                continue
+            keys: list[tuple[str, str] | None] = []
+            for labels in flat.labels:
+                field = FIELD_BY_DCGM.get(labels.get("__name__", ""))
+                key = None if field is None or field not in fields else _key(labels, field)
+                keys.append(None if key is None or field is None else (key, field))
+            out.add_flat(flat, keys, start, end)
+    return out.wide(set(), step=None if rolled is None else float(rolled[1]))
 
 
 def rollups(
@@ -251,7 +366,7 @@ def rollups(
             work.append((alt, a, b, r))  # eval at a + r ... b: the buckets [a, b)
         if end > whole_end:
             work.append((alt, whole_end, end, end - whole_end))  # the partial bucket
-    out = _Long()
+    out = _Long(fields, target)
     means = {f for f in fields if f in FIELDS_BY_NAME and rollup_agg(FIELDS_BY_NAME[f]) == "mean"}
 
     def one(item: tuple[list[list[str]], float, float, float]) -> list[tuple[Raw, float]]:
@@ -274,7 +389,7 @@ def rollups(
             key = _key(x.labels, base_field(column))
             if key is not None:
                 out.add(key, np.round(x.ts - width, 3), column, x.values)
-    return out.wide(fields, target, means)
+    return out.wide(means, step=float(r))
 
 
 def is_bitmask(name: str) -> bool:

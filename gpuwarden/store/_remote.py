@@ -25,7 +25,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import httpx
@@ -39,7 +39,9 @@ BACKOFF_S = 0.5
 MAX_BACKOFF_S = 15.0
 #: query parameters whose values are secrets, masked in every URL shown
 SECRET_PARAMS = frozenset({"token", "password", "secret", "api_key", "apikey", "auth"})
-_RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+#: statuses worth another try
+RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+_T = TypeVar("_T")
 
 
 def mask(url: str) -> str:
@@ -193,9 +195,8 @@ class RemoteHttp:
         raises ``StoreUnavailable`` (not reached, 5xx after the retries), or ``StoreRejected``
         (credentials refused, another 4xx), each one line naming the server."""
         url = self.base + path
-        delay = BACKOFF_S
-        for attempt in range(self.retries + 1):
-            last = attempt == self.retries
+
+        def attempt() -> httpx.Response:
             try:
                 response = self._client.request(
                     method,
@@ -207,33 +208,34 @@ class RemoteHttp:
                     timeout=self.timeout_s,
                 )
             except httpx.TimeoutException as exc:
-                if last:
-                    raise StoreUnavailable(
+                raise Retryable(
+                    StoreUnavailable(
                         f"{self.name}: no answer within {self.timeout_s:g} s "
                         f"({self.retries + 1} tries)"
-                    ) from exc
+                    )
+                ) from exc
             except httpx.TransportError as exc:
-                if last:
-                    raise StoreUnavailable(
-                        f"{self.name}: cannot reach it ({_reason(exc)})"
-                    ) from exc
+                raise Retryable(
+                    StoreUnavailable(f"{self.name}: cannot reach it ({_reason(exc)})")
+                ) from exc
             except httpx.InvalidURL as exc:
                 raise StoreError(f"{self.name}: bad request URL ({exc})") from exc
-            else:
-                if response.is_success:
-                    return response
-                if response.status_code not in _RETRY_STATUS:
-                    raise self._rejected(response)
-                if last:
-                    raise StoreUnavailable(
-                        f"{self.name}: HTTP {response.status_code} {response.reason_phrase} "
-                        f"after {self.retries + 1} tries: {server_message(response)}"
-                    )
-                delay = _retry_after(response, delay)
+            if response.is_success:
+                return response
+            if response.status_code not in RETRY_STATUS:
+                raise self._rejected(response)
+            raise Retryable(
+                StoreUnavailable(
+                    f"{self.name}: HTTP {response.status_code} {response.reason_phrase} "
+                    f"after {self.retries + 1} tries: {server_message(response)}"
+                ),
+                wait_s=retry_after(response.headers.get("Retry-After")),
+            )
+
+        def counted() -> None:
             self.retried += 1
-            self._sleep(min(MAX_BACKOFF_S, delay) * (0.75 + 0.5 * random.random()))
-            delay *= 2
-        raise AssertionError("unreachable")  # the last try returns or raises
+
+        return with_retries(attempt, retries=self.retries, sleep=self._sleep, on_retry=counted)
 
     def _rejected(self, response: httpx.Response) -> StoreError:
         code = response.status_code
@@ -258,12 +260,52 @@ class RemoteHttp:
             self._client.close()
 
 
-def _retry_after(response: httpx.Response, default: float) -> float:
-    text = response.headers.get("Retry-After", "")
+class Retryable(Exception):
+    """A try that may succeed when made again (a dropped connection, a timeout, 5xx, 429):
+    ``error`` is what the caller sees when it was the last; ``wait_s`` the server's
+    ``Retry-After``."""
+
+    def __init__(self, error: Exception, wait_s: float | None = None) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.wait_s = wait_s
+
+
+def with_retries(
+    attempt: Callable[[], _T],
+    *,
+    retries: int,
+    sleep: Callable[[float], None] = time.sleep,
+    on_retry: Callable[[], None] | None = None,
+) -> _T:
+    """``attempt()``, made again up to ``retries`` times while it raises ``Retryable``: after
+    ``BACKOFF_S``, doubling up to ``MAX_BACKOFF_S``, with jitter (or at least the server's
+    ``Retry-After``); then its ``error`` is raised. The one backoff every remote store uses
+    (``RemoteHttp`` for Prometheus and VictoriaMetrics, ``_influx_http`` for InfluxDB)."""
+    delay = BACKOFF_S
+    for n in range(retries + 1):
+        try:
+            return attempt()
+        except Retryable as exc:
+            if n == retries:
+                raise exc.error from exc.__cause__
+            if exc.wait_s is not None:  # the server's word: no sooner than it said
+                wait = min(MAX_BACKOFF_S, exc.wait_s) * (1.0 + 0.25 * random.random())
+            else:
+                wait = min(MAX_BACKOFF_S, delay) * (0.75 + 0.5 * random.random())
+            if on_retry is not None:
+                on_retry()
+            sleep(wait)
+            delay *= 2
+    raise AssertionError("unreachable")  # the last try returns or raises
+
+
+def retry_after(text: str | None) -> float | None:
+    """A ``Retry-After`` of seconds, as a float; None when absent or a date."""
     try:
-        return max(0.0, float(text))
+        return max(0.0, float(text)) if text else None
     except ValueError:
-        return default
+        return None
 
 
 def _reason(exc: Exception) -> str:
@@ -276,11 +318,15 @@ def _reason(exc: Exception) -> str:
 
 
 __all__ = [
+    "RETRY_STATUS",
     "RemoteHttp",
+    "Retryable",
     "RemoteUrl",
     "mask",
     "parse_remote_url",
     "positive",
     "server_message",
+    "retry_after",
     "token_header",
+    "with_retries",
 ]

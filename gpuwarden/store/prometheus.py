@@ -22,6 +22,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -32,10 +33,12 @@ from gpuwarden.errors import ConfigError, InputError
 from gpuwarden.store import (
     _prom_events,
     _prom_inventory,
+    _prom_labels,
     _prom_reads,
     _prom_records,
     _prom_rollups,
     _series,
+    window,
 )
 from gpuwarden.store._frames import check_fields
 from gpuwarden.store._promapi import DEFAULT_MAX_POINTS, PromApi, time_spans
@@ -128,6 +131,8 @@ class PrometheusStore:
         self._until: float | None = None
         self._until_at = -math.inf
         self._lock = threading.RLock()
+        #: reads the kept rollups beside the live ones (``_rolled``)
+        self._side = ThreadPoolExecutor(1, thread_name_prefix="rollups")
 
     @classmethod
     def url_options(cls, url: str) -> tuple[RemoteUrl, dict[str, Any]]:
@@ -303,25 +308,36 @@ class PrometheusStore:
         ``whole``): the hours kept as rollup series (``_prom_rollups``), then the rest rolled
         up by the server as it is read."""
         live_from = first
+        kept: Future[pd.DataFrame] | None = None
         parts = []
         if resolution_s == _prom_rollups.RESOLUTION:
             until = self.rolled_until()
             if until is not None and until > first:
                 live_from = min(until, float(np.floor(end / resolution_s) * resolution_s))
-                rolled = (_prom_rollups.ROLLUP, str(resolution_s))
-                parts.append(
-                    _prom_reads.raw(
-                        self.api,
-                        target,
-                        start=first,
-                        end=live_from,
-                        fields=fields,
-                        interval_s=resolution_s,
-                        rolled=rolled,
-                        progress=progress,
-                    )  # fmt: skip
+                # the kept hours are read while the server rolls up the rest: two threads
+                # of requests, so neither waits on the other's answers
+                kept = self._side.submit(
+                    _prom_reads.raw,
+                    self.api,
+                    target,
+                    start=first,
+                    end=live_from,
+                    fields=fields,
+                    interval_s=resolution_s,
+                    rolled=(_prom_rollups.ROLLUP, str(resolution_s)),
+                    progress=progress,
                 )
-        if end > live_from or not parts:
+        if not whole and kept is not None and 0 < end - live_from <= resolution_s:
+            # the hour under way: its raw samples, bucketed here as SQLite buckets its raw
+            # tail (reading each series once costs the server less than rolling it up per
+            # field, peak and bit)
+            raw = _prom_reads.raw(
+                self.api, target, start=live_from, end=end, fields=window.raw_fields(fields),
+                interval_s=self.scrape_interval_s(),
+            )  # fmt: skip
+            tail = window.bucketed(raw, fields, resolution_s)
+            parts.append(tail if len(tail) else _prom_reads.empty(fields))
+        elif end > live_from or kept is None:
             parts.append(
                 _prom_reads.rollups(
                     self.api,
@@ -336,6 +352,8 @@ class PrometheusStore:
                     interval_s=self.scrape_interval_s(),
                 )  # fmt: skip
             )
+        if kept is not None:
+            parts.insert(0, kept.result())
         parts = [p for p in parts if len(p)] or parts[:1]
         if len(parts) == 1:
             return parts[0]
@@ -451,11 +469,30 @@ class PrometheusStore:
             out = out[out["uuid"].isin(list(uuids))]
         return out.reset_index(drop=True)
 
+    def read_pod_labels(
+        self, *, start: float | None = None, end: float | None = None, step_s: float = 300.0
+    ) -> pd.DataFrame:
+        """Who held each GPU in ``[start, end)`` (default: the lookback up to now) as
+        dcgm-exporter's pod, namespace and container labels say, looked at every ``step_s``:
+        uuid, hostname, gpu, namespace, pod, container, ts_from, ts_to; one row per unbroken
+        stay (``_prom_labels.pods``). Empty where the exporter runs without Kubernetes."""
+        hi = self.clock() + 1.0 if end is None else float(end)
+        lo = hi - self.lookback_s if start is None else float(start)
+        return _prom_labels.pods(self.api, lo, hi, step_s)
+
+    def read_driver_labels(self, *, at: float | None = None) -> pd.DataFrame:
+        """Each GPU's driver version from dcgm-exporter's ``DCGM_FI_DRIVER_VERSION`` label, as
+        its newest series in the lookback before ``at`` says: hostname, uuid, driver_version,
+        last_ts."""
+        now = self.clock() + 1.0 if at is None else float(at)
+        return _prom_labels.drivers(self.api, now, self.lookback_s)
+
     def read_nodes(self, *, hostnames: Sequence[str] | None = None) -> pd.DataFrame:
         """Each node's newest driver and CUDA driver versions (``gpuwarden_node_info``)."""
         return _prom_records.nodes_frame(self._records(_series.NODE, None, None), hostnames)
 
     def close(self) -> None:
+        self._side.shutdown(wait=False, cancel_futures=True)
         self.api.close()
 
     def __enter__(self) -> PrometheusStore:

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from gpuwarden.errors import StoreRejected
+from gpuwarden.errors import InputError, StoreRejected
 from gpuwarden.health import Verdict
 from gpuwarden.store import (
     _prom_reads,
@@ -221,6 +221,34 @@ class VictoriaMetricsStore(PrometheusStore):
         self._dirty_from = math.inf
         with self._lock:
             self._until_at = -math.inf
+
+    def write_rollups(
+        self,
+        frame: pd.DataFrame,
+        end: float,
+        *,
+        gpus: pd.DataFrame | None = None,
+        progress: bool = False,
+    ) -> int:
+        """Keep hourly rollups made elsewhere (another store's ``read_window`` at 3600 s: ts
+        the hour, identity, ``ROLLUP_FIELDS``) as ``compact`` keeps its own, and mark the hours
+        before ``end`` rolled up: moving a SQLite history here without the server rolling up
+        every raw hour again. ``gpus``: that store's ``gpus()``, for the labels the frame lacks
+        (rack). Returns the rows kept."""
+        if not frame.empty and float(frame["ts"].max()) >= end:
+            raise InputError(f"write_rollups: rollups at or after end {end!r}")
+        fields = [f for f in ROLLUP_FIELDS if f in frame.columns]
+        if not fields:
+            raise InputError("write_rollups: the frame has none of the rollup fields")
+        ids = frame.drop_duplicates("uuid").set_index("uuid", drop=False)
+        ids["rack"] = (
+            "" if gpus is None else ids["uuid"].map(gpus.set_index("uuid")["rack"]).fillna("")
+        )
+        series = _prom_rollups.series(frame, ids, fields)
+        self._send([*series, _prom_rollups.marker(float(end))], progress=progress)
+        with self._lock:
+            self._until_at = -math.inf
+        return len(frame)
 
 
 def _with(frame: pd.DataFrame, extra: pd.DataFrame, columns: list[str]) -> pd.DataFrame:

@@ -37,6 +37,12 @@ A, B, C, D = (
 )
 
 
+K8S_A = {"namespace": "ml", "pod": "train-0", "container": "trainer"}
+K8S_B = {"exported_namespace": "web", "exported_pod": "infer-1", "exported_container": "srv"}
+DRV = {"DCGM_FI_DRIVER_VERSION": "550.54.15"}
+SENTINELS = {10: 9223372036854775794.0, 20: 200.0, 300: 9223372036854775794.0}
+
+
 def _series(name: str, labels: dict[str, str], values: list[float], start: int = 0) -> Series:
     ts = ((T0 + (start + np.arange(len(values))) * STEP) * 1000).astype(np.int64)
     return Series({"__name__": name, **labels}, ts, np.array(values, dtype=np.float64))
@@ -51,7 +57,22 @@ def _steps(*changes: tuple[int, float], n: int = N) -> list[float]:
 
 
 SERIES = [
-    *(_series("DCGM_FI_DEV_GPU_TEMP", g, [40.0 + k % 5 for k in range(N)]) for g in (A, B, C, D)),
+    *(_series("DCGM_FI_DEV_GPU_TEMP", g, [40.0 + k % 5 for k in range(N)]) for g in (A, B, D)),
+    # HBM temperature as an exporter that re-exports DCGM's blanks leaves it: the int64
+    # sentinel DCGM_INT64_NOT_SUPPORTED at scrapes 10 and 300, an impossible 200 C at 20
+    _series("DCGM_FI_DEV_MEMORY_TEMP", A, [SENTINELS.get(k, 60.0) for k in range(N)]),
+    # dcgm-exporter on Kubernetes: GPU-c held by train-0 (scrapes 0-119), idle, then by
+    # infer-1 (240 on; Prometheus' exported_ spelling): its series changes with the pod
+    # labels; every series names the driver
+    *(
+        _series(
+            "DCGM_FI_DEV_GPU_TEMP",
+            {**C, **pod, **DRV},
+            [40.0 + k % 5 for k in range(a, b)],
+            start=a,
+        )
+        for pod, a, b in ((K8S_A, 0, 120), ({}, 120, 240), (K8S_B, 240, N))
+    ),  # fmt: skip
     # the last-Xid gauge: 79 at scrape 70 (held), then 48 at scrape 200
     _series("DCGM_FI_DEV_XID_ERRORS", A, _steps((70, 79.0), (200, 48.0))),
     # an exporter started after an Xid 31: the gauge is born non-zero, its time unknown
@@ -110,6 +131,39 @@ def test_both_host_label_spellings_name_the_gpus(store) -> None:
         start=T0, end=T0 + N * STEP, fields=["gpu_temp_c"], resolution_s=3600
     )
     assert len(hourly) == 4 * 6 and np.allclose(hourly["gpu_temp_c"], 42.0)
+
+
+def test_readings_no_gpu_gives_are_read_as_missing(store) -> None:
+    """A sentinel or an impossible value kept by the server is screened as ingest screens it
+    (``readings``): missing, never 9.2e18 in a mean or a peak."""
+    raw = store.read_samples(uuids=["GPU-a"], fields=["mem_temp_c"]).reset_index(drop=True)
+    assert len(raw) == N
+    bad = raw["mem_temp_c"].isna()
+    assert sorted(((raw.loc[bad, "ts"] - T0) / STEP).astype(int)) == sorted(SENTINELS)
+    assert (raw.loc[~bad, "mem_temp_c"] == 60.0).all()
+    hourly = store.read_window(
+        start=T0, end=T0 + N * STEP, uuids=["GPU-a"], fields=["mem_temp_c", "mem_temp_c_max"],
+        resolution_s=3600,
+    ).reset_index(drop=True)  # fmt: skip
+    # the server rolls an hour up with its sentinel in it: that hour's value is missing
+    assert hourly["mem_temp_c"].isna().tolist() == [True, False, False, False, False, True]
+    assert hourly["mem_temp_c_max"].isna().tolist() == [True, False, False, False, False, True]
+    assert (hourly["mem_temp_c"].dropna() == 60.0).all()
+
+
+def test_pods_and_drivers_come_from_the_exporters_labels(store) -> None:
+    pods = store.read_pod_labels(start=T0, end=T0 + N * STEP, step_s=STEP)
+    got = [(r.uuid, r.hostname, r.namespace, r.pod, r.container,
+            round((r.ts_from - T0) / STEP), round((r.ts_to - T0) / STEP))
+           for r in pods.itertuples()]  # fmt: skip
+    assert got == [
+        ("GPU-c", "node-b", "ml", "train-0", "trainer", 0, 120),
+        ("GPU-c", "node-b", "web", "infer-1", "srv", 240, N),
+    ]
+    drivers = store.read_driver_labels()
+    assert drivers[["hostname", "uuid", "driver_version"]].values.tolist() == [
+        ["node-b", "GPU-c", "550.54.15"]
+    ]
 
 
 def test_xids_come_from_the_exporters_series(store) -> None:
