@@ -421,7 +421,9 @@ class RiskAssessment:
     fallen off the bus)"); it makes the GPU unhealthy at once. ``hard_signal_ts``: when that
     signal happened, if known; a person's override is broken only by a signal newer than the
     override. ``reasons``: sentences, ``Reason`` where the scorer knows the features behind
-    them. ``action``: what to do, for people ("drain and reset the GPU").
+    them. ``action``: what to do, for people ("drain and reset the GPU"). ``rule``: the rules
+    beside the model that hold ("pcie_link_degraded"), which make the GPU at-risk whatever its
+    risk, for as long as they hold.
     """
 
     gpu: GpuId
@@ -432,6 +434,7 @@ class RiskAssessment:
     action: str = ""
     hard_signal_ts: float | None = None
     state: GpuState | None = None
+    rule: str | None = None
 
     @classmethod
     def coerce(cls, obj: Any) -> RiskAssessment:
@@ -454,6 +457,7 @@ class RiskAssessment:
                 action=str(getattr(obj, "action", "") or ""),
                 hard_signal_ts=getattr(obj, "hard_signal_ts", None),
                 state=None if state is None else GpuState.parse(state),
+                rule=str(getattr(obj, "rule", "") or "") or None,
             )
         except (AttributeError, TypeError, ValueError, InputError) as exc:
             raise InputError(f"not a risk assessment: {obj!r} ({exc})") from exc

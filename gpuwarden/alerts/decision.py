@@ -1,13 +1,15 @@
 """The decision state machine: risk scores, alerts and people in, GPU state changes out.
 
-    ok --(risk >= enter_at, or an at-risk alert fires)--> at-risk
-    at-risk --(risk < exit_below, and no at-risk alert, for hold_s)--> ok
+    ok --(risk >= enter_at, an at-risk alert fires, or a link rule holds)--> at-risk
+    at-risk --(risk < exit_below, no at-risk alert and no link rule, for hold_s)--> ok
     any --(hard signal: DBE, remap failure, GPU lost, fatal Xid)--> unhealthy   (at once)
     unhealthy --(a person, or a new board in the slot)--> ok / at-risk
 
 Hysteresis keeps a GPU whose score hovers around the threshold from flapping its node's tag:
 a score between ``exit_below`` and ``enter_at`` keeps the current state, and leaving at-risk
-needs the score to *stay* low for ``hold_s`` (default 24 h). An unknown score (NaN) is no
+needs the score to *stay* low for ``hold_s`` (default 24 h). A rule beside the model
+(``RiskAssessment.rule``: a PCIe link below full width, NVLink errors growing on one GPU)
+counts as a firing at-risk alert for as long as the scorer reports it. An unknown score (NaN) is no
 evidence either way: it neither starts nor resets the hold. Unhealthy is sticky because the
 GPU needs a reset or a replacement, which a person confirms (or the slot reports a new UUID).
 
@@ -62,6 +64,7 @@ class _Track:
     below_since: float | None = None
     firing: dict[str, str] = field(default_factory=dict)  # alert key -> alert name
     alert_low: bool = False  # every at-risk alert resolved: evidence the condition ended
+    ruled: bool = False  # a rule beside the model holds (``RiskAssessment.rule``)
     pinned_at: float | None = None
     pinned_until: float | None = None
 
@@ -107,6 +110,7 @@ class DecisionEngine:
         with self._lock:
             out, t = self._track(a.gpu, a.ts)
             t.risk, t.risk_ts = float(a.risk), a.ts
+            t.ruled = bool(a.rule)
             if a.reasons or a.action:
                 t.reasons, t.action = tuple(a.reasons), a.action
             if a.hard_signal:
@@ -301,7 +305,7 @@ class DecisionEngine:
 
     def _update_below(self, t: _Track, ts: float) -> None:
         """Start or reset the hold clock from the evidence just received."""
-        if t.firing or (_known(t.risk) and t.risk >= self.exit_below):
+        if t.firing or t.ruled or (_known(t.risk) and t.risk >= self.exit_below):
             t.below_since = None
         elif _known(t.risk) or t.alert_low:
             if t.below_since is None:
@@ -310,7 +314,7 @@ class DecisionEngine:
     def _decide(self, t: _Track, ts: float, source: str) -> Transition | None:
         if self._pinned(t, ts) or t.state is GpuState.UNHEALTHY:
             return None
-        high = bool(t.firing) or (_known(t.risk) and t.risk >= self.enter_at)
+        high = bool(t.firing) or t.ruled or (_known(t.risk) and t.risk >= self.enter_at)
         if t.state is GpuState.OK:
             if not high:
                 return None

@@ -26,7 +26,7 @@ from gpuwarden.models.artifact import RiskModel
 from gpuwarden.models.history import load_panel, newest_sample_ts
 from gpuwarden.models.labels import Dataset, build_dataset, scoring_indices
 from gpuwarden.models.panel import HOUR_S, HourlyPanel
-from gpuwarden.models.rules import baseline_flag, hard_signal
+from gpuwarden.models.rules import LinkRules, baseline_flag, hard_signal
 from gpuwarden.store.base import Store
 
 LEAD_S = 86400.0
@@ -194,10 +194,12 @@ def evaluate_dataset(
     sudden = sudden_kinds() if sudden is None else sudden
     known = ds.meta["known"].to_numpy(bool)
     risk = model.risk(ds.X)
-    hard = hard_signal(ds.X)
+    # the link rules flag beside the model, as they do in ``score``; PR-AUC stays the model's
+    signals = hard_signal(ds.X)
+    hard = signals | LinkRules.from_env().flag(ds.X)
     model_flag = (risk >= model.threshold) | hard
     rules_flag = baseline_flag(ds.X)
-    model_score = np.where(hard, 1.0, risk)
+    model_score = np.where(signals, 1.0, risk)
     tables: dict[str, pd.DataFrame] = {}
     summary: dict[str, Any] = {}
     for name, flag, score in (

@@ -168,7 +168,19 @@ FEATURES: tuple[Feature, ...] = _BASE + tuple(
 )
 FEATURE_NAMES: tuple[str, ...] = tuple(f.name for f in FEATURES)
 FEATURES_BY_NAME = {f.name: f for f in FEATURES}
-META_COLUMNS = ("at", "key", "uuid", "hostname", "gpu", "model", "rack", "t", "fatal_xid")
+META_COLUMNS = (
+    "at",
+    "key",
+    "uuid",
+    "hostname",
+    "gpu",
+    "model",
+    "rack",
+    "t",
+    "fatal_xid",
+    "pcie_width",
+    "pcie_width_max",
+)
 
 
 def rows_at(panel: HourlyPanel, t: np.ndarray | list[int], *, recent_h: int = 1) -> np.ndarray:
@@ -403,7 +415,8 @@ def compute_features(panel: HourlyPanel, rows: np.ndarray) -> tuple[pd.DataFrame
     """Features for ``rows`` ((t, g) pairs, e.g. from ``rows_at``): (meta, X).
 
     ``meta`` has ``at`` (the end of bucket t: the scoring time), the GPU's identity, ``t`` and
-    ``fatal_xid`` (the last fatal Xid code in 24 h, NaN if none);
+    ``fatal_xid`` (the last fatal Xid code in 24 h, NaN if none), ``pcie_width`` and
+    ``pcie_width_max`` (the last read, for the link rule's words);
     ``X`` has one float column per ``FEATURE_NAMES`` entry, NaN where unknown.
     """
     t, g = rows[:, 0], rows[:, 1]
@@ -428,5 +441,7 @@ def compute_features(panel: HourlyPanel, rows: np.ndarray) -> tuple[pd.DataFrame
     _peers(meta, out)
     _ranks(meta, out)
     meta["fatal_xid"] = w.latest(panel.fatal_xid, H24)  # for the Xid catalogue's action
+    for gauge in ("pcie_link_width", "pcie_link_width_max"):  # the link rule says them
+        meta[gauge.replace("_link", "")] = w.last(panel.gauge[gauge])
     X = pd.DataFrame({n: np.asarray(out[n], dtype=np.float32) for n in FEATURE_NAMES})
     return meta, X

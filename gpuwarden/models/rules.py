@@ -14,18 +14,26 @@ double-bit error (DCGM: any volatile DBE), a row-remap failure, the GPU lost fro
 needing a reset, or a fatal Xid (``health.FATAL_XIDS``). They mark the GPU *unhealthy* at once;
 the model's risk >= the threshold (``health.at_risk_threshold``) marks it *at-risk*; otherwise
 it is *ok*.
+
+Link rules (``LinkRules``) sit beside the model and mark a GPU *at-risk* on their own: a PCIe
+link running below its maximum width for hours, and one GPU's NVLink CRC errors growing against
+its own past while its node's other GPUs see none. The model ranks both too low to flag (issue
+17; docs/models.md, "Rules beside the model"). ``GPUWARDEN_LINK_RULES`` sets them.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from gpuwarden import health
-from gpuwarden.health import DEFAULT_AT_RISK, GpuState
+from gpuwarden.errors import ConfigError
+from gpuwarden.health import DEFAULT_AT_RISK, GpuState, Reason
 
 OK, AT_RISK, UNHEALTHY = GpuState.OK.value, GpuState.AT_RISK.value, GpuState.UNHEALTHY.value
 
@@ -149,8 +157,145 @@ def baseline_flag(X: pd.DataFrame) -> np.ndarray:
     return rule_table(X).to_numpy().any(axis=1) | hard_signal(X)
 
 
-def states(risk: np.ndarray, hard: np.ndarray, threshold: float = DEFAULT_AT_RISK) -> np.ndarray:
-    """ok / at-risk / unhealthy per row: hard signals first, then the model's risk."""
-    out = np.where(np.asarray(risk) >= threshold, AT_RISK, OK).astype(object)
+def states(
+    risk: np.ndarray,
+    hard: np.ndarray,
+    threshold: float = DEFAULT_AT_RISK,
+    link: np.ndarray | None = None,
+) -> np.ndarray:
+    """ok / at-risk / unhealthy per row: hard signals first, then the model's risk or a link
+    rule (``LinkRules.flag``)."""
+    at_risk = np.asarray(risk) >= threshold
+    if link is not None:
+        at_risk = at_risk | np.asarray(link, dtype=bool)
+    out = np.where(at_risk, AT_RISK, OK).astype(object)
     out[np.asarray(hard, dtype=bool)] = UNHEALTHY
+    return out
+
+
+PCIE_LINK_DEGRADED = "pcie_link_degraded"
+NVLINK_ERRORS_GROWING = "nvlink_errors_growing"
+ENV_LINK_RULES = "GPUWARDEN_LINK_RULES"
+
+
+@dataclass(frozen=True)
+class LinkRules:
+    """Two link faults the model ranks too low to flag, read from features it already has.
+
+    A link trained down to fewer lanes is a fault in itself in the field (InfiniteHBD's trace
+    counts "PCI link width low" as 25 of its 158 GPU faults), but in the simulator it always
+    comes with replays, so the model learnt the replays, not the width. Width, not gen: a GPU
+    may drop its link *speed* at idle to save power, never its lanes. ``pcie_hours`` rides over
+    a transient downtraining. NVLink CRC errors that grow on one GPU while its node's others
+    see none are a failing link whatever their magnitude; the model learnt the simulator's
+    magnitudes instead. A node of one GPU has no peers and the NVLink rule never fires there.
+    """
+
+    pcie: bool = True
+    pcie_hours: float = 2.0  # hours in a row below full width
+    nvlink: bool = True
+    nvlink_active_hours: float = 6.0  # hours with CRC errors, of the last 24
+    nvlink_growth: float = 0.0  # slope of log(1 + hourly errors) over 3 days, > this
+    nvlink_own_ratio: float = 4.0  # last day's (1 + hourly mean) over the 6 days before's
+    nvlink_peer_per_h: float = 0.5  # node median's hourly errors, at most
+
+    @classmethod
+    def parse(cls, text: str) -> LinkRules:
+        """``off``, ``on``, or ``name=value`` pairs separated by commas (``pcie=off,
+        pcie_hours=4``); a bad name or value is a ``ConfigError`` naming it."""
+        text = text.strip()
+        if text in ("", "on"):
+            return cls()
+        if text == "off":
+            return cls(pcie=False, nvlink=False)
+        known = [f.name for f in fields(cls)]
+        settings: dict[str, Any] = {}
+        for part in text.split(","):
+            name, eq, value = (x.strip() for x in part.partition("="))
+            if not eq or name not in known:
+                raise ConfigError(
+                    f"{ENV_LINK_RULES}: {part.strip()!r} is not name=value with a name of "
+                    f"{', '.join(known)}"
+                )
+            if name in ("pcie", "nvlink"):
+                if value not in ("on", "off"):
+                    raise ConfigError(f"{ENV_LINK_RULES}: {name} must be on or off, not {value!r}")
+                settings[name] = value == "on"
+                continue
+            try:
+                number = float(value)
+            except ValueError:
+                number = float("nan")
+            if not np.isfinite(number) or number < 0:
+                raise ConfigError(f"{ENV_LINK_RULES}: {name} must be a number >= 0, not {value!r}")
+            settings[name] = number
+        return cls(**settings)
+
+    @classmethod
+    def from_env(cls) -> LinkRules:
+        return cls.parse(os.environ.get(ENV_LINK_RULES, ""))
+
+    def table(self, X: pd.DataFrame) -> pd.DataFrame:
+        """One boolean column per link rule; an unread signal (NaN) never trips one."""
+        out = pd.DataFrame(index=X.index)
+        out[PCIE_LINK_DEGRADED] = self.pcie & (
+            X["pcie_width_low_run_h"].to_numpy(np.float64) >= self.pcie_hours
+        )
+        col = X.__getitem__
+        peers = (
+            col("nvlink_crc_per_min_24h").to_numpy(np.float64)
+            - col("nvlink_crc_per_min_24h_vs_node").to_numpy(np.float64)
+        ) * 60.0
+        with np.errstate(invalid="ignore"):
+            out[NVLINK_ERRORS_GROWING] = self.nvlink & (
+                (col("nvlink_active_hours_24h").to_numpy(np.float64) >= self.nvlink_active_hours)
+                & (col("nvlink_crc_growth_72h").to_numpy(np.float64) > self.nvlink_growth)
+                & (
+                    (
+                        col("nvlink_crc_log_vs_own").to_numpy(np.float64)
+                        >= np.log(self.nvlink_own_ratio)
+                    )
+                    | (col("nvlink_crc_new_24h").to_numpy(np.float64) > 0)
+                )
+                & (peers <= self.nvlink_peer_per_h)
+                & (col("nvlink_crc_node_rank_24h").to_numpy(np.float64) >= 0.99)
+            )
+        return out
+
+    def flag(self, X: pd.DataFrame) -> np.ndarray:
+        """True where any link rule holds."""
+        return self.table(X).to_numpy().any(axis=1)
+
+
+def link_reasons(row: pd.Series, meta: pd.Series, present: pd.Series) -> list[Reason]:
+    """The link rules ``present`` (a ``LinkRules.table`` row) in words, with the GPU's own
+    widths (``meta``'s ``pcie_width`` / ``pcie_width_max``) and counts."""
+    out = []
+    if present[PCIE_LINK_DEGRADED]:
+        hours = row["pcie_width_low_run_h"]
+        width, wmax = meta.get("pcie_width", np.nan), meta.get("pcie_width_max", np.nan)
+        if np.isfinite(width) and np.isfinite(wmax):
+            text = f"PCIe link running at x{width:.0f} of x{wmax:.0f} for {hours:.0f} h"
+        else:
+            text = f"PCIe link below its full width for {hours:.0f} h"
+        out.append(
+            Reason(
+                text + " (link rule)",
+                {c: float(row[c]) for c in ("pcie_width_low_run_h", "pcie_width_deficit_1h")},
+            )
+        )
+    if present[NVLINK_ERRORS_GROWING]:
+        cols = (
+            "nvlink_active_hours_24h",
+            "nvlink_crc_growth_72h",
+            "nvlink_crc_log_vs_own",
+            "nvlink_crc_per_min_24h",
+            "nvlink_crc_per_min_24h_vs_node",
+        )
+        text = (
+            f"NVLink CRC errors in {row['nvlink_active_hours_24h']:.0f} of the last 24 h, "
+            f"growing about {np.expm1(row['nvlink_crc_growth_72h']):.1%} an hour over 3 days, "
+            "while its node's median GPU sees none (link rule)"
+        )
+        out.append(Reason(text, {c: float(row[c]) for c in cols}))
     return out

@@ -24,8 +24,17 @@ from gpuwarden.models.artifact import RiskModel
 from gpuwarden.models.features import compute_features, rows_at
 from gpuwarden.models.history import load_panel, newest_sample_ts
 from gpuwarden.models.panel import HOUR_S, HourlyPanel
-from gpuwarden.models.reasons import actions, explain_reasons
-from gpuwarden.models.rules import AT_RISK, OK, UNHEALTHY, hard_signal, states
+from gpuwarden.models.reasons import actions, explain_reasons, hard_reasons
+from gpuwarden.models.rules import (
+    AT_RISK,
+    OK,
+    UNHEALTHY,
+    LinkRules,
+    hard_signal,
+    hard_table,
+    link_reasons,
+    states,
+)
 from gpuwarden.signals import SIGNAL_FIELDS, SIGNALS, Signal, advice, missing_signals, note
 from gpuwarden.store.base import Store, WritableStore
 from gpuwarden.telemetry import GpuId
@@ -38,7 +47,7 @@ COLUMNS = ("at", "hostname", "gpu", "uuid", "model", "risk", "state", "reasons")
 #: records: the sentence and the features behind it), ``action`` (NVIDIA's, for people),
 #: which ``assessments`` and ``verdicts`` hand on, and ``missing`` (the ``signals`` the store
 #: had nothing of for that GPU, which its risk leaves out); the CLI prints ``COLUMNS``.
-FRAME_COLUMNS = (*COLUMNS, "evidence", "action", "missing")
+FRAME_COLUMNS = (*COLUMNS, "evidence", "action", "missing", "rule")
 
 
 @dataclass(frozen=True)
@@ -63,13 +72,15 @@ def _score_rows(
     explain_all: bool = False,
     partial: bool = False,
     timings: dict[str, float] | None = None,
+    link_rules: LinkRules | None = None,
 ) -> pd.DataFrame:
     """Rows for the GPUs reporting up to each bucket in ``t``. With ``partial`` (one ``t``, the
     hour still under way), risk and its reasons come from the last whole hour: the model learnt
     on whole hours, and a bucket of nine minutes reads as an hour with few errors (risk on a
     board with a steady 100 errors a day fell from 0.63 to 0.08 nine minutes past the hour).
     Hard signals the partial hour already shows count at once. ``timings`` gets the seconds
-    spent on ``features`` and on the ``model`` (risk, states, reasons), for the benchmark."""
+    spent on ``features`` and on the ``model`` (risk, states, reasons), for the benchmark.
+    ``link_rules`` (default: ``GPUWARDEN_LINK_RULES``) mark GPUs at-risk beside the model."""
     started = time.perf_counter()
     rows = rows_at(panel, t, recent_h=REPORTING_H)
     if len(rows) == 0:
@@ -92,9 +103,15 @@ def _score_rows(
         featured = time.perf_counter()
         risk = model.risk(X)
         hard = hard_signal(X)
-    state = states(risk, hard, model.threshold)
+    link = (LinkRules.from_env() if link_rules is None else link_rules).table(X)
+    state = states(risk, hard, model.threshold, link.to_numpy().any(axis=1))
     which = (state != OK) | (risk >= EXPLAIN_FROM) | explain_all
     evidence = explain_reasons(model.estimator, X, meta, np.asarray(which))
+    for i in np.flatnonzero(link.to_numpy().any(axis=1)):  # after hard signals, before the model's
+        said = link_reasons(X.iloc[i], meta.iloc[i], link.iloc[i])
+        present = hard_table(X.iloc[[i]]).iloc[0]
+        n_hard = len(hard_reasons(X.iloc[i], present, meta["fatal_xid"].iloc[i])) if hard[i] else 0
+        evidence[i] = (*evidence[i][:n_hard], *said, *evidence[i][n_hard:])
     missing = _missing(panel, rows[:, 1], meta["model"].astype(str).to_numpy())
     evidence = [
         (*e, Reason(note(m), {})) if m else e for e, m in zip(evidence, missing, strict=True)
@@ -112,6 +129,7 @@ def _score_rows(
             "evidence": evidence,
             "action": actions(X, meta, state),
             "missing": [tuple(x.name for x in m) for m in missing],
+            "rule": [", ".join(link.columns[row]) for row in link.to_numpy()],
         }
     )
     if timings is not None:
@@ -173,12 +191,19 @@ def score_panel(
     at: float,
     explain_all: bool = False,
     timings: dict[str, float] | None = None,
+    link_rules: LinkRules | None = None,
 ) -> pd.DataFrame:
     """``score_store`` on a panel already read, ending at ``at``."""
     last = panel.shape[0] - 1
     partial = bool(at < panel.hours[last] + HOUR_S) if last >= 0 else False
     out = _score_rows(
-        panel, [last], model, explain_all=explain_all, partial=partial, timings=timings
+        panel,
+        [last],
+        model,
+        explain_all=explain_all,
+        partial=partial,
+        timings=timings,
+        link_rules=link_rules,
     )
     out["at"] = float(at)
     return _order(out)
@@ -261,6 +286,7 @@ def assessments(frame: pd.DataFrame) -> list[RiskAssessment]:
                 reasons=tuple(r.evidence),
                 action=str(r.action),
                 state=GpuState(str(r.state)),
+                rule=str(r.rule) or None,
             )
         )
     return out

@@ -72,6 +72,7 @@ def _merge(a: RiskAssessment, b: RiskAssessment) -> RiskAssessment:
         reasons=tuple(dict.fromkeys((*a.reasons, *b.reasons))),
         action=hard.action if hard.hard_signal else (a.action or b.action),
         hard_signal_ts=hard.hard_signal_ts,
+        rule=", ".join(dict.fromkeys(r for r in (a.rule, b.rule) if r)) or None,
         state=worst([s for s in (a.state, b.state) if s is not None])
         if a.state or b.state
         else None,

@@ -195,3 +195,16 @@ def test_node_uuids_name_each_gpu_of_a_host_for_the_taggers():
     assert e.node_uuids("node1") == {3: "GPU-aaaa", 5: "GPU-bbbb"}
     assert e.node_states("node1") == {3: GpuState.AT_RISK, 5: GpuState.OK}
     assert e.node_uuids("node9") == {}
+
+
+def test_a_link_rule_holds_at_risk_at_a_low_risk_until_it_ends_and_the_hold_passes():
+    e = DecisionEngine()
+    [t] = score(e, 0, 0.03, rule="pcie_link_degraded", reasons=("PCIe link running at x8",))
+    assert (t.new, t.source, t.reasons) == (GpuState.AT_RISK, "model", ("PCIe link running at x8",))
+    for k in range(1, 48):  # two days of a low risk under the rule: stays at-risk
+        assert score(e, k * H, 0.03, rule="pcie_link_degraded") == []
+    assert state(e) is GpuState.AT_RISK
+    score(e, 48 * H, 0.03)  # the link is back to full width: the hold starts
+    assert state(e) is GpuState.AT_RISK
+    [t] = score(e, 72 * H, 0.03)
+    assert t.new is GpuState.OK and t.source == "hold"

@@ -3,6 +3,8 @@ PR-AUC), and the side-by-side evaluation of a model and the rules on a held-out 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -166,3 +168,23 @@ def test_catchable_is_a_precursor_that_began_a_day_ahead():
     assert M.catchable(f).tolist() == [True, False, False]
     q = M.lead_quantiles(np.array([10.0, 20.0, np.nan, 30.0]))
     assert q["p50"] == 20.0 and q["p10"] == pytest.approx(12.0)
+
+
+def test_a_link_rule_flag_counts_as_the_models_flag(eval_sim, tiny_model, monkeypatch):
+    """The evaluation judges what ``score`` decides: a GPU at-risk from a link rule is flagged,
+    as a hard signal is, whatever its risk. With the risk threshold out of reach, only hard
+    signals and link rules flag; turning the rules off loses the PCIe failures they flagged
+    (in this small fleet the width drops less than a day before the failure: flagged, with a
+    lead under 24 h)."""
+    panel = eval_sim.panel
+    ds = build_dataset(panel, scoring_indices(panel, step_h=1), drop_unknown=False)
+    assert (ds.X["pcie_width_low_run_h"] >= 2).any()  # the fleet holds a link trained down
+    unreachable = dataclasses.replace(tiny_model, card={**tiny_model.card, "threshold": 1.01})
+    lead = {}
+    for setting in ("on", "off"):
+        monkeypatch.setenv("GPUWARDEN_LINK_RULES", setting)
+        ev = evaluate_dataset(ds, failures_of(panel), unreachable, horizon_s=7 * 86400)
+        t = ev.table.set_index("mode")
+        lead[setting] = t.loc["pcie_degradation", "model_lead_h"]
+        assert ev.summary["model_pr_auc"] > 0  # the risk's ranking, rules or not
+    assert lead["on"] > 0 and not np.isfinite(lead["off"])

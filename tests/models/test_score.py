@@ -37,7 +37,7 @@ def test_one_row_per_reporting_gpu_worst_first(sim_store, tiny_model):
     store, fleet = sim_store
     at = T0 + 10 * 86400
     rows = score_store(store, tiny_model, at=at)
-    assert list(rows.columns) == [*COLUMNS, "evidence", "action", "missing"]
+    assert list(rows.columns) == [*COLUMNS, "evidence", "action", "missing", "rule"]
     assert (rows["missing"] == ()).all()  # the simulator reads every signal
     assert rows["uuid"].is_unique and (rows["at"] == at).all()
     alive = store.read_samples(start=at - 86400, end=at, fields=["gpu_temp_c"])
