@@ -18,6 +18,7 @@ from gpuwarden.dashboard._browser import blank_reason, find_chromium
 from gpuwarden.dashboard.screenshots import Shot, capture, local_serve, pick_gpu
 from gpuwarden.demo import demo_store
 from gpuwarden.errors import GpuwardenError
+from gpuwarden.models.artifact import load_model
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +47,8 @@ def test_overview_and_gpu_pages_render(chromium: str, tmp_path: Path) -> None:
     assert "64 GPUs" in overview.text
     assert gpu in detail.text and "Memory minus core temperature" in detail.text
     # the demo store's backfilled hourly verdicts, drawn over time; the dashboard scores nothing
-    assert "Risk score against the 0.7 line" in detail.text
+    line = load_model().threshold  # the shipped model card's at-risk line
+    assert f"Risk score against the {line:g} line" in detail.text
     assert "No verdicts are stored yet" not in overview.text
 
 
