@@ -15,6 +15,16 @@ UNITS = sorted((ROOT / "deploy" / "systemd").glob("gpuwarden-*.*"))
 REQUIRED = {"collect", "serve", "agent", "scheduler"}
 
 
+def _analyze() -> str:
+    """systemd-analyze's path: a skip on a developer's machine without it, a failure under CI."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("systemd-analyze is not installed (apt-get install -y systemd)")
+        pytest.skip("systemd-analyze is not installed")
+    return analyze
+
+
 def test_a_unit_for_each_long_running_command():
     names = {p.name.removeprefix("gpuwarden-").removesuffix(".service") for p in UNITS}
     assert REQUIRED <= names
@@ -22,11 +32,7 @@ def test_a_unit_for_each_long_running_command():
 
 @pytest.mark.parametrize("unit", UNITS, ids=lambda p: p.name)
 def test_units_verify_cleanly(unit, tmp_path):
-    analyze = shutil.which("systemd-analyze")
-    if analyze is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("systemd-analyze is not installed (apt-get install -y systemd)")
-        pytest.skip("systemd-analyze is not installed")
+    analyze = _analyze()
     # verify checks that ExecStart's program exists: point it at this interpreter's gpuwarden
     gpuwarden = Path(sys.executable).with_name("gpuwarden")
     assert gpuwarden.exists(), gpuwarden
@@ -49,9 +55,7 @@ def test_units_verify_cleanly(unit, tmp_path):
 
 
 def test_a_broken_unit_is_caught(tmp_path):
-    analyze = shutil.which("systemd-analyze")
-    if analyze is None:
-        pytest.skip("systemd-analyze is not installed")
+    analyze = _analyze()
     bad = tmp_path / "bad.service"
     bad.write_text("[Service]\nType=exec\nExecStart=/bin/true\nProtectSystm=yes\n")
     done = subprocess.run([analyze, "verify", str(bad)], capture_output=True, text=True)
