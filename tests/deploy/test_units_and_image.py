@@ -1,6 +1,7 @@
 """The systemd units (``systemd-analyze verify``) and the Dockerfile's promises (static checks:
 no container is built here, there is no Docker daemon)."""
 
+import configparser
 import os
 import re
 import shutil
@@ -52,6 +53,33 @@ def test_units_verify_cleanly(unit, tmp_path):
     if unit.suffix == ".service":
         commands = re.findall(r"^ExecStart=/usr/local/bin/gpuwarden (\S+)", unit.read_text(), re.M)
         assert commands, "ExecStart runs gpuwarden"
+
+
+def _unit(name: str) -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read_string((ROOT / "deploy" / "systemd" / name).read_text())
+    return parser
+
+
+def test_the_report_timer_runs_weekly_and_catches_up():
+    timer = _unit("gpuwarden-report.timer")
+    assert timer["Timer"]["OnCalendar"].startswith("Mon ")
+    assert timer["Timer"]["Persistent"] == "true"
+    assert timer["Timer"]["Unit"] == "gpuwarden-report.service"
+    service = _unit("gpuwarden-report.service")
+    assert service["Service"]["Type"] == "oneshot"
+    assert service["Service"]["ExecStart"].endswith("gpuwarden report")
+    # secrets from a root-only environment file, never on the command line
+    assert "KEY" not in service["Service"]["ExecStart"]
+
+
+def test_systemd_parses_the_report_calendar():
+    calendar = _unit("gpuwarden-report.timer")["Timer"]["OnCalendar"]
+    out = subprocess.run(
+        [_analyze(), "calendar", calendar], capture_output=True, text=True, check=True
+    )
+    assert "Next elapse: Mon" in out.stdout
 
 
 def test_a_broken_unit_is_caught(tmp_path):
