@@ -4,7 +4,9 @@ it to VictoriaMetrics against SQLite's ``write_frame``: the same simulated histo
     .venv/bin/python bench/bench_backends.py                         # 64 GPUs x 7 days (minutes)
     .venv/bin/python bench/bench_backends.py --gpus 1024 --backends sqlite,victoriametrics
     .venv/bin/python bench/bench_backends.py --gpus 10000 --step 900 \
-        --backends sqlite,victoriametrics --vm-rollups sqlite        # the issue's fleet (~1 h)
+        --backends sqlite,victoriametrics --vm-rollups sqlite \
+        --workdir /tmp/w10k                                          # the issue's fleet (~1 h)
+    .venv/bin/python bench/bench_backends.py --from /tmp/w10k         # score it again (minutes)
 
 The fleet is simulated a day at a time (``--step`` seconds between samples) and each day is
 written to a fresh SQLite file (``write_frame``; ``compact`` into hourly rollups at the end, as
@@ -26,6 +28,7 @@ sample come from its ``/metrics``.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -135,18 +138,30 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="scoring runs; the best is reported")
     ap.add_argument("--workdir", type=Path, default=None, help="default: a temporary folder")
     ap.add_argument(
+        "--from", dest="reuse", type=Path, default=None,
+        help="score the stores a run with --workdir left there again (no simulation, no writes)",
+    )  # fmt: skip
+    ap.add_argument(
         "--vm-rollups", choices=("compact", "sqlite"), default="compact",
         help="VictoriaMetrics' hourly rollups: rolled up by the server, or SQLite's imported",
     )  # fmt: skip
     args = ap.parse_args()
     backends = args.backends.split(",")
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="gpuwarden-bench-backends-"))
+    work = args.reuse or args.workdir or Path(tempfile.mkdtemp(prefix="gpuwarden-bench-backends-"))
     work.mkdir(parents=True, exist_ok=True)
     end = float(np.floor(time.time() / 3600) * 3600)  # near now: any retention keeps it
+    meta: dict = {}
+    if args.reuse:  # the history a --workdir run loaded: its end, size and write figures
+        meta = json.loads((work / "meta.json").read_text())
+        end = meta["end"]
+        args.gpus, args.days, args.step = meta["gpus"], meta["days"], meta["step"]
+        backends = [b for b in backends if b != "prometheus"]  # its blocks are not kept
     at = end - 1800.0  # half an hour into the last hour, as bench_score.py
     model = load_model(None)
     stores: dict[str, object] = {}
     writes = {name: 0.0 for name in ("sqlite", "victoriametrics") if name in backends}
+    if args.reuse:
+        writes = {k: v for k, v in meta["writes"].items() if k in backends}
     daemons = []
     pids: dict[str, int] = {}
     kept: list = []  # the frames, for promtool
@@ -156,47 +171,56 @@ def main() -> None:
         sqlite = SqliteStore(work / "fleet.db", chunk_rows=200_000)
         stores["sqlite"] = sqlite
         if "victoriametrics" in backends:
-            vm = start_victoriametrics(work / "vm")
+            vm = start_victoriametrics(work / "vm")  # finds what a --workdir run stored
             daemons.append(vm)
             pids["victoriametrics"] = vm.proc.pid
             stores["victoriametrics"] = VictoriaMetricsStore(vm.url)
-        t0 = time.perf_counter()
-        fleet = simulate(args.gpus, args.days, args.step, end)
-        for chunk in fleet.chunks(progress=True):
-            frame = chunk.samples
-            n_rows += len(frame)
-            n_fields = len([c for c in frame.columns if c not in (*FRAME_ID_COLUMNS, "rack")])
+        if args.reuse:
+            n_rows, n_fields = meta["rows"], meta["fields"]
+        else:
+            t0 = time.perf_counter()
+            fleet = simulate(args.gpus, args.days, args.step, end)
+            for chunk in fleet.chunks(progress=True):
+                frame = chunk.samples
+                n_rows += len(frame)
+                n_fields = len([c for c in frame.columns if c not in (*FRAME_ID_COLUMNS, "rack")])
+                for name in writes:
+                    writes[name] += write(stores[name], [frame], chunk.events, [])
+                events += chunk.events
+                if "prometheus" in backends:
+                    kept.append(frame)
+            failures = list(fleet.failures)
             for name in writes:
-                writes[name] += write(stores[name], [frame], chunk.events, [])
-            events += chunk.events
-            if "prometheus" in backends:
-                kept.append(frame)
-        failures = list(fleet.failures)
-        for name in writes:
-            writes[name] += write(stores[name], [], [], failures)
-        print(f"simulated and written {n_rows:,} rows x {n_fields} fields ({args.gpus} GPUs, "
-              f"{args.days:g} d, {args.step} s) in {time.perf_counter() - t0:.0f} s; "
-              f"writes: {', '.join(f'{k} {v:.0f} s' for k, v in writes.items())}",
-              flush=True)  # fmt: skip
-        t = time.perf_counter()
-        sqlite.compact(end)
-        print(f"sqlite: rolled up in {time.perf_counter() - t:.1f} s", flush=True)
-        if "victoriametrics" in backends:
-            store = stores["victoriametrics"]
+                writes[name] += write(stores[name], [], [], failures)
+            print(f"simulated and written {n_rows:,} rows x {n_fields} fields ({args.gpus} GPUs, "
+                  f"{args.days:g} d, {args.step} s) in {time.perf_counter() - t0:.0f} s; "
+                  f"writes: {', '.join(f'{k} {v:.0f} s' for k, v in writes.items())}",
+                  flush=True)  # fmt: skip
             t = time.perf_counter()
-            if args.vm_rollups == "compact":
-                store.compact(end, progress=True)  # type: ignore[attr-defined]
-            else:
-                rolls = sqlite.read_window(
-                    start=end - args.days * 86400, end=end, resolution_s=3600
-                )
-                store.write_rollups(rolls[rolls["ts"] < end], end, gpus=sqlite.gpus())  # type: ignore[attr-defined]
-                del rolls
-            print(f"victoriametrics: rollups ({args.vm_rollups}) in "
-                  f"{time.perf_counter() - t:.1f} s", flush=True)  # fmt: skip
-            size, rows = vm_storage(vm.url)
-            print(f"victoriametrics: {size / 1e6:,.0f} MB for {rows:,.0f} samples: "
-                  f"{size / max(rows, 1):.2f} bytes a sample", flush=True)  # fmt: skip
+            sqlite.compact(end)
+            print(f"sqlite: rolled up in {time.perf_counter() - t:.1f} s", flush=True)
+            if "victoriametrics" in backends:
+                store = stores["victoriametrics"]
+                t = time.perf_counter()
+                if args.vm_rollups == "compact":
+                    store.compact(end, progress=True)  # type: ignore[attr-defined]
+                else:
+                    rolls = sqlite.read_window(
+                        start=end - args.days * 86400, end=end, resolution_s=3600
+                    )
+                    store.write_rollups(rolls[rolls["ts"] < end], end, gpus=sqlite.gpus())  # type: ignore[attr-defined]
+                    del rolls
+                print(f"victoriametrics: rollups ({args.vm_rollups}) in "
+                      f"{time.perf_counter() - t:.1f} s", flush=True)  # fmt: skip
+                size, rows = vm_storage(vm.url)
+                print(f"victoriametrics: {size / 1e6:,.0f} MB for {rows:,.0f} samples: "
+                      f"{size / max(rows, 1):.2f} bytes a sample", flush=True)  # fmt: skip
+            if args.workdir:  # kept for --from
+                meta = {
+                    "end": end, "gpus": args.gpus, "days": args.days, "step": args.step,
+                    "rows": n_rows, "fields": n_fields, "writes": writes,
+                }  # fmt: skip
+                (work / "meta.json").write_text(json.dumps(meta))
         if "prometheus" in backends:
             t = time.perf_counter()
             prom = start_prometheus_with(
