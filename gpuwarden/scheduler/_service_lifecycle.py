@@ -45,8 +45,9 @@ class JobLifecycle:
         self.policy = policy
         self._scheduler: Scheduler | None = None
         self.touched = False  # the scheduler was reached in this transition (``_service_tx``)
-        #: nodes a spot reclaim closed (node -> deadline), kept across rebuilds in this process
-        self.closed: dict[str, float] = {}
+        #: nodes a spot reclaim closed (node -> deadline), kept across rebuilds and, in the
+        #: database's ``reclaims`` table, across restarts
+        self.closed: dict[str, float] = {r.node: r.deadline for r in db.reclaims()}
         #: what each agent last said its model cache holds
         self.model_cache: dict[str, list[str]] = {}
 

@@ -35,7 +35,7 @@ from gpuwarden.scheduler._service_sleep import ServiceSleep
 from gpuwarden.scheduler._service_types import NotFoundError
 from gpuwarden.scheduler._service_usage import UsageWindow
 from gpuwarden.scheduler.resources import GPU_MILLI, Health
-from gpuwarden.scheduler.state import NodeRow
+from gpuwarden.scheduler.state import NodeRow, ReclaimRow
 
 logger = logging.getLogger("gpuwarden.scheduler.service")
 
@@ -88,7 +88,8 @@ class Nodes:
         spec = node_spec(row)  # checks the inventory before anything is stored
         # a registration after a reclaim is the replacement instance: it takes work again
         changed = old is None or node_spec(old) != spec or node in self.lifecycle.closed
-        self.lifecycle.closed.pop(node, None)
+        if self.lifecycle.closed.pop(node, None) is not None:
+            self.db.drop_reclaim(node)
         if body.get("models") is not None:
             self.lifecycle.model_cache[node] = list(body["models"])
         self.db.upsert_node(row)
@@ -131,6 +132,7 @@ class Nodes:
         now = self.clock()
         reason = f"node {node} reclaimed ({reason}), {max(0.0, deadline - now):.0f} s notice"
         self.lifecycle.closed[node] = deadline
+        self.db.put_reclaim(ReclaimRow(node, deadline, reason, now))
         evictions = []
         s = self.lifecycle.scheduler
         if s is not None and node in s.cluster.index:
@@ -179,7 +181,9 @@ class Nodes:
 
     def nodes_json(self, now: float) -> list[dict[str, Any]]:
         """``GET /v1/nodes``: each node's state (ok / lost), seconds since its agent's last sync,
-        and its GPUs (``used_milli`` None where the scheduler does not hold the node: lost)."""
+        its cost class, its idle-sleep state (off when the service runs no sleep policy), the
+        deadline of a spot reclaim that closed it (None: none), and its GPUs (``used_milli``
+        None where the scheduler does not hold the node: lost)."""
         out = []
         s = self.lifecycle.scheduler
         for n in self.db.nodes():
@@ -199,6 +203,9 @@ class Nodes:
                         "lost_at": n.lost_at, "cpu_milli": n.cpu_milli,
                         "memory_mib": n.memory_mib, "agent_seen_at": seen,
                         "utilisation_from": "measured" if measured else "allocation",
+                        "cost_class": next((g.get("cost_class") for g in n.gpus), "owned"),
+                        "sleep": "off" if self.sleep is None else self.sleep.state_of(n.node),
+                        "reclaim_deadline": self.lifecycle.closed.get(n.node),
                         "gpus": gpus})  # fmt: skip
         return out
 

@@ -14,6 +14,11 @@ the service sends a Wake-on-LAN magic packet to the MAC address its agent regist
 to ``broadcast``; the node takes work again ``cold_start_s`` later. The scheduler is rebuilt
 from the database now and then, so the controller follows the current one and closes its
 draining and sleeping nodes in it again. Dry run (the default policy) only logs.
+
+Every node not awake is kept in the database's ``sleep`` table too (its state, when a waking node
+takes work, when its magic packet went, whether its agent still has to be told to sleep), written
+in the same transaction as the round that changed it: a restarted service does not take a
+sleeping node for an idle awake one, nor its silence for a lost node, and still wakes it.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import numpy as np
 from gpuwarden.scheduler._service_lifecycle import JobLifecycle
 from gpuwarden.scheduler._service_usage import UsageWindow
 from gpuwarden.scheduler.sleep import NodeSleep, SleepController, SleepPolicy
+from gpuwarden.scheduler.state import SleepRow
 from gpuwarden.scheduler.wol import WOL_PORT, send_magic_packet
 
 logger = logging.getLogger("gpuwarden.scheduler.service")
@@ -51,6 +57,17 @@ class ServiceSleep:
         self.ctl: SleepController | None = None
         self._orders: set[str] = set()  # nodes to tell to sleep in their next sync
         self._woken: dict[str, float] = {}  # node -> when its magic packet went, until it syncs
+        #: what the database holds, node -> row (awake nodes have none)
+        self._saved = {r.node: r for r in lifecycle.db.sleep_rows()}
+        for r in self._saved.values():
+            if r.woken_at is not None:
+                self._woken[r.node] = r.woken_at
+            if r.order_pending:
+                self._orders.add(r.node)
+        if self._saved and policy.dry_run:
+            logger.warning("%d node(s) were left asleep or draining by a run that slept nodes; "
+                           "a dry run wakes none of them: %s", len(self._saved),
+                           ", ".join(sorted(self._saved)))  # fmt: skip
 
     def _controller(self) -> SleepController | None:
         s = self.lifecycle.scheduler
@@ -58,6 +75,11 @@ class ServiceSleep:
             return None
         if self.ctl is None:
             self.ctl = SleepController(s, self.policy, wake=self._wake, sleep=self._orders.add)
+            for r in self._saved.values():  # as the last run left them
+                if r.node in s.cluster.index:
+                    self.ctl.state[r.node] = NodeSleep(r.state)
+                    if r.ready_at is not None:
+                        self.ctl.ready_at[r.node] = r.ready_at
         elif self.ctl.s is not s:  # rebuilt from the database
             self.ctl.s = s
         ctl = self.ctl
@@ -89,24 +111,56 @@ class ServiceSleep:
                 basis[n] = f"measured {measured:.0%}, allocated {float(used[i]):.0%}"
         ctl.step(now, share, basis)
         ctl.need(now, ctl.s.pending)
+        self._save()
+
+    def state_of(self, node: str) -> str:
+        """``node``'s sleep state: awake, draining, asleep or waking."""
+        if self.ctl is not None:
+            return str(self.ctl.state.get(node, NodeSleep.AWAKE))
+        saved = self._saved.get(node)
+        return NodeSleep.AWAKE.value if saved is None else saved.state
+
+    def _rows(self) -> dict[str, SleepRow]:
+        ctl = self.ctl
+        if ctl is None:
+            return dict(self._saved)
+        out = {}
+        for node, st in ctl.state.items():
+            if st is not NodeSleep.AWAKE or node in self._orders or node in self._woken:
+                out[node] = SleepRow(node, st.value, ctl.ready_at.get(node),
+                                     self._woken.get(node), node in self._orders)  # fmt: skip
+        return out
+
+    def _save(self) -> None:
+        """Write the rows that changed since the last save (none, most rounds)."""
+        rows = self._rows()
+        db = self.lifecycle.db
+        for node in self._saved.keys() - rows.keys():
+            db.drop_sleep(node)
+        for node, row in rows.items():
+            if self._saved.get(node) != row:
+                db.put_sleep(row)
+        self._saved = rows
 
     def resting(self, node: str, now: float) -> bool:
         """Whether ``node``'s agent's silence is expected: it is asleep, or was woken and has
         not synced yet (for its cold start and ``BOOT_GRACE_S`` more; a node that never comes
         back is lost after that, as any silent node)."""
-        if self.ctl is not None and self.ctl.state.get(node) is NodeSleep.ASLEEP:
+        if self.state_of(node) == NodeSleep.ASLEEP:
             return True
         woke = self._woken.get(node)
         return woke is not None and now < woke + self.policy.cold_start_s + BOOT_GRACE_S
 
     def synced(self, node: str) -> None:
         """``node``'s agent synced: it is up."""
-        self._woken.pop(node, None)
+        if self._woken.pop(node, None) is not None:
+            self._save()
 
     def order_for(self, node: str) -> bool:
         """Whether ``node``'s agent must run its sleep command now (told once)."""
         if node in self._orders:
             self._orders.discard(node)
+            self._save()
             return True
         return False
 

@@ -16,6 +16,9 @@ writes. The schema version lives in ``PRAGMA user_version``; a newer file is ref
               agent is silent past the node timeout, when it was found lost
     quotas    per-tenant GPU limits
     logs      stdout+stderr chunks shipped by agents, keyed by byte offset (resent chunks are kept once)
+    sleep     idle-node sleep: each node not awake, when a waking one takes work, when its magic
+              packet went, and whether its agent still has to be told to sleep
+    reclaims  spot reclaim notices: the node stays closed until its replacement registers
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from gpuwarden.errors import SchemaError, StoreError
 
 logger = logging.getLogger("gpuwarden.scheduler.state")
 
-SCHEMA_VERSION = 2  # 2: nodes.lost_at
+SCHEMA_VERSION = 3  # 2: nodes.lost_at; 3: the sleep and reclaims tables
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -79,6 +82,13 @@ CREATE TABLE IF NOT EXISTS logs (
     job_id TEXT NOT NULL, attempt INTEGER NOT NULL, task INTEGER NOT NULL,
     offset INTEGER NOT NULL, text TEXT NOT NULL,
     PRIMARY KEY (job_id, attempt, task, offset)
+);
+CREATE TABLE IF NOT EXISTS sleep (
+    node TEXT PRIMARY KEY, state TEXT NOT NULL, ready_at REAL, woken_at REAL,
+    order_pending INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS reclaims (
+    node TEXT PRIMARY KEY, deadline REAL NOT NULL, reason TEXT NOT NULL, at REAL NOT NULL
 );
 """
 
@@ -141,6 +151,30 @@ class AuditRow:
     node: str | None
     gpu: int | None
     reason: str
+
+
+@dataclass(frozen=True)
+class SleepRow:
+    """A node idle-node sleep holds: ``state`` draining, asleep or waking; ``ready_at`` when a
+    waking node takes work; ``woken_at`` when its magic packet went (until its agent syncs);
+    ``order_pending``: its agent has not been told to sleep yet."""
+
+    node: str
+    state: str
+    ready_at: float | None = None
+    woken_at: float | None = None
+    order_pending: bool = False
+
+
+@dataclass(frozen=True)
+class ReclaimRow:
+    """A spot reclaim notice the service took at ``at``: the provider takes ``node`` back at
+    ``deadline`` (unix s)."""
+
+    node: str
+    deadline: float
+    reason: str
+    at: float
 
 
 @dataclass(frozen=True)
@@ -464,6 +498,38 @@ class SchedulerDB:
     def quotas(self) -> list[sqlite3.Row]:
         return list(self.conn.execute("SELECT * FROM quotas ORDER BY tenant"))
 
+    # ---- sleep and reclaims -----------------------------------------------------------------
+
+    def put_sleep(self, row: SleepRow) -> None:
+        """Store ``row``; a node back awake is ``drop_sleep``'d instead."""
+        self.conn.execute(
+            "INSERT OR REPLACE INTO sleep (node, state, ready_at, woken_at, order_pending)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (row.node, row.state, row.ready_at, row.woken_at, int(row.order_pending)),
+        )
+
+    def drop_sleep(self, node: str) -> None:
+        self.conn.execute("DELETE FROM sleep WHERE node = ?", (node,))
+
+    def sleep_rows(self) -> list[SleepRow]:
+        rows = self.conn.execute(
+            "SELECT node, state, ready_at, woken_at, order_pending FROM sleep ORDER BY node"
+        )
+        return [SleepRow(r[0], r[1], r[2], r[3], bool(r[4])) for r in rows]
+
+    def put_reclaim(self, row: ReclaimRow) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO reclaims (node, deadline, reason, at) VALUES (?, ?, ?, ?)",
+            (row.node, row.deadline, row.reason, row.at),
+        )
+
+    def drop_reclaim(self, node: str) -> None:
+        self.conn.execute("DELETE FROM reclaims WHERE node = ?", (node,))
+
+    def reclaims(self) -> list[ReclaimRow]:
+        rows = self.conn.execute("SELECT node, deadline, reason, at FROM reclaims ORDER BY node")
+        return [ReclaimRow(*r) for r in rows]
+
     # ---- logs ------------------------------------------------------------------------------
 
     def append_log(self, job_id: str, attempt: int, task: int, offset: int, text: str) -> None:
@@ -483,4 +549,7 @@ class SchedulerDB:
         return "".join(r[0] for r in rows)
 
 
-__all__ = ["SCHEMA_VERSION", "AuditRow", "JobRow", "NodeRow", "SchedulerDB", "TaskRow"]
+__all__ = [
+    "SCHEMA_VERSION", "AuditRow", "JobRow", "NodeRow", "ReclaimRow", "SchedulerDB", "SleepRow",
+    "TaskRow",
+]  # fmt: skip

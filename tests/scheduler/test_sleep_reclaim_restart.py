@@ -1,0 +1,134 @@
+"""A restarted scheduler service remembers which nodes sleep and which a spot reclaim closed:
+both live in its SQLite file (``sleep`` and ``reclaims``), and a new service over the same file
+goes on from them. Each test stops one service and starts another on the file, as a restart does."""
+
+from __future__ import annotations
+
+import socket
+
+from service_helpers import ADMIN, Clock, PlayAgent, submit
+
+from gpuwarden.scheduler.service import SchedulerService
+from gpuwarden.scheduler.sleep import SleepPolicy
+from gpuwarden.scheduler.state import SchedulerDB
+from gpuwarden.scheduler.wol import magic_packet
+
+MON_0300 = 1_704_078_000.0  # Monday 2024-01-01 03:00 UTC
+MON_1200 = MON_0300 + 9 * 3600
+MAC = "02:00:00:00:00:02"
+SLEEP = SleepPolicy(dry_run=False, headroom_gpus=0)
+
+
+def register(svc: SchedulerService, node: str, *, mac: str | None = None, cost: str = "owned"):
+    body = {"cpu_milli": 64000, "memory_mib": 262144, "cost_class": cost, "gpus": [
+        {"index": i, "uuid": f"GPU-{node}-{i}", "model": "H100-80GB", "memory_mib": 81920}
+        for i in range(2)]}  # fmt: skip
+    if mac:
+        body["mac"] = mac
+    svc.register(node, body)
+
+
+def states(svc: SchedulerService) -> dict[str, tuple[str, str]]:
+    return {n["node"]: (n["state"], n["sleep"]) for n in svc.nodes()}
+
+
+def test_a_restart_keeps_a_sleeping_node_asleep_not_lost_and_still_wakes_it(tmp_path):
+    clock = Clock()
+    clock.t = MON_1200
+    svc = SchedulerService(SchedulerDB(tmp_path / "s.db"), clock=clock, sleep=SLEEP)
+    a1, a2 = PlayAgent(svc, "n1"), PlayAgent(svc, "n2")
+    register(svc, "n2", mac=MAC)
+    busy = submit(svc, gpus_per_task=2)
+    assert svc.db.job(busy).placement[0]["node"] == "n1"
+    a1.sync()
+    a2.sync()
+    clock.t = MON_0300 + 86_400  # Tuesday 03:00: n2 idles in the window
+    a1.sync()
+    told = [a2.sync()]
+    svc.tick()
+    told.append(a2.sync())
+    assert [o.get("sleep", False) for o in told].count(True) == 1
+    assert states(svc)["n2"] == ("ok", "asleep")
+    svc.db.close()
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
+        rx.bind(("127.0.0.1", 0))
+        rx.settimeout(5)
+        svc = SchedulerService(SchedulerDB(tmp_path / "s.db"), clock=clock, sleep=SLEEP,
+                               wol_broadcast="127.0.0.1", wol_port=rx.getsockname()[1])  # fmt: skip
+        a1.svc = svc
+        assert states(svc)["n2"] == ("ok", "asleep")  # before any round
+        clock.t += 2 * 3600  # 05:00: n2's agent has been silent for two hours, n1 syncs
+        a1.sync()
+        svc.tick()
+        assert states(svc)["n2"] == ("ok", "asleep")  # still asleep, not lost, not awake
+        assert not svc.scheduler.is_open("n2")
+        job = submit(svc, gpus_per_task=2)  # n1 is full: the queue wakes n2
+        assert svc.db.job(job).state == "queued"
+        packet, _ = rx.recvfrom(1024)
+        assert packet == magic_packet(MAC)
+        assert states(svc)["n2"] == ("ok", "waking")
+    svc.db.close()
+
+    # restarted during the cold start: the wake-up and its deadline survive
+    svc = SchedulerService(SchedulerDB(tmp_path / "s.db"), clock=clock, sleep=SLEEP)
+    a1.svc = a2.svc = svc
+    (row,) = svc.db.sleep_rows()
+    assert row.state == "waking" and row.ready_at == clock.t + SLEEP.cold_start_s
+    clock.t += SLEEP.cold_start_s
+    a1.sync()
+    svc.tick()
+    a2.sync()
+    assert svc.db.job(job).placement[0]["node"] == "n2"
+    assert states(svc)["n2"] == ("ok", "awake") and svc.db.sleep_rows() == []
+    svc.db.close()
+
+
+def test_a_sleep_order_not_yet_sent_survives_a_restart(tmp_path):
+    clock = Clock()
+    clock.t = MON_0300 - 3600 - 30  # Monday 01:59:30, before the window
+    svc = SchedulerService(SchedulerDB(tmp_path / "s.db"), clock=clock, sleep=SLEEP)
+    a1, a2 = PlayAgent(svc, "n1"), PlayAgent(svc, "n2")
+    submit(svc, gpus_per_task=2)
+    a1.sync()
+    a2.sync()
+    clock.t += 30
+    svc.tick()  # the idle node is put to sleep; its agent has not synced since
+    assert [r.order_pending for r in svc.db.sleep_rows()] == [True]
+    svc.db.close()
+    svc = SchedulerService(SchedulerDB(tmp_path / "s.db"), clock=clock, sleep=SLEEP)
+    a1.svc = a2.svc = svc
+    asleep = [n for n, (_, s) in states(svc).items() if s == "asleep"]
+    assert len(asleep) == 1
+    agent = a1 if asleep == ["n1"] else a2
+    assert agent.sync().get("sleep") is True  # told after the restart, once
+    assert "sleep" not in agent.sync()
+    assert [r.order_pending for r in svc.db.sleep_rows()] == [False]
+    svc.db.close()
+
+
+def test_a_restart_keeps_a_reclaimed_node_closed_until_its_replacement_registers(tmp_path):
+    clock = Clock()
+    svc = SchedulerService(SchedulerDB(tmp_path / "s.db"), clock=clock)
+    PlayAgent(svc, "own")
+    register(svc, "sp", cost="spot")
+    deadline = clock.t + 120
+    svc.reclaim(ADMIN, "sp", deadline, "spot reclaim")
+    svc.db.close()
+
+    svc = SchedulerService(SchedulerDB(tmp_path / "s.db"), clock=clock)
+    nodes = {n["node"]: n for n in svc.nodes()}
+    assert nodes["sp"]["reclaim_deadline"] == deadline and nodes["sp"]["cost_class"] == "spot"
+    assert nodes["own"]["reclaim_deadline"] is None and nodes["own"]["sleep"] == "off"
+    assert not svc.scheduler.is_open("sp")
+    jobs = [submit(svc, priority="training", interruptible=True, gpus_per_task=2)
+            for _ in range(2)]  # fmt: skip
+    placed = [svc.db.job(j).placement for j in jobs]
+    assert [p[0]["node"] for p in placed if p] == ["own"]  # the second waits: sp is closed
+    register(svc, "sp", cost="spot")  # the replacement instance
+    assert svc.scheduler.is_open("sp") and svc.db.reclaims() == []
+    assert svc.db.job(jobs[1]).placement[0]["node"] == "sp"
+    svc.db.close()
+    svc = SchedulerService(SchedulerDB(tmp_path / "s.db"), clock=clock)
+    assert svc.scheduler.is_open("sp")
+    svc.db.close()
