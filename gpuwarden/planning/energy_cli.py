@@ -1,23 +1,21 @@
 """``gpuwarden energy ...`` and ``gpuwarden spot ...``: what sleeping, capping and spot save.
 
 gpuwarden energy sleep-replay --days 34          # kWh saved vs always-on, and the wait
-gpuwarden energy advise samples.csv              # power caps per job class
+gpuwarden energy advise --store URL             # power caps per job class, from the store
+gpuwarden energy advise samples.csv              # ... or from a CSV of samples
 gpuwarden energy wake 00:11:22:33:44:55          # send a Wake-on-LAN magic packet
 gpuwarden spot simulate --seeds 20               # cost saved vs all on demand, work lost
 """
 
 from __future__ import annotations
 
-import csv
 import sys
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import click
 
-from gpuwarden.cliutil import DomainErrorGroup, domain_errors
-from gpuwarden.errors import InputError
+from gpuwarden.cliutil import DomainErrorGroup, domain_errors, open_store, settings, store_option
 
 
 @click.group(cls=DomainErrorGroup)
@@ -81,50 +79,47 @@ def sleep_replay(
 
 
 @energy.command()
-@click.argument("samples", type=click.Path(dir_okay=False, exists=True))
+@click.argument("samples", type=click.Path(dir_okay=False, exists=True), required=False)
+@store_option
+@click.option("--days", type=click.FloatRange(0, min_open=True), default=7.0, show_default=True,
+              help="Read the store's last DAYS.")  # fmt: skip
+@click.option("--scheduler-db", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Job classes from the bundled scheduler's database (its jobs' priority); "
+                   "without it, the store's Kubernetes namespaces.")  # fmt: skip
 @click.option("--clock-cut", type=click.FloatRange(0, 1, max_open=True), default=0.2,
               show_default=True, help="Core clock cut to advise where it pays.")  # fmt: skip
-def advise(samples: str, clock_cut: float) -> None:
-    """Power caps per job class from SAMPLES, a CSV of job_class,power_w,util_pct,board_w
-    (one row per GPU sample; export from the store or DCGM)."""
-    from gpuwarden.planning.energy import advise as advise_class
+@click.pass_context
+def advise(
+    ctx: click.Context,
+    samples: str | None,
+    store_url: str | None,
+    days: float,
+    scheduler_db: str | None,
+    clock_cut: float,
+) -> None:
+    """Power caps per job class from measured power and utilisation: the store's last DAYS
+    (``--store``, default the ``store`` setting), or SAMPLES, a CSV of
+    job_class,power_w,util_pct,board_w (one row per GPU sample)."""
+    import time
+
+    from gpuwarden.planning import energy_samples
 
     with domain_errors():
-        power, util, board = _read_samples(Path(samples))
-        rows = [advise_class(c, power[c], util[c], board[c], clock_cut=clock_cut)
-                for c in sorted(power)]  # fmt: skip
-    click.echo("| class | samples | mean W | mean util % | board W | cap W | clock cut | "
-               "power saved | slowdown | why |")  # fmt: skip
-    click.echo("|---|---|---|---|---|---|---|---|---|---|")
-    for a in rows:
-        cap = "-" if a.cap_w is None else f"{a.cap_w:.0f}"
-        click.echo(f"| {a.job_class} | {a.gpus} | {a.mean_power_w:.0f} | {a.mean_util_pct:.0f} | "
-                   f"{a.board_w:.0f} | {cap} | {a.clock_cut_pct:.0f}% | "
-                   f"{a.power_saved_pct:.0f}% | {a.slowdown_pct:.0f}% | {a.why} |")  # fmt: skip
-
-
-def _read_samples(
-    path: Path,
-) -> tuple[dict[str, list[float]], dict[str, list[float]], dict[str, float]]:
-    power: dict[str, list[float]] = defaultdict(list)
-    util: dict[str, list[float]] = defaultdict(list)
-    board: dict[str, float] = {}
-    with path.open(newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        need = {"job_class", "power_w", "util_pct", "board_w"}
-        if not need <= set(reader.fieldnames or ()):
-            raise InputError(f"{path}: needs the columns {', '.join(sorted(need))}")
-        for line, row in enumerate(reader, start=2):
+        if samples is not None:
+            if store_url or scheduler_db:
+                raise click.UsageError("give SAMPLES or --store/--scheduler-db, not both")
+            got = energy_samples.read_csv(Path(samples))
+        else:
+            store = open_store(store_url, settings(ctx))
             try:
-                c = row["job_class"].strip()
-                power[c].append(float(row["power_w"] or "nan"))
-                util[c].append(float(row["util_pct"] or "nan"))
-                board[c] = float(row["board_w"])
-            except ValueError as exc:
-                raise InputError(f"{path}:{line}: {exc}") from None
-    if not power:
-        raise InputError(f"{path}: no samples")
-    return power, util, board
+                end = time.time()
+                got = energy_samples.from_store(store, end - days * 86_400.0, end,
+                                                scheduler_db=scheduler_db)  # fmt: skip
+            finally:
+                store.close()
+        rows = got.advice(clock_cut=clock_cut)
+    click.echo(energy_samples.render(rows))
+    click.echo(f"classes from {got.source}", err=True)
 
 
 @energy.command()
