@@ -7,7 +7,8 @@ The store URL comes from ``--store`` after ``--``, else the ``store`` setting
 that need attention (``?view=attention``), one GPU's history (``?view=gpu&gpu=<UUID>``),
 ``gpuwarden serve``'s decisions (``?view=decisions``, with ``--serve-url``) and the bundled
 scheduler (``?view=scheduler``, with ``--scheduler-url``), demand forecasts and TCO
-(``?view=capacity``, with ``--plan-demand``); see ``_api`` for their settings. The
+(``?view=capacity``, with ``--plan-demand``), energy, the idle-sleep plan, power caps and spot
+(``?view=energy``); see ``_api`` for their settings. The
 page re-reads the store on a timer (sidebar); every query is cached for ``_cache.TTL_S``. With
 ``GPUWARDEN_DASHBOARD_PASSWORD`` set, every page first asks for it (``_gate``).
 """
@@ -28,6 +29,7 @@ from gpuwarden.dashboard import (
     _capacity_page,
     _context,
     _decisions,
+    _energy_page,
     _gate,
     _gpu_page,
     _pages,
@@ -43,6 +45,7 @@ VIEWS = {
     "decisions": "Decisions",
     "scheduler": "Scheduler",
     "capacity": "Capacity",
+    "energy": "Energy and spot",
 }
 RANGES_H = {"Last 6 hours": 6, "Last 24 hours": 24, "Last 3 days": 72, "Last 7 days": 168, "Last 30 days": 720}  # fmt: skip
 REFRESH_S = {"Off": 0, "every 30 s": 30, "every minute": 60, "every 5 minutes": 300}
@@ -141,6 +144,10 @@ def _body(
         _capacity_page.page(*_capacity_page.sources(sys.argv[1:]))
         return
     missing = missing_sqlite_file(url)
+    if view == "energy":  # reads the store and the scheduler, each section on its own
+        why = None if missing is None else f"There is no store at `{missing}` yet."
+        _energy_page.page(url, why, scheduler, range_s, time.time(), sys.argv[1:])
+        return
     if missing is not None:
         _pages.empty_store(url, f"There is no store at `{missing}` yet.")
         return

@@ -174,6 +174,11 @@ def stop_dashboard(proc: subprocess.Popen[bytes]) -> None:
     "--plan-prices", envvar="GPUWARDEN_PLAN_PRICES", help="Price file for the Capacity page's TCO."
 )
 @click.option(
+    "--scheduler-db",
+    envvar="GPUWARDEN_SCHEDULER_DB",
+    help="The scheduler's database (read only), for the Energy page's job classes.",
+)
+@click.option(
     INSECURE_FLAG,
     "insecure",
     is_flag=True,
@@ -189,10 +194,11 @@ def dashboard(
     scheduler_url: str | None,
     plan_demand: str | None,
     plan_prices: str | None,
+    scheduler_db: str | None,
     insecure: bool,
 ) -> None:
     """Serve the health dashboard (fleet overview, GPUs needing attention, GPU detail,
-    serve's decisions, the scheduler, capacity). With $GPUWARDEN_DASHBOARD_PASSWORD set, every page
+    serve's decisions, the scheduler, capacity, energy and spot). With $GPUWARDEN_DASHBOARD_PASSWORD set, every page
     asks for it first."""
     with domain_errors():
         cfg = settings(ctx)
@@ -207,7 +213,8 @@ def dashboard(
         extra += ("--serve-url", serve_url)
     if scheduler_url:
         extra += ("--scheduler-url", scheduler_url)
-    for name, value in (("--plan-demand", plan_demand), ("--plan-prices", plan_prices)):
+    for name, value in (("--plan-demand", plan_demand), ("--plan-prices", plan_prices),
+                        ("--scheduler-db", scheduler_db)):  # fmt: skip
         if value:
             extra += (name, value)
     proc = start_dashboard(url, host, port, extra=extra)

@@ -117,6 +117,7 @@ def default_shots(
     ]
     if gpu:
         shots.append(Shot("dashboard-gpu", f"view=gpu&gpu={gpu}"))
+    shots.append(Shot("dashboard-energy", "view=energy"))
     if decisions:
         shots.append(Shot("dashboard-decisions", "view=decisions"))
     if scheduler:

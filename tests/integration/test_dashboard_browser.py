@@ -1,7 +1,7 @@
 """The dashboard served by ``streamlit run`` on 127.0.0.1, loaded in headless Chromium.
 
-Screenshots of the overview, a GPU page and the Decisions page (over a real ``gpuwarden serve``)
-over a simulated fleet; the test fails when a page shows a Streamlit exception box, does not
+Screenshots of the overview, a GPU page, the Decisions page (over a real ``gpuwarden serve``)
+and the Energy and spot page over a simulated fleet; the test fails when a page shows a Streamlit exception box, does not
 finish drawing, or comes out blank. ``make
 screenshots`` runs the same code (gpuwarden/dashboard/screenshots.py) to refresh docs/img/.
 """
@@ -71,6 +71,18 @@ def test_decisions_and_scheduler_pages_render(chromium: str, tmp_path: Path) -> 
     )
     assert "No scheduler is configured" in scheduler.text
     assert blank_reason(decisions.path) is None
+
+
+def test_energy_page_renders(chromium: str, tmp_path: Path) -> None:
+    """The Energy and spot page over a simulated day: kWh by node and the sleep plan drawn
+    from the store; without a scheduler it says where the rest comes from."""
+    url = demo_store(tmp_path / "fleet.db", nodes=8, days=1.0, seed=3, accel=200.0)
+    (page,) = capture(url, tmp_path / "img", [Shot("energy", "view=energy")], chromium=chromium,
+                      height=2400)  # fmt: skip
+    assert page.path.stat().st_size > 20_000 and blank_reason(page.path) is None
+    assert "Energy and spot" in page.text and "kWh and CO2 by node" in page.text
+    assert "Idle-node sleep plan" in page.text and "Nodes that would sleep" in page.text
+    assert "No scheduler is configured" in page.text
 
 
 def test_an_exception_box_fails_the_capture(chromium: str, tmp_path: Path) -> None:

@@ -1,0 +1,127 @@
+"""Which nodes the idle-node sleep policy would put to sleep, from a store's measured history.
+
+``sleep_plan`` takes the store's hourly rollup (``read_window(resolution_s=3600)``: each GPU's
+mean ``power_w`` and ``gpu_util_pct`` per hour) and replays the policy of ``scheduler.sleep``
+hour by hour: in every hour inside the window, a node whose GPUs' mean utilisation is below
+``below`` sleeps, except that the calmest nodes stay awake until the awake calm nodes keep
+``headroom_gpus`` GPUs (arriving critical work then finds room without a cold start). A node
+with no utilisation or power figure in an hour is left awake (missing is never idle, and
+what it would save is unknown).
+
+The energy a sleeping node-hour saves is what its GPUs drew that hour (measured) plus the
+node's base power (``PowerModel.base_w``, an assumption stated with every figure), less what
+the sleeping node still draws (``PowerModel.sleep_w``). The wake plan: a node asleep at the end
+of a window gets its Wake-on-LAN packet ``cold_start_s`` before the window ends, so it takes
+work when the window does; the queue may wake it earlier at that same cost.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from gpuwarden.planning.energy import PowerModel
+from gpuwarden.scheduler.sleep import SleepPolicy
+
+HOUR_S = 3600.0
+
+
+@dataclass(frozen=True)
+class SleepPlan:
+    """``hours``: per hour (ts), nodes asleep, fleet GPU kWh and kWh saved. ``nodes``: per node,
+    GPUs, window hours seen, hours asleep, mean utilisation in the window (%), kWh saved, and
+    when the plan wakes it (HH:MM, local to the window). ``kwh_total``: the fleet's measured GPU
+    energy over the history."""
+
+    hours: pd.DataFrame
+    nodes: pd.DataFrame
+    kwh_total: float
+    kwh_saved: float
+    window_hours: int
+
+
+def node_hours(hourly: pd.DataFrame) -> pd.DataFrame:
+    """Per node and hour: GPUs, mean utilisation (0..1; NaN where none was measured) and the
+    GPUs' summed power (W; NaN where none was measured)."""
+    if hourly.empty:
+        return pd.DataFrame(columns=["hostname", "ts", "gpus", "util", "power_w"])
+    g = hourly.groupby(["hostname", "ts"], observed=True, sort=True)
+    out = pd.DataFrame({
+        "gpus": g["uuid"].nunique(),
+        "util": g["gpu_util_pct"].mean() / 100.0,
+        "power_w": g["power_w"].sum(min_count=1),
+    }).reset_index()  # fmt: skip
+    out["hostname"] = out["hostname"].astype(str)
+    return out
+
+
+def sleep_plan(
+    hourly: pd.DataFrame, policy: SleepPolicy, power: PowerModel | None = None
+) -> SleepPlan:
+    """Replay ``policy`` over the store's hourly rollup ``hourly`` (see the module docstring)."""
+    power = power or PowerModel()
+    nh = node_hours(hourly)
+    kwh_total = float(nh["power_w"].sum()) / 1000.0 if len(nh) else 0.0
+    asleep = np.zeros(len(nh), dtype=bool)
+    inside_hours = 0
+    for ts, idx in nh.groupby("ts", sort=True).groups.items():
+        if not policy.window.contains(float(ts)):
+            continue
+        inside_hours += 1
+        rows = nh.loc[idx]
+        measured = rows["util"].notna() & rows["power_w"].notna()
+        calm = rows[(rows["util"] < policy.below) & measured].sort_values(
+            ["util", "hostname"], ascending=[True, True]
+        )
+        kept = 0
+        keep: set[int] = set()
+        for i in calm.index[::-1]:  # the busiest calm nodes stay awake for the headroom
+            if kept >= policy.headroom_gpus:
+                break
+            keep.add(i)
+            kept += int(calm.at[i, "gpus"])
+        for i in calm.index:
+            if i not in keep:
+                asleep[nh.index.get_loc(i)] = True
+    saved_w = np.where(asleep, nh["power_w"] + power.base_w - power.sleep_w, 0.0)
+    nh = nh.assign(asleep=asleep, saved_kwh=saved_w / 1000.0)
+    hours = (
+        nh.groupby("ts", sort=True)
+        .agg(
+            nodes_asleep=("asleep", "sum"),
+            gpu_kwh=("power_w", "sum"),
+            kwh_saved=("saved_kwh", "sum"),
+        )  # fmt: skip
+        .reset_index()
+    )
+    hours["gpu_kwh"] = hours["gpu_kwh"] / 1000.0
+    in_window = nh[[policy.window.contains(float(t)) for t in nh["ts"]]] if len(nh) else nh
+    nodes = (
+        nh.groupby("hostname", sort=True)
+        .agg(gpus=("gpus", "max"), hours_asleep=("asleep", "sum"), kwh_saved=("saved_kwh", "sum"))
+        .join(
+            in_window.groupby("hostname").agg(
+                window_hours=("ts", "size"), window_util_pct=("util", "mean")
+            )
+        )  # fmt: skip
+        .reset_index()
+    )
+    nodes["window_util_pct"] = nodes["window_util_pct"] * 100.0
+    nodes["wake_at"] = np.where(nodes["hours_asleep"] > 0, wake_time(policy), "")
+    nodes = nodes.sort_values(["kwh_saved", "hostname"], ascending=[False, True])
+    return SleepPlan(hours, nodes.reset_index(drop=True), kwh_total,
+                     float(nh["saved_kwh"].sum()) if len(nh) else 0.0, inside_hours)  # fmt: skip
+
+
+def wake_time(policy: SleepPolicy) -> str:
+    """When a node asleep at the window's end gets its magic packet (HH:MM): the cold start
+    before the end, so it takes work as the window closes."""
+    h, m = policy.window.end.split(":")
+    minutes = (int(h) * 60 + int(m) - math.ceil(policy.cold_start_s / 60.0)) % (24 * 60)
+    return f"{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+__all__ = ["SleepPlan", "node_hours", "sleep_plan", "wake_time"]
