@@ -138,12 +138,19 @@ def _forecast_section(path: str, mtime: float, frame: pd.DataFrame) -> None:
                "`gpuwarden plan should-scale` turns this into add / release decisions.")  # fmt: skip
 
 
-def _tco_section(prices_path: str, frame: pd.DataFrame | None) -> None:
-    st.subheader("Cost per GPU-hour of work")
+def read_prices(prices_path: str) -> dict[str, GpuPrices] | None:
+    """The price file (the shipped one for ""), or None after saying why it cannot be read."""
     try:
-        table = load_prices(prices_path or None)
+        return load_prices(prices_path or None)
     except GpuwardenError as exc:
         st.error(f"Cannot read the price file: {exc}")
+        return None
+
+
+def _tco_section(prices_path: str, frame: pd.DataFrame | None) -> None:
+    st.subheader("Cost per GPU-hour of work")
+    table = read_prices(prices_path)
+    if table is None:
         return
     model = st.selectbox("Priced GPU", list(table))
     prices = table[model]

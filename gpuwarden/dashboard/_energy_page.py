@@ -32,7 +32,7 @@ import streamlit as st
 from gpuwarden.config import grid_intensity, load_settings
 from gpuwarden.dashboard import _cache
 from gpuwarden.dashboard._api import Api, ApiError, _option
-from gpuwarden.dashboard._capacity_page import sources
+from gpuwarden.dashboard._capacity_page import read_prices, sources
 from gpuwarden.dashboard._context import fmt_time
 from gpuwarden.dashboard._decisions import fmt_utc
 from gpuwarden.dashboard._energy_frames import (
@@ -46,7 +46,6 @@ from gpuwarden.dashboard._energy_frames import (
 from gpuwarden.errors import GpuwardenError
 from gpuwarden.planning.energy import PowerModel
 from gpuwarden.planning.sleep_plan import sleep_plan
-from gpuwarden.planning.tco import load_prices
 from gpuwarden.scheduler.sleep import SleepPolicy, SleepWindow
 
 SHOWN_NODES = 20
@@ -314,10 +313,8 @@ def _spot_section(reads: SchedulerReads | None, since: float, prices_path: str) 
                 "`gpuwarden spot simulate` estimates them for a hybrid fleet.")  # fmt: skip
         return
     st.markdown("**Spot savings in this time range**")
-    try:
-        prices = load_prices(prices_path or None)
-    except GpuwardenError as exc:
-        st.error(f"Cannot read the price file: {exc}")
+    prices = read_prices(prices_path)
+    if prices is None:
         return
     saved = spot_savings(reads.jobs or [], reads.bill, reads.nodes, prices)
     if saved.empty:
