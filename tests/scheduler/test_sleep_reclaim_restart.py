@@ -132,3 +132,45 @@ def test_a_restart_keeps_a_reclaimed_node_closed_until_its_replacement_registers
     svc = SchedulerService(SchedulerDB(tmp_path / "s.db"), clock=clock)
     assert svc.scheduler.is_open("sp")
     svc.db.close()
+
+
+def test_a_restarted_agent_forwards_the_notice_its_last_run_could_not(tmp_path):
+    """The notice came while the service was away; the agent restarted before it could send
+    it. The new agent reads the notice file again and the service gets the deadline."""
+    import json
+
+    from service_helpers import AGENT_SECRET, agent_token
+
+    from gpuwarden.scheduler._auth import TokenBook
+    from gpuwarden.scheduler.agent import Agent, Inventory
+    from gpuwarden.scheduler.api import SchedulerServer
+    from gpuwarden.scheduler.spot import NoticeFile
+
+    inv = Inventory(8000, 16384, ({"index": 0, "uuid": "GPU-0", "model": "H100-80GB",
+                                   "memory_mib": 81920},))  # fmt: skip
+    notice = tmp_path / "notice.json"
+    deadline = 4_000_000_000.0
+    notice.write_text(json.dumps({"deadline": deadline, "reason": "rebalance"}))
+    with socket.socket() as s:  # a port nothing listens on: the service is away
+        s.bind(("127.0.0.1", 0))
+        away = f"http://127.0.0.1:{s.getsockname()[1]}"
+    first = Agent("n1", away, tmp_path / "w", inv, token=agent_token("n1"), cost_class="spot",
+                  notice=NoticeFile(notice, "n1"))  # fmt: skip
+    first.step()
+    assert first._pending_notice is not None  # read, not sent
+    first.close()
+
+    db = SchedulerDB(tmp_path / "s.db")
+    server = SchedulerServer(SchedulerService(db), TokenBook({}, admin="adm-token-0",
+                                                             agent=AGENT_SECRET)).start(port=0)  # fmt: skip
+    again = Agent("n1", server.url, tmp_path / "w", inv, token=agent_token("n1"),
+                  cost_class="spot", notice=NoticeFile(notice, "n1"))  # fmt: skip
+    try:
+        again.step()  # registers
+        again.step()  # forwards the notice
+        (row,) = db.reclaims()
+        assert row.node == "n1" and row.deadline == deadline and "rebalance" in row.reason
+    finally:
+        again.close()
+        server.stop()
+        db.close()
