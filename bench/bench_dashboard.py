@@ -5,6 +5,7 @@
     .venv/bin/python bench/bench_dashboard.py --tail-step 15     # the raw hour sampled every 15 s
     .venv/bin/python bench/bench_dashboard.py --profile overview # where the cold overview spends it
     .venv/bin/python bench/bench_dashboard.py --backfill         # store the week's verdicts
+    .venv/bin/python bench/bench_dashboard.py --pages overview,energy  # the Energy page beside the overview
 
 Builds the store once (simulated fleet via ``gpuwarden.demo.simulate_into``, then ``compact``
 up to ``--raw-tail-min`` before the end: ``gpuwarden collect`` compacts hourly, so a live store
@@ -178,6 +179,8 @@ def main() -> None:
     parser.add_argument("--db", type=Path, help="store file (default: in the temp dir)")
     parser.add_argument("--profile", choices=["overview", "gpu"], help="profile one cold run")
     parser.add_argument("--backfill", action="store_true", help="time the risk history instead")
+    parser.add_argument("--pages", default="overview,gpu",
+                        help="pages to time, comma-separated: overview, gpu, energy")  # fmt: skip
     args = parser.parse_args()
     name = (
         f"gpuwarden-bench-dashboard-{args.nodes}x{args.gpus}-{args.days:g}d-{args.step}s"
@@ -195,7 +198,9 @@ def main() -> None:
                          tail_step_s=args.tail_step)  # fmt: skip
         db, url = dense, f"sqlite:///{dense}"
     size_mib = sum(p.stat().st_size for p in db.parent.glob(db.name + "*")) / 2**20
-    pages = {"overview": {"view": "overview"}, "gpu": {"view": "gpu", "gpu": some_uuid(url)}}
+    every = {"overview": {"view": "overview"}, "gpu": {"view": "gpu", "gpu": some_uuid(url)},
+             "energy": {"view": "energy"}}  # fmt: skip
+    pages = {p: every[p] for p in args.pages.split(",")}
 
     if args.backfill:
         print(f"store: {args.nodes * args.gpus:,} GPUs, {args.days:g} days, {size_mib:,.0f} MiB")
