@@ -174,3 +174,39 @@ def test_a_restarted_agent_forwards_the_notice_its_last_run_could_not(tmp_path):
         again.close()
         server.stop()
         db.close()
+
+
+def test_the_reclaim_command_closes_the_node_and_a_tenant_may_not(tmp_path):
+    """``gpuwarden reclaim`` through click's runner against the real service over HTTP."""
+    import time
+
+    from click.testing import CliRunner
+
+    from gpuwarden.cli import main
+    from gpuwarden.scheduler._auth import TokenBook
+    from gpuwarden.scheduler.api import SchedulerServer
+
+    db = SchedulerDB(tmp_path / "s.db")
+    svc = SchedulerService(db)
+    register(svc, "sp", cost="spot")
+    server = SchedulerServer(svc, TokenBook({"a": "token-of-a"}, admin="adm-token-0")).start(port=0)
+    try:
+
+        def run(token: str, *args: str):
+            env = {"GPUWARDEN_SCHEDULER_URL": server.url, "GPUWARDEN_SCHEDULER_TOKEN": token}
+            return CliRunner().invoke(main, ["reclaim", *args], env=env)
+
+        r = run("token-of-a", "sp", "--in", "120")
+        assert r.exit_code == 1 and db.reclaims() == []
+        before = time.time()
+        r = run("adm-token-0", "sp", "--in", "120", "--reason", "spot interruption")
+        assert r.exit_code == 0, r.output
+        assert "sp: reclaimed; 0 job(s)" in r.output
+        (row,) = db.reclaims()
+        assert before + 120 <= row.deadline <= time.time() + 120
+        assert "spot interruption" in row.reason and not svc.scheduler.is_open("sp")
+        r = run("adm-token-0", "nowhere")
+        assert r.exit_code == 1 and "no node 'nowhere'" in r.output
+    finally:
+        server.stop()
+        db.close()
