@@ -18,7 +18,9 @@ the store saw for it (``power_limit_w``); a class with neither is refused by nam
 from __future__ import annotations
 
 import csv
+import json
 import math
+import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -78,19 +80,23 @@ def read_csv(path: Path) -> ClassSamples:
 
 def scheduler_intervals(path: str | Path) -> pd.DataFrame:
     """hostname, gpu, lo, hi (unix s; hi inf while running), cls: every task that started, from
-    the bundled scheduler's database, read only."""
-    from gpuwarden.scheduler.state import SchedulerDB
-
+    the bundled scheduler's database, opened read only (a running service keeps writing it)."""
     if not Path(path).is_file():
         raise InputError(f"{path}: no such scheduler database")
-    db = SchedulerDB(path)
     try:
-        classes = {j.job_id: str(j.spec.get("priority") or "batch") for j in db.jobs()}
-        rows = [(t.node, g, t.started_at, math.inf if t.ended_at is None else t.ended_at,
-                 classes.get(t.job_id, "batch"))
-                for t in db.tasks() if t.started_at is not None for g in t.gpus]  # fmt: skip
-    finally:
-        db.close()
+        conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
+        try:
+            classes = {j: str(json.loads(spec).get("priority") or "batch")
+                       for j, spec in conn.execute("SELECT job_id, spec FROM jobs")}  # fmt: skip
+            tasks = conn.execute("SELECT job_id, node, gpus, started_at, ended_at FROM tasks"
+                                 " WHERE started_at IS NOT NULL").fetchall()  # fmt: skip
+        finally:
+            conn.close()
+    except (sqlite3.Error, ValueError) as exc:
+        raise InputError(f"{path}: not a readable scheduler database ({exc})") from None
+    rows = [(node, int(g), started, math.inf if ended is None else ended,
+             classes.get(job, "batch"))
+            for job, node, gpus, started, ended in tasks for g in json.loads(gpus)]  # fmt: skip
     return pd.DataFrame(rows, columns=["hostname", "gpu", "lo", "hi", "cls"])
 
 

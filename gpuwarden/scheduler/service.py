@@ -99,6 +99,10 @@ class SchedulerService:
             self._lifecycle, node_timeout_s=node_timeout_s, started_at=self.started_at, clock=clock
         )
         self._agents = AgentSync(self._lifecycle, self._nodes)
+        if sleep is None and (left := db.sleep_rows()):
+            logger.warning("%d node(s) were left asleep or draining by a run that slept nodes, "
+                           "and idle-node sleep is off: none of them is woken (%s)", len(left),
+                           ", ".join(r.node for r in left))  # fmt: skip
         if sleep is not None:
             self._nodes.sleep = ServiceSleep(
                 self._lifecycle,

@@ -107,6 +107,21 @@ def test_a_sleep_order_not_yet_sent_survives_a_restart(tmp_path):
     svc.db.close()
 
 
+def test_a_restart_with_sleep_off_says_which_nodes_it_leaves_asleep(tmp_path, caplog):
+    clock = Clock()
+    clock.t = MON_0300 - 3600
+    svc = SchedulerService(SchedulerDB(tmp_path / "s.db"), clock=clock, sleep=SLEEP)
+    PlayAgent(svc, "n1")
+    clock.t = MON_0300
+    svc.tick()
+    assert [r.state for r in svc.db.sleep_rows()] == ["asleep"]
+    svc.db.close()
+    svc = SchedulerService(SchedulerDB(tmp_path / "s.db"), clock=clock)
+    assert "none of them is woken (n1)" in caplog.text
+    assert svc.scheduler.is_open("n1")  # no policy keeps it closed; nothing wakes it either
+    svc.db.close()
+
+
 def test_a_restart_keeps_a_reclaimed_node_closed_until_its_replacement_registers(tmp_path):
     clock = Clock()
     svc = SchedulerService(SchedulerDB(tmp_path / "s.db"), clock=clock)
