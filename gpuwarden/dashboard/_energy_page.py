@@ -114,7 +114,8 @@ def _store_hours(
             st.info(f"The store `{url}` holds no GPU telemetry yet: no kWh by node, sleep plan "
                     "or power caps until `gpuwarden collect` writes some.")  # fmt: skip
             return None, 0.0
-        end = float(math.floor(snap.as_of / 3600.0) * 3600.0 + 3600.0)
+        # whole hours only: an hour still being sampled would count as a full hour at its mean
+        end = float(math.floor((snap.as_of + snap.step_s) / 3600.0) * 3600.0)
         return _hourly(url, end - range_s, end), end
     except GpuwardenError as exc:
         st.error(f"Cannot read the store `{url}`: {exc}")
@@ -123,7 +124,7 @@ def _store_hours(
 
 def _energy_section(hourly: pd.DataFrame, grid: float | None, start: float, end: float) -> None:
     by_node = energy_by_node(hourly, grid)
-    st.caption(f"{fmt_time(start)} to {fmt_time(end)} · hourly means from the store")
+    st.caption(f"{fmt_time(start)} to {fmt_time(end)} · whole hours, hourly means from the store")
     cols = st.columns(3)
     kwh = float(by_node["kwh"].sum()) if len(by_node) else math.nan
     cols[0].metric("GPU energy", "–" if math.isnan(kwh) else f"{kwh:,.1f} kWh",
