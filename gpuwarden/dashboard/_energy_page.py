@@ -90,6 +90,8 @@ def page(
         st.error(f"Cannot read the grid intensity setting: {exc}")
         grid = None
     hourly, end = _store_hours(url, missing, range_s)
+    if hourly is None:  # no telemetry: the scheduler's sections cover the range up to now
+        end = _cache.bucket(now)
     start = end - range_s
     if hourly is not None:
         _energy_section(hourly, grid, start, end)

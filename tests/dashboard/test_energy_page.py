@@ -207,6 +207,17 @@ def test_without_store_or_scheduler_each_section_says_so(monkeypatch, tmp_path):
     assert not at.metric
 
 
+def test_without_a_store_the_scheduler_sections_still_cover_the_last_day(fleet, monkeypatch,
+                                                                         tmp_path):  # fmt: skip
+    _, sched_url, _ = fleet
+    at = run(monkeypatch, f"sqlite:///{tmp_path / 'none.db'}", GPUWARDEN_SCHEDULER_URL=sched_url,
+             GPUWARDEN_SCHEDULER_TOKEN=ADMIN_TOKEN)  # fmt: skip
+    assert any("There is no store at" in i.value for i in at.info)
+    m = {x.label: x.value for x in at.metric}
+    assert m["Reclaims in range"] == "1" and m["Spot GPUs"] == "2 of 4"
+    assert set(table(at, "tenant", "source")["tenant"]) == {"a", "b"}
+
+
 def test_spot_savings_count_only_jobs_on_spot_and_an_unpriced_model_is_unknown():
     nodes = [{"node": "sp", "cost_class": "spot", "gpus": [{"model": "H100-80GB"}]},
              {"node": "sq", "cost_class": "spot", "gpus": [{"model": "G2"}]},
