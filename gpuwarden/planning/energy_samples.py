@@ -136,15 +136,32 @@ def classify(
     out = ClassSamples(source)
     if frame.empty:
         raise InputError(f"the store holds no GPU samples in the window of {source}")
-    keys = frame[list(on)].copy()
-    if "gpu" in keys:
-        keys["gpu"] = keys["gpu"].astype(int)
-    spans = spans.copy()
-    if "gpu" in spans:
-        spans["gpu"] = spans["gpu"].astype(int)
-    cols = [c for c in FIELDS if c in frame] + ["ts", "model"]
-    joined = pd.concat([keys, frame[cols]], axis=1).merge(spans, on=list(on), how="inner")
-    joined = joined[(joined["ts"] >= joined["lo"]) & (joined["ts"] < joined["hi"])]
+    # an interval join by binary search: per GPU its samples sorted by time, per span the
+    # slice [lo, hi) of them (a merge on the GPU alone pairs every sample with every span)
+    key = _key(frame, on)
+    order = np.lexsort((frame["ts"].to_numpy(float), key))
+    key, ts = key[order], frame["ts"].to_numpy(float)[order]
+    firsts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    bounds = dict(zip(key[firsts], zip(firsts, np.r_[firsts[1:], key.size], strict=True),
+                      strict=True))  # fmt: skip
+    picked: list[np.ndarray] = []
+    classes: list[np.ndarray] = []
+    for k, lo, hi, cls in zip(_key(spans, on), spans["lo"].to_numpy(float),
+                              spans["hi"].to_numpy(float), spans["cls"].astype(str), strict=True):  # fmt: skip
+        if k not in bounds:
+            continue
+        a, b = bounds[k]
+        i, j = a + np.searchsorted(ts[a:b], lo), a + np.searchsorted(ts[a:b], hi)
+        if j > i:
+            picked.append(order[i:j])
+            classes.append(np.full(j - i, cls, dtype=object))
+    cols = [c for c in FIELDS if c in frame] + ["model"]
+    rows_at = np.concatenate(picked) if picked else np.zeros(0, dtype=int)
+    joined = (
+        frame[cols]
+        .iloc[rows_at]
+        .assign(cls=np.concatenate(classes) if classes else np.zeros(0, dtype=object))
+    )
     if joined.empty:
         raise InputError(f"no GPU sample in the store falls inside a task of {source}")
     for cls, rows in joined.groupby("cls", sort=True):
@@ -154,6 +171,13 @@ def classify(
                           if "gpu_util_pct" in rows else [])  # fmt: skip
         out.board[name] = _board_w(name, rows)
     return out
+
+
+def _key(frame: pd.DataFrame, on: Sequence[str]) -> np.ndarray:
+    """One string per row naming its GPU (``hostname/gpu`` or the UUID)."""
+    if list(on) == ["uuid"]:
+        return frame["uuid"].astype(str).to_numpy()
+    return (frame["hostname"].astype(str) + "/" + frame["gpu"].astype(int).astype(str)).to_numpy()
 
 
 def _board_w(cls: str, rows: pd.DataFrame) -> float:
