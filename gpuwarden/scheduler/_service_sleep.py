@@ -59,6 +59,7 @@ class ServiceSleep:
         self._woken: dict[str, float] = {}  # node -> when its magic packet went, until it syncs
         #: what the database holds, node -> row (awake nodes have none)
         self._saved = {r.node: r for r in lifecycle.db.sleep_rows()}
+        self._logged = 0  # actions of the controller's log already saved
         for r in self._saved.values():
             if r.woken_at is not None:
                 self._woken[r.node] = r.woken_at
@@ -86,6 +87,7 @@ class ServiceSleep:
         for node in [n for n in ctl.state if n not in s.cluster.index]:
             del ctl.state[node]  # lost or gone
             ctl.ready_at.pop(node, None)
+            self._logged = -1  # its row goes at the next save
         for node in s.cluster.names:
             st = ctl.state.setdefault(node, NodeSleep.AWAKE)
             if st is not NodeSleep.AWAKE and not self.policy.dry_run:
@@ -111,7 +113,9 @@ class ServiceSleep:
                 basis[n] = f"measured {measured:.0%}, allocated {float(used[i]):.0%}"
         ctl.step(now, share, basis)
         ctl.need(now, ctl.s.pending)
-        self._save()
+        if len(ctl.log) != self._logged:  # every change of state is an action in the log
+            self._logged = len(ctl.log)
+            self._save()
 
     def state_of(self, node: str) -> str:
         """``node``'s sleep state: awake, draining, asleep or waking."""
