@@ -9,6 +9,8 @@
 - the dashboard's idle-sleep plan: ``sleep_plan`` against the hourly read it runs on;
 - ``gpuwarden energy wake``: ``send_magic_packet`` to a UDP socket on 127.0.0.1 against a bare
   ``sendto`` of the same 102 bytes;
+- ``gpuwarden reclaim``: the service closing a spot node with 8 jobs and ordering their
+  checkpoints, against submitting and placing those 8 jobs in the same service;
 - the scheduler service's sleep state in its database: a placement round (``tick``) with idle-
   node sleep on, the ``sleep`` table written as the service does, against the same rounds with
   that write left out.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import logging
 import os
 import socket
 import tempfile
@@ -210,8 +213,8 @@ def bench_sleep_state(nodes: int, rounds: int, repeat: int, tmp: Path) -> None:
         return first, steady
 
     runs: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
-    for i in range(repeat):  # alternated, each on a new database
-        for save in (False, True):
+    for i in range(repeat):  # alternated, which goes first too, each on a new database
+        for save in (False, True) if i % 2 == 0 else (True, False):
             path = tmp / f"sched-{save}-{i}.db"
             for p in tmp.glob(path.name + "*"):
                 p.unlink()
@@ -229,6 +232,39 @@ def bench_sleep_state(nodes: int, rounds: int, repeat: int, tmp: Path) -> None:
         print(f"| {name} | {a * 1e3:.1f} | {b * 1e3:.1f} | {b / a:.2f} |")
 
 
+def bench_reclaim(nodes: int, repeat: int, tmp: Path) -> None:
+    """``gpuwarden reclaim`` on a spot node running 8 interruptible jobs (close it, order their
+    checkpoints, store the notice) against submitting and placing those jobs."""
+    from gpuwarden.scheduler.service import Principal, SchedulerService
+
+    rounds, reclaims = [], []
+    for i in range(repeat):
+        path = tmp / f"reclaim-{i}.db"
+        for p in tmp.glob(path.name + "*"):
+            p.unlink()
+        svc = SchedulerService(SchedulerDB(path), clock=lambda: 1_000_000.0, node_timeout_s=1e9)
+        for n in range(nodes):
+            svc.register(f"n{n}", {"cpu_milli": 64000, "memory_mib": 262144,
+                                   "cost_class": "spot" if n == 0 else "owned", "gpus": [
+                {"index": g, "uuid": f"GPU-{n}-{g}", "model": "H100-80GB", "memory_mib": 81920}
+                for g in range(8)]})  # fmt: skip
+        t0 = time.process_time()
+        for _ in range(8):  # interruptible work goes to spot first: all 8 on n0, placed at once
+            svc.submit(Principal("tenant", "t"), {"name": "train", "command": ["train"],
+                                                  "priority": "training", "interruptible": True,
+                                                  "checkpoint": {"kind": "signal",
+                                                                 "target": "SIGUSR1"}})  # fmt: skip
+        rounds.append(time.process_time() - t0)
+        t0 = time.process_time()
+        out = svc.reclaim(Principal("admin"), "n0", 1_000_120.0, "spot reclaim")
+        reclaims.append(time.process_time() - t0)
+        assert len(out["evicted"]) == 8, out
+        svc.db.close()
+    r, c = float(np.median(rounds)), float(np.median(reclaims))
+    print(f"\nreclaim of a spot node with 8 jobs, {nodes} nodes: {c * 1e3:.1f} CPU ms; submitting "
+          f"and placing the 8 jobs {r * 1e3:.1f} CPU ms ({c / r:.2f}x; medians of {repeat})")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=32)
@@ -238,6 +274,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--sched-nodes", type=int, default=256, help="nodes of the service bench")
     args = parser.parse_args()
+    logging.getLogger("gpuwarden").setLevel(logging.ERROR)  # the reclaims' warnings
     work = Path(tempfile.gettempdir()) / (
         f"gpuwarden-bench-energy-{args.nodes}x{args.gpus}-{args.days:g}d-{args.step}s"
     )
@@ -248,6 +285,7 @@ def main() -> None:
     bench_sleep_plan(url, args.days, args.repeat)
     bench_wake(20_000)
     bench_sleep_state(args.sched_nodes, 20, max(args.repeat, 5), work)
+    bench_reclaim(args.sched_nodes, max(args.repeat, 5), work)
     print(f"load average {os.getloadavg()[0]:.1f}")
 
 
