@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -212,8 +213,6 @@ def logs(
 def reclaim(node: str, in_s: float, reason: str, url: str, token_file: str | None) -> None:
     """Tell the scheduler NODE is being reclaimed (admin token): it takes no new work, and its
     jobs checkpoint within the notice and go back to the queue."""
-    import time
-
     with _client(url, token_file) as c:
         out = c.reclaim(node, time.time() + in_s, reason)
     evicted = out.get("evicted") or []
@@ -229,17 +228,19 @@ def nodes(fmt: str, url: str, token_file: str | None) -> None:
     """List the nodes the scheduler knows, one line per GPU: the node's state (ok, or lost
     when its agent stopped syncing), seconds since its agent's last sync, and each GPU's
     measured utilisation over the service's usage window ("-" where the agent has no NVML: the
-    sleep controller then goes by allocation, UTIL_FROM)."""
+    sleep controller then goes by allocation, UTIL_FROM); the node's cost class, idle-sleep
+    state (off: the service runs no sleep policy) and the seconds left of a spot reclaim."""
     with _client(url, token_file) as c:
         rows = c.nodes()
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
         return
     header = ("NODE", "STATE", "SINCE_SYNC_S", "GPU", "MODEL", "MEMORY_MIB", "HEALTH", "MODE",
-              "USED", "UTIL_PCT", "UTIL_FROM")  # fmt: skip
+              "COST", "SLEEP", "RECLAIM_IN_S", "USED", "UTIL_PCT", "UTIL_FROM")  # fmt: skip
     table = []
+    now = time.time()
     for n in rows:
-        since = n.get("since_sync_s")
+        since, deadline = n.get("since_sync_s"), n.get("reclaim_deadline")
         for g in n.get("gpus", []) or [{}]:
             used, util = g.get("used_milli"), g.get("util_pct")
             table.append(
@@ -252,6 +253,9 @@ def nodes(fmt: str, url: str, token_file: str | None) -> None:
                     _s(g.get("memory_mib")),
                     _s(g.get("health")),
                     _s(g.get("mode")),
+                    _s(n.get("cost_class")),
+                    _s(n.get("sleep")),
+                    "-" if deadline is None else f"{max(0.0, deadline - now):.0f}",
                     "-" if used is None else f"{used / 1000:.3g}",
                     "-" if util is None else f"{util:.0f}",
                     _s(n.get("utilisation_from")),

@@ -152,6 +152,10 @@ def test_logs_billing_nodes_and_quota(service: Service) -> None:
     # a --fake-gpus agent has no NVML: nothing measured, and the service says it goes by allocation
     assert nodes[0].split()[-2:] == ["UTIL_PCT", "UTIL_FROM"]
     assert [r[-2:] for r in rows] == [["-", "allocation"]] * 2
+    cols = nodes[0].split()
+    at = cols.index("COST")
+    assert cols[at : at + 3] == ["COST", "SLEEP", "RECLAIM_IN_S"]
+    assert [r[at : at + 3] for r in rows] == [["owned", "off", "-"]] * 2  # sleep off, no reclaim
     (n1,) = json.loads(service.ok("nodes", "--format", "json"))
     assert n1["node"] == "n1" and n1["state"] == "ok" and 0 <= n1["since_sync_s"] < 5
     with SchedulerClient(service.url, ADMIN) as admin:
