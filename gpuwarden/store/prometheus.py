@@ -480,6 +480,26 @@ class PrometheusStore:
         lo = hi - self.lookback_s if start is None else float(start)
         return _prom_labels.pods(self.api, lo, hi, step_s)
 
+    def read_pod_samples(
+        self, *, start: float, end: float, step_s: float = 3600.0, metric: str = ""
+    ) -> pd.DataFrame:
+        """Per step ``[ts - step_s, ts)`` in ``[start, end)``, device (GPU or MIG instance)
+        and pod, how many samples of ``metric`` (default: the temperature every exporter
+        sends) carried the pod's labels: ``_prom_labels.SAMPLE_COLUMNS``. What
+        ``read_pod_labels`` and GPU-hours per pod (``scheduler_hooks.k8s_billing``) read."""
+        return _prom_labels.pod_samples(
+            self.api, float(start), float(end), step_s, metric or _prom_labels.PRESENT
+        )
+
+    def read_step_samples(
+        self, *, start: float, end: float, step_s: float = 3600.0, metric: str = ""
+    ) -> float:
+        """The most samples any one series of ``metric`` holds in a step of ``[start,
+        end)``: what a whole step holds at the exporter's scrape interval (0: none)."""
+        return _prom_labels.step_samples(
+            self.api, float(start), float(end), step_s, metric or _prom_labels.PRESENT
+        )
+
     def read_driver_labels(self, *, at: float | None = None) -> pd.DataFrame:
         """Each GPU's driver version from dcgm-exporter's ``DCGM_FI_DRIVER_VERSION`` label, as
         its newest series in the lookback before ``at`` says: hostname, uuid, driver_version,
