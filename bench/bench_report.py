@@ -107,57 +107,32 @@ def main() -> None:
 
 
 def compare_backends(gpus: int, days: float, step: int, repeat: int) -> None:
+    """A fresh fleet of ``gpus`` written to SQLite and VictoriaMetrics (rolled up as
+    ``collect`` does) in a temporary folder laid out as ``bench_backends.py --workdir`` keeps
+    it, then the facts from both (``from_workdir``)."""
     from bench_backends import simulate, start_victoriametrics, write
 
     from gpuwarden.store.victoriametrics import VictoriaMetricsStore
 
     end = float(int(time.time()) // 3600 * 3600)
-    frames, events, failures = simulate(gpus, days, step, end)
     work = Path(tempfile.mkdtemp(prefix="bench-report-"))
-    sqlite = SqliteStore(work / "fleet.db", chunk_rows=200_000)
+    fleet = simulate(gpus, days, step, end)
     vm = start_victoriametrics(work / "vm")
-    stores: dict[str, object] = {"SQLite": sqlite}
     try:
-        write(sqlite, frames, events, failures)
-        sqlite.compact(end)
-        store = VictoriaMetricsStore(vm.url)
-        stores["VictoriaMetrics"] = store
-        t0 = time.perf_counter()
-        write(store, frames, events, failures)
-        store.compact(end, progress=True)
-        print(
-            f"VictoriaMetrics loaded and rolled up in {time.perf_counter() - t0:.0f} s", flush=True
-        )
-        del frames
-        times: dict[str, float] = {}
-        facts = {}
-        for name, st in stores.items():
-            best = float("inf")
-            for _ in range(repeat):
-                t0 = time.perf_counter()
-                facts[name] = build_facts(st, end - 7 * 86400, end, now=end)  # type: ignore[arg-type]
-                best = min(best, time.perf_counter() - t0)
-            times[name] = best
+        with SqliteStore(work / "fleet.db", chunk_rows=200_000) as sqlite:
+            store = VictoriaMetricsStore(vm.url)
+            for chunk in fleet.chunks(progress=True):
+                for st in (sqlite, store):
+                    write(st, [chunk.samples], chunk.events, [])
+            for st in (sqlite, store):
+                write(st, [], [], list(fleet.failures))
+                st.compact(end)
+            store.close()
     finally:
-        for st in stores.values():
-            st.close()  # type: ignore[attr-defined]
         vm.stop()
-    a, b = facts["SQLite"], facts["VictoriaMetrics"]
-    same = (a.inventory.gpus, a.failures.failures, a.xids.xids) == (
-        b.inventory.gpus,
-        b.failures.failures,
-        b.xids.xids,
-    )
-    print(f"{gpus} GPUs, {days:g} days at {step} s; best of {repeat}")
-    print(f"{'backend':<16} {'facts s':>8} {'vs SQLite':>10}  same GPUs, failures, Xids")
-    for name, t in times.items():
-        print(
-            f"{name:<16} {t:>8.2f} {t / times['SQLite']:>9.2f}x  {'yes' if same or name == 'SQLite' else 'NO'}"
-        )
-    print(
-        f"availability SQLite {a.availability.fleet_availability_pct if a.availability else None}% "
-        f"VictoriaMetrics {b.availability.fleet_availability_pct if b.availability else None}%"
-    )
+    (work / "meta.json").write_text(json.dumps({"end": end, "gpus": gpus, "days": days,
+                                                "step": step}))  # fmt: skip
+    from_workdir(work, repeat)
 
 
 class TimedStore:
