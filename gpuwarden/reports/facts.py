@@ -69,6 +69,11 @@ def build_facts(
         )
     now = time.time() if now is None else now
     absent: list[Absent] = []
+    # a TSDB store lists the GPUs of its lookback (days back from now): the inventory needs
+    # those silent up to LOOKBACK_S before this period and the one before it, and first samples
+    reach_back = getattr(store, "reach_back", None)
+    if reach_back is not None:
+        reach_back(since - (until - since if compare else 0.0) - _fleet.LOOKBACK_S)
     gpus = store.gpus()
     hourly = store.read_window(
         start=since, end=until, fields=list(_usage.USAGE_FIELDS), resolution_s=3600,

@@ -202,3 +202,20 @@ def test_inventory_added_replaced_and_missing():
     assert [g.uuid for g in inv.added] == ["fresh"]
     assert [g.uuid for g in inv.missing] == ["quiet"]
     assert inv.gpus == 3 and inv.slots == {"n1": [0, 1], "n2": [0]}
+
+
+def test_a_tsdb_store_is_asked_for_the_gpus_of_both_weeks_and_their_lookback(week, sources):
+    """A store that lists only its lookback's GPUs (``reach_back``: Prometheus,
+    VictoriaMetrics) is asked to reach past the week before and two weeks of silence."""
+    from gpuwarden.reports._fleet import LOOKBACK_S
+
+    asked: list[float] = []
+    store = open_store(week[0])
+    store.reach_back = asked.append  # type: ignore[attr-defined]
+    try:
+        build_facts(store, SINCE, UNTIL, sources=sources, now=UNTIL + 3600)
+        build_facts(store, SINCE, UNTIL, sources=sources, now=UNTIL + 3600, compare=False)
+    finally:
+        store.close()
+    span = UNTIL - SINCE
+    assert asked == [SINCE - span - LOOKBACK_S, SINCE - span - LOOKBACK_S, SINCE - LOOKBACK_S]
