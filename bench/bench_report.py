@@ -33,10 +33,12 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from bench_score import build
 
 from gpuwarden.reports import Facts, build_facts
@@ -60,8 +62,15 @@ def main() -> None:
         "--from", dest="reuse", type=Path, default=None,
         help="the stores a bench_backends.py --workdir DIR run kept (fleet.db, vm/, meta.json)",
     )  # fmt: skip
+    ap.add_argument(
+        "--add-verdicts", action="store_true",
+        help="with --from: first write serve's hourly verdicts for the history into DIR's stores "
+        "(once; meta.json records it)",
+    )  # fmt: skip
     args = ap.parse_args()
     if args.reuse:
+        if args.add_verdicts:
+            add_verdicts(args.reuse)
         return from_workdir(args.reuse, args.repeat)
     if args.vm_gpus:
         return compare_backends(args.vm_gpus, args.days, args.step, args.repeat)
@@ -222,6 +231,64 @@ def from_workdir(work: Path, repeat: int) -> None:
     for name, (b, _, _) in results.items():
         same = _headline(a) == _headline(b)
         print(f"{name}: {_headline(b)}{'' if same else '  DIFFERS from SQLite'}")
+
+
+def hourly_verdicts(gpus: Any, start: float, end: float, seed: int = 5) -> Iterator[list[Any]]:
+    """What ``serve`` writes for a steady fleet, an hour at a time: each GPU's heartbeat
+    verdict every hour (ok, a small risk, its reasons), and 2 % of the GPUs at risk for a day
+    once (a transition there and back)."""
+    from gpuwarden.health import GpuState, Verdict
+    from gpuwarden.telemetry import GpuId
+
+    rng = np.random.default_rng(seed)
+    ids = [GpuId(r.hostname, int(r.gpu), r.uuid, r.pci_bus_id, r.model, r.rack)
+           for r in gpus.itertuples()]  # fmt: skip
+    hours = np.arange(np.ceil(start / 3600) * 3600, end, 3600.0)
+    sick = {i: float(rng.choice(hours[:-24])) for i in rng.choice(len(ids), len(ids) // 50)}
+    reasons = ("sbe_rate_per_h 0 (fleet p50 0)", "mem_temp_spread_c 4.1 (fleet p50 3.8)")
+    for h in hours:
+        batch = []
+        for i, gpu in enumerate(ids):
+            at = sick.get(i)
+            bad = at is not None and at <= h < at + 86400
+            turn = at is not None and h in (at, at + 86400)
+            state = GpuState.AT_RISK if bad else GpuState.OK
+            before = (GpuState.OK if bad else GpuState.AT_RISK) if turn else None
+            batch.append(Verdict(ts=h + 60, gpu=gpu, state=state,
+                                 risk=float(0.8 if bad else rng.uniform(0.0, 0.2)),
+                                 changed_from=before, reasons=reasons, threshold=0.7))  # fmt: skip
+        yield batch
+
+
+def add_verdicts(work: Path) -> None:
+    """Write ``hourly_verdicts`` for the history into ``work``'s stores, once."""
+    from bench_backends import start_victoriametrics
+
+    from gpuwarden.store.victoriametrics import VictoriaMetricsStore
+
+    meta = json.loads((work / "meta.json").read_text())
+    if meta.get("verdicts"):
+        print(f"{work}: {meta['verdicts']:,} verdicts stored already")
+        return
+    vm = start_victoriametrics(work / "vm") if (work / "vm").is_dir() else None
+    stores: list[Any] = [SqliteStore(work / "fleet.db")]
+    try:
+        if vm is not None:
+            stores.append(VictoriaMetricsStore(vm.url))
+        end = float(meta["end"])
+        n = 0
+        t0 = time.perf_counter()
+        for batch in hourly_verdicts(stores[0].gpus(), end - meta["days"] * 86400, end):
+            for store in stores:
+                store.write_verdicts(batch)
+            n += len(batch)
+        print(f"{n:,} verdicts written to {len(stores)} stores in {time.perf_counter() - t0:.0f} s")
+    finally:
+        for store in stores:
+            store.close()
+        if vm is not None:
+            vm.stop()
+    (work / "meta.json").write_text(json.dumps({**meta, "verdicts": n}))
 
 
 def _headline(f: Facts) -> tuple[Any, ...]:
