@@ -100,6 +100,14 @@ def cpu_s(pid: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def forget(store) -> None:
+    """Drop what a Prometheus-API store cached (its inventory), as a new process would."""
+    if hasattr(store, "_inv"):
+        store._inv = None
+        store._interval_s = None
+        store._until_at = -math.inf
+
+
 def score(
     store, model, at: float, repeat: int, server_pid: int | None = None
 ) -> tuple[dict[str, float], pd.DataFrame]:
@@ -119,10 +127,7 @@ def score(
         }  # fmt: skip
         if best is None or run["total"] < best["total"]:
             best = run
-        if hasattr(store, "_inv"):  # a new process each time: nothing cached between runs
-            store._inv = None
-            store._interval_s = None
-            store._until_at = -math.inf
+        forget(store)  # a new process each time: nothing cached between runs
     assert best is not None
     return best, rows
 

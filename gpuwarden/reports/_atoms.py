@@ -13,6 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from gpuwarden.reports._usage import IDLE_UTIL_PCT
 from gpuwarden.reports.model import Facts
 
 FLEET = "fleet"
@@ -148,6 +149,7 @@ def index(f: Facts, catalogue: set[int] | None = None) -> Index:
         u = f.utilisation
         _fields(ix, g, u, USAGE)
         ix.add(g, "idle", u.idle_gpus, "count")
+        ix.add(g, "idle", IDLE_UTIL_PCT, "pct")  # what "idle" means: "under 5% utilisation"
         for m in u.by_model:
             ix.models.add(m.model)
             _fields(ix, f"model:{m.model}", m, MODEL_USAGE)

@@ -21,6 +21,7 @@ from gpuwarden.planning.capacity import DEFAULT_BUFFER, plan_model
 from gpuwarden.planning.demand import ANY_MODEL, scheduler_demand
 from gpuwarden.planning.forecast import WEEKLY
 from gpuwarden.reports.model import Absent, Capacity, ModelCapacity, Utilisation
+from gpuwarden.reports.templates import counted
 
 #: Two weeks: one to learn from and one held out to choose the seasons and calibrate the
 #: interval, the least on which the forecast's interval means anything.
@@ -56,7 +57,7 @@ def capacity(
     frame = frame.drop(columns=[c for c in frame.columns if c == ANY_MODEL])
     hours = len(frame)
     if hours < MIN_HISTORY_HOURS:
-        return None, Absent(section="capacity", why=f"the scheduler database holds {hours} hours "
+        return None, Absent(section="capacity", why=f"the scheduler database holds {counted(hours, 'hour')} "
                             f"of demand history; the forecast needs {MIN_HISTORY_HOURS} (two "
                             "weeks)")  # fmt: skip
     if frame.columns.empty:

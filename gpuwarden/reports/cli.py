@@ -166,6 +166,7 @@ def _post(facts, prose, files, cfg) -> None:
         summary_blocks,
         upload_files,
     )
+    from gpuwarden.reports.templates import counted
 
     if os.environ.get(ENV_WEBHOOK_URL):
         text, blocks = summary_blocks(facts, prose, f"Full report: {files.html}")
@@ -178,7 +179,7 @@ def _post(facts, prose, files, cfg) -> None:
             base_url=cfg["slack_api_url"],
             comment=f"GPU cluster report, week of {facts.period.since[:10]}",
         )
-        click.echo(f"uploaded {len(ids)} files to Slack")
+        click.echo(f"uploaded {counted(len(ids), 'file')} to Slack")
 
 
 COMMANDS = [report]

@@ -68,6 +68,43 @@ def build_facts(
             f"the report period must end after it starts ({_iso(since)} .. {_iso(until)})"
         )
     now = time.time() if now is None else now
+    span = until - since
+    # a TSDB store lists the GPUs of its lookback (days back from now): the inventory needs
+    # those silent up to LOOKBACK_S before this period and the one before it, and first samples
+    reach_back = getattr(store, "reach_back", None)
+    if reach_back is not None:
+        reach_back(since - (span if compare else 0.0) - _fleet.LOOKBACK_S)
+    before: Facts | None = None
+    held: pd.DataFrame | None = None
+    if compare:
+        if previous is not None and (previous.period.since_ts, previous.period.until_ts) == (
+            since - span,
+            since,
+        ):
+            before = previous
+        else:  # the week before first: its verdicts in force at its end are this one's start
+            before, held = _facts(store, since - span, since, sources, now)
+    facts, _ = _facts(store, since, until, sources, now, with_plan=compare, progress=progress,
+                      held=held)  # fmt: skip
+    if before is not None:
+        facts = facts.model_copy(update={"changes": changes(before, facts)})
+    return facts
+
+
+def _facts(
+    store: ReadableStore,
+    since: float,
+    until: float,
+    sources: FactSources,
+    now: float,
+    *,
+    with_plan: bool = False,
+    progress: bool = False,
+    held: pd.DataFrame | None = None,
+) -> tuple[Facts, pd.DataFrame]:
+    """The facts of ``[since, until)`` without changes (``with_plan``: with the capacity plan), and
+    each GPU's newest verdict before ``until``; ``held``: each GPU's newest before ``since``,
+    where the caller has it already."""
     absent: list[Absent] = []
     gpus = store.gpus()
     hourly = store.read_window(
@@ -78,7 +115,7 @@ def build_facts(
     hourly = hourly[(hourly["ts"] >= since) & (hourly["ts"] < until)].astype(
         {"hostname": "category", "uuid": "category", "model": "category"}
     )
-    verdicts = _verdicts(store, since, until)
+    verdicts = _verdicts(store, since, until, held)
     period_verdicts = verdicts[verdicts["ts"] >= since]
     events = store.read_events(start=since, end=until)
     failed = store.read_failures(start=since, end=until)
@@ -89,7 +126,7 @@ def build_facts(
         if len(failed)
         else verdicts.iloc[:0]
     )
-    latest = store.read_verdicts(end=until, latest=True)
+    latest = _newest(verdicts)
     if verdicts.empty:
         absent.append(Absent(section="verdicts", why="the store holds no verdicts for this period "
                              "(gpuwarden score --step 1h --into STORE backfills them)"))  # fmt: skip
@@ -122,14 +159,14 @@ def build_facts(
     alerts = _sched.alerts(transitions, sources.audit_db, since, until)
     if alerts.retags_ok is None:
         absent.append(Absent(section="re-tags", why="no audit log (audit_db)"))
-    if sources.scheduler_db and compare:  # the week before is for ``changes``: no plan
+    if sources.scheduler_db and with_plan:  # the week before is for ``changes``: no plan
         plan, why = _capacity.capacity(
             sources.scheduler_db, now, inventory.gpus_by_model, utilisation,
             _capacity.CapacitySettings(sources.capacity_buffer, sources.prices),
         )  # fmt: skip
         if why is not None:
             absent.append(why)
-    elif compare:
+    elif with_plan:
         absent.append(Absent(section="capacity", why="no bundled scheduler database "
                              "(scheduler_db): no demand history to plan capacity from"))  # fmt: skip
     facts = Facts(
@@ -158,29 +195,27 @@ def build_facts(
         changes=[],
         absent=absent,
     )
-    if compare:
-        span = until - since
-        if previous is not None and (previous.period.since_ts, previous.period.until_ts) == (
-            since - span,
-            since,
-        ):
-            before = previous
-        else:
-            before = build_facts(
-                store, since - span, since, sources=sources, now=now, compare=False
-            )
-        facts = facts.model_copy(update={"changes": changes(before, facts)})
-    return facts
+    return facts, latest
 
 
-def _verdicts(store: ReadableStore, since: float, until: float) -> pd.DataFrame:
-    """Each GPU's newest verdict before the period, then every verdict in it."""
-    before = store.read_verdicts(end=since, latest=True)
+def _verdicts(
+    store: ReadableStore, since: float, until: float, held: pd.DataFrame | None
+) -> pd.DataFrame:
+    """Each GPU's newest verdict before the period (``held``, or read), then every verdict in
+    it."""
+    before = store.read_verdicts(end=since, latest=True) if held is None else held
     during = store.read_verdicts(start=since, end=until)
     frames = [f for f in (before, during) if len(f)]
     if not frames:
         return pd.DataFrame(columns=list(VERDICT_COLUMNS))
     return pd.concat(frames, ignore_index=True)
+
+
+def _newest(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """Each GPU's newest verdict (``read_verdicts(latest=True)`` at the period's end: the
+    newest before it, or in it), ordered as the stores order theirs (ts, hostname, gpu)."""
+    newest = verdicts.sort_values("ts", kind="stable").drop_duplicates("uuid", keep="last")
+    return newest.sort_values(["ts", "hostname", "gpu"], kind="stable", ignore_index=True)
 
 
 def headline(f: Facts) -> dict[str, tuple[float | None, str]]:

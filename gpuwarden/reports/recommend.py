@@ -20,8 +20,9 @@ import math
 from dataclasses import dataclass
 
 from gpuwarden.health import AT_RISK_ACTION, GpuState
+from gpuwarden.reports._usage import IDLE_UTIL_PCT
 from gpuwarden.reports.model import Facts
-from gpuwarden.reports.templates import gpus_word
+from gpuwarden.reports.templates import add_when, counted, plural
 
 WAIT_SCALE_UP_MIN = 30.0
 BUSY_PCT = 80.0
@@ -59,8 +60,8 @@ def recommend(f: Facts) -> list[Recommendation]:
                 s.gpu_hours / hours / (BUSY_PCT / 100.0) - s.capacity_gpu_hours / hours
             )
             out.append(("scale-up", f"Add capacity: jobs waited {wait:g} min at p95 while "
-                        f"{s.allocated_pct:g}% of GPU-hours were allocated; about {max(need, 1)} more "
-                        f"GPUs would bring allocation to {BUSY_PCT:g}%.", cites))  # fmt: skip
+                        f"{s.allocated_pct:g}% of GPU-hours were allocated; about {counted(max(need, 1), 'more GPU')} "
+                        f"would bring allocation to {BUSY_PCT:g}%.", cites))  # fmt: skip
         elif rule and s.allocated_pct < IDLE_PCT and (wait is None or wait <= WAIT_SCALE_UP_MIN):
             out.append(("scale-down", f"Release capacity: only {s.allocated_pct:g}% of GPU-hours "
                         f"were allocated and jobs waited {wait if wait is not None else 0:g} min at p95.",
@@ -90,8 +91,10 @@ def recommend(f: Facts) -> list[Recommendation]:
     u = f.utilisation
     if u is not None:
         if u.idle_gpus:
-            out.append(("idle", f"{u.idle_gpus} GPUs averaged under 5% utilisation: give them "
-                        "interruptible work or let them sleep.", (f"utilisation.idle_gpus = {u.idle_gpus}",)))  # fmt: skip
+            out.append(("idle", f"{counted(u.idle_gpus, 'GPU')} idled under {IDLE_UTIL_PCT:g}% "
+                        "utilisation on average: give "
+                        f"{plural(u.idle_gpus, 'it', 'them')} interruptible work or let "
+                        f"{plural(u.idle_gpus, 'it', 'them')} sleep.", (f"utilisation.idle_gpus = {u.idle_gpus}",)))  # fmt: skip
         for m in u.by_model:
             if m.gpu_util_pct is not None and m.gpu_util_pct < IDLE_PCT:
                 out.append(("idle", f"{m.model} GPUs averaged {m.gpu_util_pct:g}% utilisation: "
@@ -104,8 +107,10 @@ def recommend(f: Facts) -> list[Recommendation]:
                         f"{n.downtime_h:g} h of GPU downtime.",
                         (f"availability.by_node[{n.hostname}].availability_pct = {n.availability_pct}",)))  # fmt: skip
     if f.failures.missed:
-        out.append(("missed", f"{f.failures.missed} failures came without a flag: review their "
-                    "telemetry and consider retraining the model on them.",
+        missed = f.failures.missed
+        out.append(("missed", f"{counted(missed, 'failure')} came without a flag: review "
+                    f"{plural(missed, 'its', 'their')} telemetry and consider retraining the model on "
+                    f"{plural(missed, 'it', 'them')}.",
                     (f"failures.missed = {f.failures.missed}",)))  # fmt: skip
     return [Recommendation(f"R{i}", k, t, c) for i, (k, t, c) in enumerate(out, 1)]
 
@@ -123,18 +128,17 @@ def _capacity(f: Facts) -> list[tuple[str, str, tuple[str, ...]]]:
             f"{at}.peak_need_gpus = {m.peak_need_gpus}", f"{at}.gpus = {m.gpus}",
             f"capacity.buffer = {buffer}",
         )  # fmt: skip
-        plan = (f"the forecast wants {m.forecast_mean_gpus:g} GPUs on average next week and "
-                f"the plan needs {m.peak_need_gpus:g} GPUs at its peak with the {buffer:g} buffer "
-                f"against the {m.gpus} GPUs the fleet has.")  # fmt: skip
+        plan = (f"the forecast wants {counted(m.forecast_mean_gpus, 'GPU')} on average next week "
+                f"and the plan needs {counted(m.peak_need_gpus, 'GPU')} at its peak with the "
+                f"{buffer:g} buffer against the {counted(m.gpus, 'GPU')} the fleet has.")  # fmt: skip
         if m.action == "add":
-            when = "now" if m.in_weeks == 0 else f"in {m.in_weeks} weeks"
-            out.append(("scale-up", f"Add {m.change_gpus} {m.model} {gpus_word(m.change_gpus)} {when}: {plan}",
+            out.append(("scale-up", f"Add {counted(m.change_gpus, f'{m.model} GPU')} {add_when(m.in_weeks)}: {plan}",
                         (*cites, f"{at}.in_weeks = {m.in_weeks}")))  # fmt: skip
         elif m.action == "release":
             out.append(
                 (
                     "scale-down",
-                    f"Release {m.change_gpus} {m.model} {gpus_word(m.change_gpus)}: {plan}",
+                    f"Release {counted(m.change_gpus, f'{m.model} GPU')}: {plan}",
                     cites,
                 )
             )

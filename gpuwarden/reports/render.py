@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuwarden.reports.model import Facts
+from gpuwarden.reports.templates import add_when, change_unit, counted
 from gpuwarden.reports.writer import LLM, Part, Prose
 
 TABLE_ROWS = 15
@@ -34,11 +35,7 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
               if prose.source == LLM else "Prose from templates (no LLM text).")  # fmt: skip
     b.append(Block("note", f"Generated {f.generated}; facts version {f.version}. {origin}"))
     if prose.usage is not None:
-        u = prose.usage
-        tokens = (f"{u.total_tokens:,} tokens ({u.prompt_tokens:,} prompt, {u.completion_tokens or 0:,} "
-                  f"completion) in {u.calls} LLM calls" if u.total_tokens is not None
-                  else f"{u.calls} LLM calls; the server did not report tokens")  # fmt: skip
-        b.append(Block("note", f"LLM cost: {tokens}."))
+        b.append(Block("note", f"LLM cost: {prose.usage.describe()}."))
     for note in prose.notes:
         b.append(Block("note", note))
     b.append(
@@ -74,8 +71,8 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
         b.append(Block("table", rows=tuple(rows)))
     inv = f.inventory
     b.append(Block("h2", "Inventory"))
-    b.append(Block("p", f"{inv.gpus} GPUs on {inv.nodes} nodes; added {len(inv.added)}, replaced "
-                   f"{len(inv.replaced)}, missing {len(inv.missing)}."))  # fmt: skip
+    b.append(Block("p", f"{counted(inv.gpus, 'GPU')} on {counted(inv.nodes, 'node')}; added "
+                   f"{len(inv.added)}, replaced {len(inv.replaced)}, missing {len(inv.missing)}."))  # fmt: skip
     changed = [(r.hostname, str(r.gpu), "replaced", r.date, r.model) for r in inv.replaced]
     changed += [(g.hostname, str(g.gpu), "missing", "", g.model) for g in inv.missing]
     changed += [(g.hostname, str(g.gpu), "added", "", g.model) for g in inv.added]
@@ -148,9 +145,10 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
     if s is not None:
         b.append(Block("h2", "Scheduler, tenants and cost"))
         _img(b, charts, "tenants")
-        b.append(Block("p", f"{s.jobs_started} jobs started; queue wait median {_f(s.queue_wait_median_min)} min, "
-                       f"p95 {_f(s.queue_wait_p95_min)} min; {s.jobs_waiting} waiting now; {s.preemptions} "
-                       f"preemptions; {s.gpu_hours:g} of {s.capacity_gpu_hours:g} GPU-hours allocated "
+        b.append(Block("p", f"{counted(s.jobs_started, 'job')} started; queue wait median "
+                       f"{_f(s.queue_wait_median_min)} min, p95 {_f(s.queue_wait_p95_min)} min; "
+                       f"{s.jobs_waiting} waiting now; {counted(s.preemptions, 'preemption')}; "
+                       f"{s.gpu_hours:g} of {counted(s.capacity_gpu_hours, 'GPU-hour')} allocated "
                        f"({s.allocated_pct:g}%)."))  # fmt: skip
         rows = [
             (
@@ -180,7 +178,12 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
         b.append(Block("h2", "Biggest changes against the previous period"))
         rows = [("metric", "before", "after", "change %")]
         rows += [
-            (c.metric, f"{c.before:g} {c.unit}", f"{c.after:g} {c.unit}", _f(c.change_pct))
+            (
+                c.metric,
+                change_unit(c.before, c.unit),
+                change_unit(c.after, c.unit),
+                _f(c.change_pct),
+            )
             for c in f.changes
         ]
         b.append(Block("table", rows=tuple(rows)))
@@ -203,17 +206,15 @@ def _capacity(b: list[Block], f: Facts) -> None:
     c = f.capacity
     assert c is not None
     b.append(Block("h2", "Capacity plan"))
-    b.append(Block("p", f"Demand forecast for the next week from {c.trained_hours} of {c.history_hours} "
-                   f"hours of scheduler history ({c.interval_level_pct:g}% interval); plan = forecast x "
-                   f"{c.buffer:g} buffer over {c.plan_weeks} weeks, GPUs ordered {c.lead_weeks} weeks "
-                   f"ahead; break-even from {c.prices}."))  # fmt: skip
+    b.append(Block("p", f"Demand forecast for the next week from {c.trained_hours} of "
+                   f"{counted(c.history_hours, 'hour')} of scheduler history ({c.interval_level_pct:g}% "
+                   f"interval); plan = forecast x {c.buffer:g} buffer over {counted(c.plan_weeks, 'week')}, "
+                   f"GPUs ordered {counted(c.lead_weeks, 'week')} ahead; break-even from {c.prices}."))  # fmt: skip
     rows = [("GPU model", "GPUs now", "forecast mean", "interval", "peak need", "decision",
              "growth %/month", "GPU util %", "break-even own %")]  # fmt: skip
     for m in c.by_model:
         if m.action == "add":
-            decision = f"add {m.change_gpus} " + (
-                "now" if m.in_weeks == 0 else f"in {m.in_weeks} weeks"
-            )
+            decision = f"add {m.change_gpus} {add_when(m.in_weeks)}"
         elif m.action == "release":
             decision = f"release {m.change_gpus}"
         else:

@@ -17,6 +17,7 @@ from typing import Any
 from gpuwarden.errors import ConfigError, GpuwardenError
 from gpuwarden.reports.model import Facts
 from gpuwarden.reports.render import MARK, prose_period
+from gpuwarden.reports.templates import counted
 from gpuwarden.reports.writer import Prose
 
 logger = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ def summary_blocks(f: Facts, prose: Prose, where: str = "") -> tuple[str, list[d
     """The fallback text and the Block Kit blocks of the summary message."""
     title = f"GPU cluster report: {prose_period(f)}"
     summary = " ".join(f"{MARK[p.origin]} {p.text}" for p in prose.summary)
-    fields = [f"*GPUs*\n{f.inventory.gpus} on {f.inventory.nodes} nodes",
+    fields = [f"*GPUs*\n{f.inventory.gpus:,} on {counted(f.inventory.nodes, 'node')}",
               f"*Failures*\n{f.failures.failures} ({f.failures.caught} caught)",
               f"*At risk / unhealthy now*\n{f.risk.at_risk_gpus} / {f.risk.unhealthy_gpus}",
               f"*Xids*\n{f.xids.xids}"]  # fmt: skip

@@ -24,6 +24,27 @@ def _n(x: float | None) -> str:
     return f"{x:,.1f}".rstrip("0").rstrip(".") if x != int(x) else f"{int(x):,}"
 
 
+def plural(n: float | None, one: str, many: str | None = None) -> str:
+    """The form of a word that agrees with the count ``n``, so the report's counts read as
+    written English: ``plural(1, "GPU")`` is "GPU", ``plural(5, "GPU")`` "GPUs",
+    ``plural(2, "was", "were")`` "were". Only exactly one is singular (0 GPUs, 1.5 GPUs);
+    an unknown count (None) is plural."""
+    return one if n == 1 else (many if many is not None else one + "s")
+
+
+def counted(n: float | None, one: str, many: str | None = None) -> str:
+    """A count and its noun: ``counted(1, "GPU")`` is "1 GPU", ``counted(10000, "GPU")``
+    "10,000 GPUs", ``counted(3, "state transition")`` "3 state transitions"."""
+    return f"{_n(n)} {plural(n, one, many)}"
+
+
+def change_unit(n: float, unit: str) -> str:
+    """A value of a week-on-week change with its unit: the units of ``facts.headline`` are
+    symbols ("%", "kWh", "min"), which do not inflect, or plural nouns ("GPUs", "failures"),
+    which agree with the value ("1 failure")."""
+    return counted(n, unit.removesuffix("s"), unit)
+
+
 def summary(f: Facts) -> list[Sentence]:
     out: list[Sentence] = []
 
@@ -37,10 +58,13 @@ def summary(f: Facts) -> list[Sentence]:
     )
     inv = f.inventory
     models = ", ".join(f"{n} {m}" for m, n in inv.gpus_by_model.items())
-    say("inventory", f"The fleet has {inv.gpus} GPUs on {inv.nodes} nodes ({models}).")
+    say("inventory", f"The fleet has {counted(inv.gpus, 'GPU')} on {counted(inv.nodes, 'node')} "
+        f"({models}).")  # fmt: skip
     if inv.added or inv.replaced or inv.missing:
-        say("inventory", f"In the period {len(inv.added)} GPUs were added, {len(inv.replaced)} "
-            f"replaced, and {len(inv.missing)} are missing (stopped reporting).")  # fmt: skip
+        added, replaced, missing = len(inv.added), len(inv.replaced), len(inv.missing)
+        say("inventory", f"In the period {counted(added, 'GPU')} {plural(added, 'was', 'were')} "
+            f"added, {_n(replaced)} replaced, and {_n(missing)} {plural(missing, 'is', 'are')} "
+            "missing (stopped reporting).")  # fmt: skip
     a = f.availability
     if a is not None:
         say("availability", f"Fleet availability was {a.fleet_availability_pct:g}%, with "
@@ -53,27 +77,30 @@ def summary(f: Facts) -> list[Sentence]:
     if fl.failures:
         lead = (f", with a median lead time of {_n(fl.median_lead_time_h)} h"
                 if fl.median_lead_time_h is not None else "")  # fmt: skip
-        say("failures", f"{fl.failures} GPUs failed: gpuwarden flagged {fl.caught} of them before "
-            f"they failed{lead}, and missed {fl.missed}.")  # fmt: skip
+        say("failures", f"{counted(fl.failures, 'GPU')} failed: gpuwarden flagged {_n(fl.caught)} "
+            f"before failure{lead}, and missed {_n(fl.missed)}.")  # fmt: skip
     else:
         say("failures", "No GPU failed in the period.")
     r = f.risk
-    say("risk", f"Now {r.at_risk_gpus} GPUs are at risk and {r.unhealthy_gpus} are unhealthy.")
+    say("risk", f"Now {counted(r.at_risk_gpus, 'GPU')} {plural(r.at_risk_gpus, 'is', 'are')} at "
+        f"risk and {_n(r.unhealthy_gpus)} {plural(r.unhealthy_gpus, 'is', 'are')} unhealthy.")  # fmt: skip
     al = f.alerts
-    say("alerts", f"gpuwarden made {al.transitions} state transitions: {al.to_at_risk} to at-risk, "
-        f"{al.to_unhealthy} to unhealthy and {al.to_ok} back to ok.")  # fmt: skip
+    say("alerts", f"gpuwarden made {counted(al.transitions, 'state transition')}: "
+        f"{_n(al.to_at_risk)} to at-risk, {_n(al.to_unhealthy)} to unhealthy and {_n(al.to_ok)} "
+        "back to ok.")  # fmt: skip
     if al.retags_ok is not None:
-        say("alerts", f"Scheduler hooks re-tagged nodes {al.retags_ok} times and failed "
-            f"{al.retags_failed} times.")  # fmt: skip
+        say("alerts", f"Scheduler hooks re-tagged nodes {counted(al.retags_ok, 'time')} and failed "
+            f"{counted(al.retags_failed, 'time')}.")  # fmt: skip
     x = f.xids
     if x.by_code:
         top = x.by_code[0]
-        say("xids", f"{x.xids} Xids were logged; the most frequent was Xid {top.code} "
-            f"({top.name}, {top.xid_class}), {top.count} times on {top.gpus} GPUs.")  # fmt: skip
+        say("xids", f"{counted(x.xids, 'Xid')} {plural(x.xids, 'was', 'were')} logged; the most "
+            f"frequent was Xid {top.code} ({top.name}, {top.xid_class}), "
+            f"{counted(top.count, 'time')} on {counted(top.gpus, 'GPU')}.")  # fmt: skip
     else:
         say("xids", "No Xid was logged.")
     if x.hard_signals:
-        say("xids", f"Hard signals: {sum(x.hard_signals.values())} in total.")
+        say("xids", f"Hard signals: {_n(sum(x.hard_signals.values()))} in total.")
     u = f.utilisation
     if u is not None and u.fleet_gpu_util_pct is not None:
         mem = (
@@ -91,16 +118,17 @@ def summary(f: Facts) -> list[Sentence]:
     if s is not None:
         waits = (f"; queue wait median {_n(s.queue_wait_median_min)} min and p95 "
                  f"{_n(s.queue_wait_p95_min)} min" if s.queue_wait_p95_min is not None else "")  # fmt: skip
-        say("scheduler", f"{s.jobs_started} jobs started{waits}; {s.preemptions} preemptions.")
-        say("scheduler", f"Tenants were allocated {_n(s.gpu_hours)} GPU-hours, {s.allocated_pct:g}% "
-            f"of the capacity.")  # fmt: skip
+        say("scheduler", f"{counted(s.jobs_started, 'job')} started{waits}; "
+            f"{counted(s.preemptions, 'preemption')}.")  # fmt: skip
+        say("scheduler", f"Tenants were allocated {counted(s.gpu_hours, 'GPU-hour')}, "
+            f"{s.allocated_pct:g}% of the capacity.")  # fmt: skip
     if f.cost is not None:
         say("cost", f"Allocated GPU time cost {_n(f.cost.total)} {f.cost.currency} in total.")
     out += [Sentence("capacity", t) for t in _capacity(f)]
     for c in f.changes[:3]:
         pct = f" ({c.change_pct:+g}%)" if c.change_pct is not None else ""
         say("changes", f"Against the previous period, {c.metric} changed from {_n(c.before)} to "
-            f"{_n(c.after)} {c.unit}{pct}.")  # fmt: skip
+            f"{change_unit(c.after, c.unit)}{pct}.")  # fmt: skip
     return out
 
 
@@ -109,22 +137,27 @@ def _capacity(f: Facts) -> list[str]:
     if c is None:
         return []
     out = [f"The capacity plan multiplies the demand forecast by a {c.buffer:g} buffer and "
-           f"orders GPUs {c.lead_weeks} weeks ahead."]  # fmt: skip
+           f"orders GPUs {counted(c.lead_weeks, 'week')} ahead."]  # fmt: skip
     for m in c.by_model:
         if m.action == "add":
-            when = "now" if m.in_weeks == 0 else f"in {m.in_weeks} weeks"
-            do = f"add {m.change_gpus} {gpus_word(m.change_gpus)} {when}"
+            do = f"add {counted(m.change_gpus, 'GPU')} {add_when(m.in_weeks)}"
         elif m.action == "release":
-            do = f"release {m.change_gpus} {gpus_word(m.change_gpus)}"
+            do = f"release {counted(m.change_gpus, 'GPU')}"
         else:
-            do = f"hold at the {m.gpus} GPUs the fleet has"
-        out.append(f"For {m.model} the forecast wants {_n(m.forecast_mean_gpus)} GPUs on average "
-                   f"next week, between {_n(m.forecast_low_gpus)} and {_n(m.forecast_high_gpus)} "
-                   f"GPUs in its hourly interval; the plan says {do}.")  # fmt: skip
+            do = f"hold at the {counted(m.gpus, 'GPU')} the fleet has"
+        out.append(f"For {m.model} the forecast wants {counted(m.forecast_mean_gpus, 'GPU')} on "
+                   f"average next week, between {_n(m.forecast_low_gpus)} and "
+                   f"{counted(m.forecast_high_gpus, 'GPU')} in its hourly interval; the plan says "
+                   f"{do}.")  # fmt: skip
         if m.break_even_own_pct is not None and m.gpu_util_pct is not None:
             out.append(f"Owning {m.model} GPUs breaks even against cloud on-demand at "
                        f"{m.break_even_own_pct:g}% utilisation; they averaged {m.gpu_util_pct:g}%.")  # fmt: skip
     return out
+
+
+def add_when(in_weeks: int) -> str:
+    """When the capacity plan adds GPUs: "now" or "in 3 weeks"."""
+    return "now" if in_weeks == 0 else f"in {counted(in_weeks, 'week')}"
 
 
 def _last_day(f: Facts) -> str:
@@ -149,8 +182,3 @@ TOPIC_WORDS: dict[str, str] = {
     "capacity": r"forecast|break[- ]even|buffer|capacity plan|\badd\b|\breleas|\border",
     "changes": r"previous|week before|rose|fell|increase|decrease|changed",
 }
-
-
-def gpus_word(n: int) -> str:
-    """Counts in the report read as written English: "1 GPU", "5 GPUs"."""
-    return "GPU" if n == 1 else "GPUs"

@@ -25,6 +25,7 @@ from gpuwarden.reports.llm import LlmClient, LlmUnavailable, Usage
 from gpuwarden.reports.model import Facts
 from gpuwarden.reports.pseudonym import Pseudonyms
 from gpuwarden.reports.recommend import Recommendation
+from gpuwarden.reports.templates import counted, plural
 
 LLM = "llm"
 TEMPLATE = "template"
@@ -174,10 +175,11 @@ def llm_prose(
         p.origin == TEMPLATE for _, p in prose.recommendations
     )
     if first:
-        prose.notes.append(f"The first answer had {len(first)} unsupported claims; the LLM was "
-                           "asked once more with the list.")  # fmt: skip
+        prose.notes.append(f"The first answer had {counted(len(first), 'unsupported claim')}; the "
+                           "LLM was asked once more with the list.")  # fmt: skip
     if replaced:
-        prose.notes.append(f"{replaced} parts that still failed the check are template text.")
+        prose.notes.append(f"{counted(replaced, 'part')} that still failed the check "
+                           f"{plural(replaced, 'is', 'are')} template text.")  # fmt: skip
     return prose
 
 

@@ -4,10 +4,13 @@ dcgm-exporter (with its Kubernetes pod mapping on, the default in the GPU operat
 GPU's series with the ``namespace``, ``pod`` and ``container`` using it, and a MIG instance's
 with ``GPU_I_ID`` and ``GPU_I_PROFILE``. So a pod held a GPU for as long as that GPU's
 ``DCGM_FI_DEV_GPU_UTIL`` carried its name. Per hour ``[t - 1 h, t)`` and per device (``UUID``,
-``GPU_I_ID``), each pod's share of the hour is its samples over a full hour's samples:
+``GPU_I_ID``), each pod's share of the hour is its samples over a full hour's samples. The
+samples per hour, device and pod are the store's ``read_pod_samples`` (the one reader of the
+exporter's pod labels, ``read_pod_labels`` is built on it too; it knows Prometheus' renamed
+``exported_pod``... as well):
 
-    sum by (namespace, pod, UUID, GPU_I_ID, GPU_I_PROFILE)
-        (count_over_time(DCGM_FI_DEV_GPU_UTIL{namespace!="",pod!=""}[1h]))
+    sum by (UUID, GPU_I_ID, GPU_I_PROFILE, namespace, pod, container, ...)
+        (count_over_time(DCGM_FI_DEV_GPU_UTIL{pod!=""}[1h]))
 
 A full hour's samples is what one series holds over a whole hour (3600 s / the scrape
 interval): the largest count of any one series in any hour, unless ``scrape_interval_s`` says.
@@ -23,7 +26,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any
+from typing import Protocol
+
+import pandas as pd
 
 from gpuwarden.errors import InputError
 from gpuwarden.scheduler import mig
@@ -31,7 +36,18 @@ from gpuwarden.scheduler.billing import BillRow
 
 METRIC = "DCGM_FI_DEV_GPU_UTIL"
 HOUR_S = 3600.0
-_POINTS = 10_000  # steps per query_range, under Prometheus's 11,000 points per series
+
+
+class PodSampleStore(Protocol):
+    """What billing reads: a Prometheus-API store's pod samples (``PrometheusStore``)."""
+
+    def read_pod_samples(
+        self, *, start: float, end: float, step_s: float = ..., metric: str = ...
+    ) -> pd.DataFrame: ...
+
+    def read_step_samples(
+        self, *, start: float, end: float, step_s: float = ..., metric: str = ...
+    ) -> float: ...
 
 
 def device_weight(profile: str) -> float:
@@ -44,18 +60,8 @@ def device_weight(profile: str) -> float:
     return int(slices) / mig.COMPUTE_SLICES
 
 
-def _hours(api: Any, expr: str, since: float, until: float) -> list[Any]:
-    out = []
-    start = since + HOUR_S  # the first hour ends here
-    while start <= until:
-        end = min(until, start + HOUR_S * (_POINTS - 1))
-        out += api.query_range(expr, start, end, HOUR_S)
-        start = end + HOUR_S
-    return out
-
-
 def gpu_hours(
-    api: Any,
+    store: PodSampleStore,
     since: float,
     until: float,
     *,
@@ -63,34 +69,28 @@ def gpu_hours(
     metric: str = METRIC,
 ) -> list[BillRow]:
     """GPU-hours per pod (namespace as tenant) in ``[since, until)``, whole hours from
-    ``since``. ``api``: a ``PromApi`` (``PrometheusStore(...).api``)."""
+    ``since``. ``store``: a Prometheus-API store (``PrometheusStore``, VictoriaMetrics')."""
     if not (math.isfinite(since) and math.isfinite(until)) or until - since < HOUR_S:
         raise InputError("the billing window must be at least one hour, since < until")
-    window = api.dialect.window(f'{metric}{{namespace!="",pod!=""}}', HOUR_S)
-    by = "namespace, pod, UUID, GPU_I_ID, GPU_I_PROFILE"
-    rows = _hours(api, f"sum by ({by}) (count_over_time({window}))", since, until)
+    looks = store.read_pod_samples(start=since, end=until, step_s=HOUR_S, metric=metric)
     if scrape_interval_s is not None:
         if not scrape_interval_s > 0:
             raise InputError("scrape_interval_s must be > 0")
         full = HOUR_S / scrape_interval_s
     else:
-        everything = api.dialect.window(metric, HOUR_S)
-        top = _hours(api, f"max(count_over_time({everything}))", since, until)
-        full = max((float(v) for r in top for v in r.values if math.isfinite(v)), default=0.0)
+        full = store.read_step_samples(start=since, end=until, step_s=HOUR_S, metric=metric)
     if not full:
         return []
     # (hour, device) -> pod -> share of the hour
     held: dict[tuple[float, str, str], dict[tuple[str, str], float]] = defaultdict(dict)
     weight: dict[tuple[float, str, str], float] = {}
-    for r in rows:
-        lab = r.labels
-        pod = (lab.get("namespace", ""), lab.get("pod", ""))
-        for t, v in zip(r.ts.tolist(), r.values.tolist(), strict=True):
-            if not (math.isfinite(v) and v > 0):
-                continue
-            key = (t, lab.get("UUID", ""), lab.get("GPU_I_ID", ""))
-            held[key][pod] = held[key].get(pod, 0.0) + min(1.0, v / full)
-            weight[key] = device_weight(lab.get("GPU_I_PROFILE", ""))
+    for t, uuid, instance, profile, ns, pod, v in zip(
+        *(looks[c].tolist() for c in ("ts", "uuid", "gpu_i_id", "gpu_i_profile", "namespace",
+                                      "pod", "samples")), strict=True,
+    ):  # fmt: skip
+        key = (t, uuid, instance)
+        held[key][(ns, pod)] = held[key].get((ns, pod), 0.0) + min(1.0, v / full)
+        weight[key] = device_weight(profile)
     total: dict[tuple[str, str], float] = defaultdict(float)
     for key, pods in held.items():
         scale = min(1.0, 1.0 / sum(pods.values()))  # sharers split the device's hour

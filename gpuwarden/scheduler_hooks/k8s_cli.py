@@ -92,10 +92,9 @@ def billing(
 
     store = open_store(store_url, settings(ctx))
     try:
-        api = getattr(store, "api", None)
-        if api is None:
+        if not hasattr(store, "read_pod_samples"):
             raise ConfigError("k8s billing reads a Prometheus-compatible store (PromQL)")
-        rows = gpu_hours(api, since, time.time() if until is None else until,
+        rows = gpu_hours(store, since, time.time() if until is None else until,
                          scrape_interval_s=scrape_s)  # fmt: skip
     finally:
         store.close()

@@ -128,6 +128,8 @@ class PrometheusStore:
         self._inv_full = -math.inf
         #: the oldest time written through this store since the GPUs were last looked for
         self._written_from = math.inf
+        #: how far back a caller needs the GPU list to reach (``reach_back``)
+        self._reach_from = math.inf
         self._until: float | None = None
         self._until_at = -math.inf
         self._lock = threading.RLock()
@@ -181,13 +183,24 @@ class PrometheusStore:
             # from where the last look left off (samples arrive near now), but the whole
             # lookback again every hour, and from the oldest time this store wrote since
             full = self._inv is None or now - self._inv_full >= FULL_REFRESH_S
-            since = now - self.lookback_s if full else min(self._inv_to - 600, self._written_from)
+            oldest = min(now - self.lookback_s, self._reach_from)
+            since = oldest if full else min(self._inv_to - 600, self._written_from)
             self._inv_full = now if full else self._inv_full
             self._written_from = math.inf
             fresh = _prom_inventory.seen(self.api, PRESENCE, since, now)
             self._inv = _prom_inventory.merge(self._inv, fresh)
             self._inv_at, self._inv_to = now, now
             return self._inv
+
+    def reach_back(self, ts: float) -> None:
+        """Make ``gpus()`` reach back to ``ts`` at least, not only ``lookback_s`` from now:
+        the weekly report needs the GPUs that went silent up to two weeks before the week
+        before its period, and each GPU's first sample (a board that first reported in the
+        period was added)."""
+        with self._lock:
+            if float(ts) < min(self._reach_from, self.clock() - self.lookback_s):
+                self._reach_from = float(ts)
+                self._inv = None
 
     def _target(
         self, uuids: Sequence[str] | None, hostnames: Sequence[str] | None
@@ -479,6 +492,26 @@ class PrometheusStore:
         hi = self.clock() + 1.0 if end is None else float(end)
         lo = hi - self.lookback_s if start is None else float(start)
         return _prom_labels.pods(self.api, lo, hi, step_s)
+
+    def read_pod_samples(
+        self, *, start: float, end: float, step_s: float = 3600.0, metric: str = ""
+    ) -> pd.DataFrame:
+        """Per step ``[ts - step_s, ts)`` in ``[start, end)``, device (GPU or MIG instance)
+        and pod, how many samples of ``metric`` (default: the temperature every exporter
+        sends) carried the pod's labels: ``_prom_labels.SAMPLE_COLUMNS``. What
+        ``read_pod_labels`` and GPU-hours per pod (``scheduler_hooks.k8s_billing``) read."""
+        return _prom_labels.pod_samples(
+            self.api, float(start), float(end), step_s, metric or _prom_labels.PRESENT
+        )
+
+    def read_step_samples(
+        self, *, start: float, end: float, step_s: float = 3600.0, metric: str = ""
+    ) -> float:
+        """The most samples any one series of ``metric`` holds in a step of ``[start,
+        end)``: what a whole step holds at the exporter's scrape interval (0: none)."""
+        return _prom_labels.step_samples(
+            self.api, float(start), float(end), step_s, metric or _prom_labels.PRESENT
+        )
 
     def read_driver_labels(self, *, at: float | None = None) -> pd.DataFrame:
         """Each GPU's driver version from dcgm-exporter's ``DCGM_FI_DRIVER_VERSION`` label, as

@@ -10,6 +10,11 @@
   500 server_error), with ``Retry-After`` when given;
 - ``Hang(seconds)``: no answer for that long (the client's timeout fires first).
 
+``FakeLLM(rejects=("stream_options",))`` answers 400 to any request that carries one of those
+body fields, before the script, as vLLM does for a parameter it does not know (pydantic's
+``extra_forbidden``). ``Reply(..., usage=False)`` leaves the token counts out, as servers that
+do not report them do.
+
 Every request is kept (path, headers, JSON body) so tests can read what was sent.
 """
 
@@ -27,6 +32,7 @@ class Reply:
     text: str
     prompt_tokens: int = 1200
     completion_tokens: int = 180
+    usage: bool = True
 
 
 @dataclass(frozen=True)
@@ -41,9 +47,14 @@ class Hang:
 
 
 class FakeLLM:
-    def __init__(self, default: Reply | Status | Hang = Reply("SUMMARY:\nNothing.")) -> None:
+    def __init__(
+        self,
+        default: Reply | Status | Hang = Reply("SUMMARY:\nNothing."),
+        rejects: tuple[str, ...] = (),
+    ) -> None:
         self.script: list[Reply | Status | Hang] = []
         self.default = default
+        self.rejects = rejects
         self.requests: list[dict] = []
         self._lock = threading.Lock()
         fake = self
@@ -64,7 +75,14 @@ class FakeLLM:
                             "body": body,
                         }
                     )
-                    step = fake.script.pop(0) if fake.script else fake.default
+                    refused = [k for k in fake.rejects if k in body]
+                    step = fake.script.pop(0) if fake.script and not refused else fake.default
+                if refused:
+                    return self._json(400, {
+                        "object": "error", "type": "BadRequestError", "param": None, "code": 400,
+                        "message": str([{"type": "extra_forbidden", "loc": ("body", k),
+                                         "msg": "Extra inputs are not permitted"} for k in refused]),
+                    })  # fmt: skip
                 if self.path != "/v1/chat/completions":
                     return self._json(
                         404, {"error": {"message": "not found", "type": "invalid_request_error"}}
@@ -73,7 +91,9 @@ class FakeLLM:
                     time.sleep(step.seconds)
                     return self._json(200, {"error": "too late"})
                 if isinstance(step, Status):
-                    kind = "rate_limit_exceeded" if step.code == 429 else "server_error"
+                    kind = {429: "rate_limit_exceeded", 400: "invalid_request_error"}.get(
+                        step.code, "server_error"
+                    )
                     headers = (
                         {"Retry-After": f"{step.retry_after:g}"}
                         if step.retry_after is not None
@@ -89,7 +109,7 @@ class FakeLLM:
                     "model": body.get("model", ""),
                     "choices": [{"index": 0, "finish_reason": "stop",
                                  "message": {"role": "assistant", "content": step.text}}],
-                    "usage": _usage(step),
+                    **({"usage": _usage(step)} if step.usage else {}),
                 })  # fmt: skip
 
             def _stream(self, step: Reply, body: dict) -> None:
@@ -108,7 +128,7 @@ class FakeLLM:
                 events.append(
                     {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
                 )
-                if (body.get("stream_options") or {}).get("include_usage"):
+                if step.usage and (body.get("stream_options") or {}).get("include_usage"):
                     events.append({**base, "choices": [], "usage": _usage(step)})
                 for e in events:
                     self._chunk(f"data: {json.dumps(e)}\n\n".encode())

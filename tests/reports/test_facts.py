@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 from known_week import EXPECTED, SINCE, UNTIL
 
@@ -202,3 +203,41 @@ def test_inventory_added_replaced_and_missing():
     assert [g.uuid for g in inv.added] == ["fresh"]
     assert [g.uuid for g in inv.missing] == ["quiet"]
     assert inv.gpus == 3 and inv.slots == {"n1": [0, 1], "n2": [0]}
+
+
+def test_a_tsdb_store_is_asked_for_the_gpus_of_both_weeks_and_their_lookback(week, sources):
+    """A store that lists only its lookback's GPUs (``reach_back``: Prometheus,
+    VictoriaMetrics) is asked to reach past the week before and two weeks of silence."""
+    from gpuwarden.reports._fleet import LOOKBACK_S
+
+    asked: list[float] = []
+    store = open_store(week[0])
+    store.reach_back = asked.append  # type: ignore[attr-defined]
+    try:
+        build_facts(store, SINCE, UNTIL, sources=sources, now=UNTIL + 3600)
+        build_facts(store, SINCE, UNTIL, sources=sources, now=UNTIL + 3600, compare=False)
+    finally:
+        store.close()
+    span = UNTIL - SINCE
+    assert asked == [SINCE - span - LOOKBACK_S, SINCE - LOOKBACK_S]
+
+
+def test_the_newest_verdicts_come_from_those_read_for_the_period(week):
+    """Each GPU's newest verdict at the period's end is the newest of those in force at its
+    start and those in it: one read of the store fewer (a whole lookback on a TSDB)."""
+    from gpuwarden.reports.facts import _newest, _verdicts
+
+    store = open_store(week[0])
+    try:
+        want = store.read_verdicts(end=UNTIL, latest=True)
+        got = _newest(_verdicts(store, SINCE, UNTIL, None))
+        before = store.read_verdicts(end=SINCE, latest=True)
+    finally:
+        store.close()
+    assert len(want) and not before.empty
+
+    def plain(frame: pd.DataFrame) -> list[list[str]]:
+        held = frame["changed_from"].astype(object)
+        return frame.assign(changed_from=held.where(held.notna(), "")).astype(str).values.tolist()
+
+    assert plain(got) == plain(want)

@@ -5,7 +5,7 @@ secrets and pseudonyms."""
 from __future__ import annotations
 
 import pytest
-from fake_llm import Hang, Reply, Status
+from fake_llm import FakeLLM, Hang, Reply, Status
 
 from gpuwarden.errors import ConfigError
 from gpuwarden.reports.build import prose_for
@@ -100,6 +100,43 @@ def test_a_server_error_is_retried_by_the_client(facts, llm):
     llm.script = [Status(500, retry_after=0), Reply(GOOD)]
     prose, _ = prose_for(facts, cfg(llm), environ={})
     assert prose.source == LLM and len(llm.requests) == 2
+
+
+@pytest.fixture
+def old_server():
+    """An OpenAI-compatible server that refuses ``stream_options`` (older vLLM, Ollama)."""
+    server = FakeLLM(rejects=("stream_options",))
+    yield server
+    server.close()
+
+
+def test_a_server_refusing_stream_options_is_asked_again_without_streaming(facts, old_server):
+    old_server.script = [Reply(BAD, prompt_tokens=1000, completion_tokens=100), Reply(GOOD)]
+    prose, _ = prose_for(facts, cfg(old_server), environ={})
+    assert prose.source == LLM and all(p.origin == LLM for p in prose.summary)
+    refused, *plain = old_server.requests
+    assert refused["body"]["stream"] is True and "stream_options" in refused["body"]
+    # the retry and the claim-check retry after it go without streaming: no second refusal
+    assert len(plain) == 2
+    assert all("stream" not in r["body"] and "stream_options" not in r["body"] for r in plain)
+    # tokens from the plain answers' usage; the refused request counts as a call without tokens
+    assert (prose.usage.calls, prose.usage.total_tokens) == (3, 1100 + 1200 + 180)
+    assert prose.usage.unreported == 0
+
+
+def test_tokens_a_plain_answer_leaves_out_are_unknown_not_zero(facts, old_server):
+    old_server.script = [Reply(GOOD, usage=False)]
+    prose, _ = prose_for(facts, cfg(old_server), environ={})
+    assert prose.source == LLM and len(old_server.requests) == 2
+    assert prose.usage.total_tokens is None and prose.usage.unreported == 1
+    assert prose.usage.describe() == "2 LLM calls; the server did not report tokens"
+
+
+def test_a_request_refused_for_another_reason_is_retried_once_then_templates(facts, llm):
+    llm.script = [Status(400), Status(400), Reply(GOOD)]
+    prose, _ = prose_for(facts, cfg(llm), environ={})
+    assert prose.source == "templates" and "HTTP 400" in prose.notes[0]
+    assert len(llm.requests) == 2 and "stream_options" not in llm.requests[1]["body"]
 
 
 def test_a_timeout_falls_back_to_templates(facts, llm):

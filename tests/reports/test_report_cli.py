@@ -65,7 +65,7 @@ def test_llm_report_marks_checked_text_and_states_tokens(week, tmp_path, llm):
     folder = report_files(tmp_path)
     md = (folder / "report.md").read_text()
     assert "**[checked LLM]** Fleet availability was 94.64% this week" in md
-    assert "1,200 tokens (1,000 prompt, 200 completion) in 1 LLM calls" in md
+    assert "1,200 tokens (1,000 prompt, 200 completion) in 1 LLM call" in md
     assert "test-model at http://127.0.0.1" in md and len(llm.requests) == 1
     for path in folder.iterdir():
         if path.suffix in (".md", ".html", ".json"):

@@ -29,10 +29,12 @@ T0 = 1_764_547_200  # 2025-12-01 00:00 UTC, on an hour
 STEP_S = 30  # dcgm-exporter scraped every 30 s: 120 samples a full hour
 
 
-def gpu(uuid, start_h, end_h, *, ns="", pod="", gpu_i_id="", profile="", host="gpu-1"):
+def gpu(uuid, start_h, end_h, *, ns="", pod="", gpu_i_id="", profile="", host="gpu-1",
+        renamed=False):  # fmt: skip
     labels = {"__name__": "DCGM_FI_DEV_GPU_UTIL", "gpu": "0", "UUID": uuid, "Hostname": host}
     if ns:
-        labels |= {"namespace": ns, "pod": pod, "container": "main"}
+        pre = "exported_" if renamed else ""  # Prometheus renamed them (honor_labels: false)
+        labels |= {f"{pre}namespace": ns, f"{pre}pod": pod, f"{pre}container": "main"}
     if gpu_i_id:
         labels |= {"GPU_I_ID": gpu_i_id, "GPU_I_PROFILE": profile}
     ts = np.arange(T0 + start_h * 3600, T0 + end_h * 3600, STEP_S, dtype=np.int64) * 1000
@@ -48,6 +50,7 @@ SERIES = [
     gpu("GPU-c", 0, 3, ns="team-a", pod="mig-1", gpu_i_id="2", profile="1g.10gb"),  # 1/7 GPU
     gpu("GPU-d", 1, 2, ns="team-a", pod="share-0"),  # two pods time-slice one GPU for 1 h
     gpu("GPU-d", 1, 2, ns="team-b", pod="share-1"),
+    gpu("GPU-e", 0, 1, ns="team-c", pod="renamed-0", renamed=True),
 ]
 EXPECTED = {
     ("team-a", "mig-1"): 3 / 7,
@@ -56,6 +59,7 @@ EXPECTED = {
     ("team-b", "infer-0"): 1.5,
     ("team-b", "mig-0"): 3 / 7,
     ("team-b", "share-1"): 0.5,
+    ("team-c", "renamed-0"): 1.0,
 }
 
 
@@ -84,7 +88,7 @@ def victoriametrics(tmp_path_factory):
 def check(url):
     store = PrometheusStore(url)
     try:
-        rows = gpu_hours(store.api, T0, T0 + 3 * 3600)
+        rows = gpu_hours(store, T0, T0 + 3 * 3600)
         got = {(r.tenant, r.job_id): r.gpu_hours for r in rows}
         assert got.keys() == EXPECTED.keys()
         for key, hours in EXPECTED.items():
@@ -92,15 +96,17 @@ def check(url):
         assert tenant_totals(rows) == {
             "team-a": round(2.0 + 0.5 + 3 / 7, 6),
             "team-b": round(1.5 + 0.5 + 3 / 7, 6),
+            "team-c": 1.0,
         }
         # the first hour alone; a stated scrape interval gives the same
-        first = gpu_hours(store.api, T0, T0 + 3600, scrape_interval_s=STEP_S)
+        first = gpu_hours(store, T0, T0 + 3600, scrape_interval_s=STEP_S)
         assert {(r.tenant, r.job_id): r.gpu_hours for r in first} == pytest.approx(
             {
                 ("team-a", "mig-1"): 1 / 7,
                 ("team-a", "train-0"): 1.0,
                 ("team-b", "infer-0"): 1.0,
                 ("team-b", "mig-0"): 3 / 7,
+                ("team-c", "renamed-0"): 1.0,
             }
         )
     finally:

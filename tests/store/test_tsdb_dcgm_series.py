@@ -189,3 +189,18 @@ def test_an_xid_window_is_half_open(store) -> None:
     at = T0 + 70 * STEP  # the Xid 79 scrape
     assert store.read_events(start=T0, end=at).empty
     assert store.read_events(start=at, end=at + STEP)["code"].tolist() == [79]
+
+
+def test_the_gpu_list_reaches_back_as_far_as_a_caller_asks(store) -> None:
+    """A store lists the GPUs of its lookback; the weekly report asks for weeks more
+    (``reach_back``), and each GPU's first sample is then its real one."""
+    short = type(store)(store.url, clock=_clock, lookback_s=3600.0)
+    try:
+        before = short.gpus()["first_ts"].min()
+        if isinstance(short, VictoriaMetricsStore):  # Prometheus' look is whole days long
+            assert before >= _clock() - 3600.0 - STEP
+        short.reach_back(T0 - 3600.0)
+        first = short.gpus().set_index("uuid")["first_ts"]
+        assert first.loc[["GPU-a", "GPU-b", "GPU-d"]].tolist() == [T0, T0, T0]
+    finally:
+        short.close()

@@ -1,0 +1,106 @@
+"""The template text reads as English for every count: "1 GPU", "1 Xid was", "2 GPUs were"."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gpuwarden.reports.build import checker_index
+from gpuwarden.reports.claims import check
+from gpuwarden.reports.llm import Usage
+from gpuwarden.reports.model import Change, GpuRef
+from gpuwarden.reports.recommend import recommend
+from gpuwarden.reports.render import blocks, markdown
+from gpuwarden.reports.slack import summary_blocks
+from gpuwarden.reports.templates import change_unit, counted, plural, summary
+from gpuwarden.reports.writer import template_prose
+
+#: a count of exactly one followed by a plural noun or verb ("1 GPUs", "1 were")
+ONE_PLURAL = re.compile(
+    r"(?<![\d.,])1 (?:[A-Z][\w-]* )?(?:GPUs|nodes|times|Xids|jobs|preemptions|state transitions|"
+    r"weeks|failures|GPU-hours|hours|LLM calls|tokens|parts|unsupported claims|are|were)\b"
+)
+
+
+def test_plural_and_counted():
+    assert [counted(n, "GPU") for n in (0, 1, 1.0, 1.5, 2, 10_000)] == [
+        "0 GPUs", "1 GPU", "1 GPU", "1.5 GPUs", "2 GPUs", "10,000 GPUs",
+    ]  # fmt: skip
+    assert (plural(1, "was", "were"), plural(3, "was", "were")) == ("was", "were")
+    assert counted(1, "H100 GPU") == "1 H100 GPU" and counted(2, "GPU-hour") == "2 GPU-hours"
+    assert [change_unit(1, u) for u in ("failures", "GPU-hours", "%", "kWh", "min")] == [
+        "1 failure", "1 GPU-hour", "1 %", "1 kWh", "1 min",
+    ]  # fmt: skip
+    assert change_unit(2, "Xids") == "2 Xids"
+
+
+@pytest.fixture(scope="module")
+def ones(facts):
+    """The known week with every count the templates write set to one."""
+    inv, fl, al, x, s = facts.inventory, facts.failures, facts.alerts, facts.xids, facts.scheduler
+    assert s is not None and x.by_code and facts.utilisation is not None
+    top = x.by_code[0].model_copy(update={"count": 1, "gpus": 1})
+    g = facts.risk.gpus[0]
+    ref = GpuRef(hostname=g.hostname, gpu=g.gpu, uuid=g.uuid, model=g.model)
+    one = {
+        "inventory": inv.model_copy(update={"gpus": 1, "nodes": 1, "added": [ref],
+                                            "missing": [ref]}),
+        "failures": fl.model_copy(update={"failures": 1, "caught": 1, "missed": 1}),
+        "risk": facts.risk.model_copy(update={"at_risk_gpus": 1, "unhealthy_gpus": 1}),
+        "alerts": al.model_copy(update={"transitions": 1, "to_at_risk": 1, "retags_ok": 1,
+                                        "retags_failed": 1}),
+        "xids": x.model_copy(update={"xids": 1, "by_code": [top, *x.by_code[1:]]}),
+        "scheduler": s.model_copy(update={"jobs_started": 1, "preemptions": 1, "gpu_hours": 1.0}),
+        "utilisation": facts.utilisation.model_copy(update={"idle_gpus": 1}),
+        "changes": [Change(metric="failures", unit="failures", before=2, after=1,
+                           change_pct=-50.0)],
+    }  # fmt: skip
+    return facts.model_copy(update=one)
+
+
+def test_template_text_agrees_with_counts_of_one(ones):
+    texts = [s.text for s in summary(ones)] + [r.text for r in recommend(ones)]
+    md = markdown(blocks(ones, template_prose(ones, recommend(ones)), {}, "templates"))
+    slack, _ = summary_blocks(ones, template_prose(ones, recommend(ones)))
+    for text in [*texts, md, slack]:
+        assert not ONE_PLURAL.search(text), ONE_PLURAL.search(text)
+    joined = " ".join(texts)
+    for phrase in (
+        "The fleet has 1 GPU on 1 node",
+        "1 GPU was added",
+        "1 is missing",
+        "1 GPU failed",
+        "Now 1 GPU is at risk and 1 is unhealthy",
+        "made 1 state transition:",
+        "re-tagged nodes 1 time and failed 1 time",
+        "1 Xid was logged",
+        "1 time on 1 GPU",
+        "1 job started",
+        "1 preemption.",
+        "allocated 1 GPU-hour,",
+        "changed from 2 to 1 failure (-50%)",
+        "1 GPU idled under 5% utilisation on average: give it",
+        "1 failure came without a flag: review its telemetry",
+    ):
+        assert phrase in joined, phrase
+    assert "1 GPU on 1 node;" in md and "1 preemption;" in md
+    ix = checker_index(ones)
+    for text in texts:
+        assert check(text, ix) == {}, text
+
+
+def test_the_cost_line_never_counts_tokens_it_was_not_given():
+    u = Usage()
+    u.add(type("U", (), {"prompt_tokens": 1500, "completion_tokens": 220})())
+    assert u.describe() == "1,720 tokens (1,500 prompt, 220 completion) in 1 LLM call"
+    u.failed()
+    u.add(None)
+    assert u.describe() == (
+        "1,720 tokens (1,500 prompt, 220 completion) in 3 LLM calls; 1 answer came without "
+        "token counts (not included)"
+    )
+    none = Usage()
+    none.add(None)
+    assert none.describe() == "1 LLM call; the server did not report tokens"
+    assert none.total_tokens is None
