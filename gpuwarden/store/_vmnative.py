@@ -335,21 +335,22 @@ def _integers(body: bytes, s: _Streams) -> np.ndarray:
     else:
         steps = src
     start = np.cumsum(s.rows) - s.rows
-    out = _run_sums(steps, start, s.rows)
+    out = _run_sums(steps, start)
     if twice.any():
-        again = _run_sums(out, start, s.rows)
+        again = _run_sums(out, start)
         again += np.repeat(s.first, s.rows)
         out = again if twice.all() else np.where(np.repeat(twice, s.rows), again, out)
     return out
 
 
-def _run_sums(x: np.ndarray, start: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The cumulative sum of ``x`` restarted at each run (``start``, ``rows``); int64
-    overflow wraps and unwraps, as in the server's own sums."""
-    total = np.cumsum(x)
-    before = total[start] - x[start]
-    total -= np.repeat(before, rows)
-    return total
+def _run_sums(x: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The cumulative sum of ``x`` restarted at each run (``start``): each run's first item
+    less the sum of the run before, then one sum over all. int64 overflow wraps and unwraps,
+    as in the server's own sums."""
+    x = x.copy()
+    if len(start) > 1:
+        x[start[1:]] -= np.add.reduceat(x, start)[:-1]
+    return np.cumsum(x, out=x)
 
 
 def _varints(data: np.ndarray) -> np.ndarray:
@@ -406,9 +407,14 @@ def _floats(mantissa: np.ndarray, scale: np.ndarray, rows: np.ndarray) -> np.nda
     special mantissas."""
     out = mantissa.astype(np.float64)
     top = len(_POW10) - 1
-    if (scale < 0).any():
+    one = scale[0] if (scale == scale[0]).all() else None  # one exponent: the usual case
+    if one is not None and one < 0:
+        out /= _POW10[min(-one, top)]
+    elif (scale < 0).any():
         out /= np.repeat(_POW10[np.clip(-scale, 0, top)], rows)
-    if (scale > 0).any():
+    if one is not None and one > 0:
+        out *= _POW10[min(one, top)]
+    elif (scale > 0).any():
         out *= np.repeat(_POW10[np.clip(scale, 0, top)], rows)
     special = (mantissa >= _STALE) | (mantissa == _INF_NEG)
     if special.any():
