@@ -244,21 +244,27 @@ def test_a_selector_the_server_refuses_is_one_line(vm) -> None:
         native.select_flat(['{__name__=~"("}'], T0 / 1000, T0 / 1000 + 60)
 
 
-class _Cutting(BaseHTTPRequestHandler):
-    """A proxy to the real server that sends each native export answer cut short."""
+class _Proxy(BaseHTTPRequestHandler):
+    """A proxy to the real server that sends each native export answer cut short
+    (``mode`` "cut") or answers 404 for it ("missing": a server or proxy without it)."""
 
     upstream = ""
-    answered = 0
+    mode = "cut"
+    exports = 0
 
     def do_POST(self) -> None:  # noqa: N802
         length = int(self.headers.get("Content-Length", 0))
+        export = self.path.endswith("/export/native")
+        type(self).exports += export
+        if export and self.mode == "missing":
+            self.send_error(404, "no such path")
+            return
         got = httpx.post(
             self.upstream + self.path,
             content=self.rfile.read(length),
             headers={"Content-Type": self.headers["Content-Type"], "Accept-Encoding": ""},
         )
-        body = got.content[: len(got.content) - 5]
-        type(self).answered += 1
+        body = got.content[: len(got.content) - 5] if export else got.content
         self.send_response(got.status_code)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -268,21 +274,33 @@ class _Cutting(BaseHTTPRequestHandler):
         pass
 
 
-def test_an_answer_cut_short_is_retried_then_one_line(vm) -> None:
-    _Cutting.upstream = vm.url
-    proxy = ThreadingHTTPServer(("127.0.0.1", 0), _Cutting)
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
-    try:
-        http = RemoteHttp(
-            f"http://127.0.0.1:{proxy.server_port}", what="VictoriaMetrics", retries=2,
-            sleep=lambda s: None,
-        )  # fmt: skip
-        native = NativeApi(http)
-        with pytest.raises(StoreUnavailable, match="export/native answered a body cut short"):
-            native.select_flat(["native_gauge"], T0 / 1000, T0 / 1000 + 3600)
-        assert http.retried == 2 and _Cutting.answered == 3
-    finally:
-        proxy.shutdown()
+@pytest.fixture
+def proxy(vm):
+    _Proxy.upstream, _Proxy.exports = vm.url, 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Proxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+
+
+def test_an_answer_cut_short_is_retried_then_one_line(proxy) -> None:
+    _Proxy.mode = "cut"
+    http = RemoteHttp(proxy, what="VictoriaMetrics", retries=2, sleep=lambda s: None)
+    native = NativeApi(http)
+    with pytest.raises(StoreUnavailable, match="export/native answered a body cut short"):
+        native.select_flat(["native_gauge"], T0 / 1000, T0 / 1000 + 3600)
+    assert http.retried == 2 and _Proxy.exports == 3
+
+
+def test_a_server_without_native_export_is_read_through_queries(proxy, vm) -> None:
+    _Proxy.mode = "missing"
+    native = NativeApi(RemoteHttp(proxy, what="VictoriaMetrics"))
+    _, query = _apis(vm.url)
+    for _ in range(2):
+        (got,) = native.select_flat(["native_gauge"], T0 / 1000, T0 / 1000 + 3600)
+        (want,) = query.select_flat(["native_gauge"], T0 / 1000, T0 / 1000 + 3600)
+        assert got.values.tobytes() == want.values.tobytes() and len(got.values) == 240
+    assert _Proxy.exports == 1 and not native.native  # asked once, then queries only
 
 
 @pytest.mark.parametrize("cut", [3, 17, 40])
