@@ -75,11 +75,13 @@ class NativeFormatError(ValueError):
 @dataclass(frozen=True)
 class Decoded:
     """An answer's points: ``flat`` (series in the order first met, each one's points by
-    time, only those in the range asked) and ``repeats`` (a series has two samples at one
-    millisecond: which one the server keeps is its deduplication's choice, not known here)."""
+    time, only those in the range asked), ``repeats`` (a series has two samples at one
+    millisecond: which one the server keeps is its deduplication's choice, not known here)
+    and ``rows``, how many points the blocks held in all (in the range asked or not)."""
 
     flat: Flat
     repeats: bool
+    rows: int = 0
 
 
 def decode(body: bytes, start_ms: int, end_ms: int) -> Decoded:
@@ -116,7 +118,7 @@ def decode(body: bytes, start_ms: int, end_ms: int) -> Decoded:
     present = np.flatnonzero(counts)
     labels = _labels([names[i] for i in present.tolist()])
     flat = Flat(labels, counts[present].astype(np.int64), ts_ms / 1000.0, values)
-    return Decoded(flat, repeats)
+    return Decoded(flat, repeats, int(rows.sum()))
 
 
 #: Points decoded together (a few MB of temporaries).

@@ -69,12 +69,22 @@ class NativeApi(PromApi):
     request for all the selectors, its blocks decoded here. Where a series repeats a
     millisecond (parts not merged yet: which sample counts is the server's deduplication's
     choice) the query is asked instead; a server without the export (404) is asked by
-    queries from then on."""
+    queries from then on.
+
+    Blocks come whole (up to 8,192 samples of a series each), so a short window can bring many
+    times the samples it holds: the kept rollups' week is mostly inside its blocks, the hour
+    under way may be a sliver of blocks a day or a week long. A read whose blocks held more
+    than ``MAX_OVERREAD`` times the samples kept has windows as short as its own asked by
+    queries from then on, which the server cuts before sending."""
 
     native = True
+    #: samples decoded per sample kept above which short windows go back to queries
+    MAX_OVERREAD = 64
+    #: the longest window found too short for whole blocks (s)
+    short_s = 0.0
 
     def select_flat(self, selectors: Sequence[str], start: float, end: float) -> list[Flat]:
-        if not self.native or not selectors:
+        if not self.native or not selectors or end - start <= self.short_s:
             return super().select_flat(selectors, start, end)
         lo, hi = int(round(start * 1000)), int(round(end * 1000))
         # a second either side: the server reads its times as float seconds and truncates;
@@ -95,6 +105,8 @@ class NativeApi(PromApi):
                 raise
             self.native = False
             return super().select_flat(selectors, start, end)
+        if got.rows > self.MAX_OVERREAD * max(1, len(got.flat.ts)):
+            self.short_s = max(self.short_s, end - start)
         if got.repeats:
             return super().select_flat(selectors, start, end)
         return [got.flat]

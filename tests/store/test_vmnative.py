@@ -308,3 +308,19 @@ def test_decode_refuses_a_body_cut_anywhere(vm, cut: int) -> None:
     body = _export(vm.url, "native_short", T0, T0 + 100)
     with pytest.raises(_vmnative.NativeFormatError):
         _vmnative.decode(body[: len(body) - cut], T0, T0 + 100)
+
+
+def test_a_window_that_brings_whole_blocks_many_times_over_goes_to_queries(vm) -> None:
+    """Ten minutes of the gauge (40 samples) come in blocks of 8,192: such short windows are
+    asked of the query API afterwards, which cuts the blocks on the server."""
+    native, query = _apis(vm.url)
+    lo = T0 / 1000 + 86_400
+    (first,) = native.select_flat(["native_gauge"], lo, lo + 600)
+    assert native.short_s == 600 and len(first.values) == 40
+    exports = native.queries
+    (again,) = native.select_flat(["native_gauge"], lo + 600, lo + 1200)
+    (want,) = query.select_flat(["native_gauge"], lo + 600, lo + 1200)
+    assert again.values.tobytes() == want.values.tobytes() and len(again.values) == 40
+    assert native.queries == exports + 1 + 2  # one query (and the dialect's two), no export
+    native.select_flat(["native_gauge"], lo, lo + 86_400)  # a day: whole blocks pay
+    assert native.short_s == 600
