@@ -272,12 +272,11 @@ def raw(
     progress: bool = False,
     rolled: tuple[str, str] | None = None,
 ) -> pd.DataFrame:
-    """Raw samples of ``fields`` in ``[start, end)``: range selectors, chunked. ``rolled``:
+    """Raw samples of ``fields`` in ``[start, end)``: ``PromApi.select_flat``, chunked. ``rolled``:
     read the rollup series (``_prom_rollups``: metric name, resolution) instead, one per GPU,
     each sample's column its offset into its hour."""
     if target.gpus.empty or not fields:
         return empty(fields)
-    dialect = api.dialect
     if rolled is None:
         names = [
             n for f in fields for n in (FIELDS_BY_NAME[f].dcgm, *FIELDS_BY_NAME[f].dcgm_aliases)
@@ -307,8 +306,7 @@ def raw(
 
     def one(item: tuple[list[list[str]], float, float]) -> list[Flat]:
         alternatives, a, b = item
-        window = [dialect.window(selector(names, [*m, *extra]), b - a) for m in alternatives]
-        return [api.query_flat(w, b) for w in window]
+        return api.select_flat([selector(names, [*m, *extra]) for m in alternatives], a, b)
 
     for flats in tqdm(api.map(one, work), total=len(work), disable=not progress, desc="reading"):
         for flat in flats:

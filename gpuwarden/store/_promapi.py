@@ -101,6 +101,12 @@ class PromApi:
         read of many short series spends its time there)."""
         return self._flat("/api/v1/query", {"query": expr, "time": _ts(at)})
 
+    def select_flat(self, selectors: Sequence[str], start: float, end: float) -> list[Flat]:
+        """The raw samples in ``[start, end)`` of the series each of ``selectors`` selects
+        (range selectors, one query each); ``NativeApi`` reads VictoriaMetrics' blocks."""
+        width = end - start
+        return [self.query_flat(self.dialect.window(s, width), end) for s in selectors]
+
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[Raw]:
         """``expr`` at ``start``, ``start + step``, ... up to ``end`` (inclusive)."""
         form = {"query": expr, "start": _ts(start), "end": _ts(end), "step": f"{step:g}"}

@@ -194,9 +194,28 @@ class RemoteHttp:
         """Send one request (retrying as above) and return a 2xx response; anything else
         raises ``StoreUnavailable`` (not reached, 5xx after the retries), or ``StoreRejected``
         (credentials refused, another 4xx), each one line naming the server."""
+        return self.fetch(
+            method, path, _whole, params=params, content=content, data=data, headers=headers
+        )
+
+    def fetch(
+        self,
+        method: str,
+        path: str,
+        parse: Callable[[httpx.Response], _T],
+        *,
+        params: Any = None,
+        content: bytes | None = None,
+        data: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> _T:
+        """``request``, and ``parse`` of its 2xx answer in the same try: a body ``parse``
+        finds cut short or malformed (it raises ``ValueError``: a server that failed after
+        its headers were sent ends its answer early) is asked for again, as a dropped
+        connection is, and after the retries raises ``StoreUnavailable`` saying so."""
         url = self.base + path
 
-        def attempt() -> httpx.Response:
+        def attempt() -> _T:
             try:
                 response = self._client.request(
                     method,
@@ -221,7 +240,15 @@ class RemoteHttp:
             except httpx.InvalidURL as exc:
                 raise StoreError(f"{self.name}: bad request URL ({exc})") from exc
             if response.is_success:
-                return response
+                try:
+                    return parse(response)
+                except ValueError as exc:
+                    raise Retryable(
+                        StoreUnavailable(
+                            f"{self.name}: {path} answered a body cut short or malformed "
+                            f"({self.retries + 1} tries): {str(exc)[:200]}"
+                        )
+                    ) from exc
             if response.status_code not in RETRY_STATUS:
                 raise self._rejected(response)
             raise Retryable(
@@ -306,6 +333,10 @@ def retry_after(text: str | None) -> float | None:
         return max(0.0, float(text)) if text else None
     except ValueError:
         return None
+
+
+def _whole(response: httpx.Response) -> httpx.Response:
+    return response
 
 
 def _reason(exc: Exception) -> str:

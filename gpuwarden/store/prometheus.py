@@ -88,6 +88,8 @@ class PrometheusStore:
     """
 
     what = "Prometheus"
+    #: how its HTTP API is asked (``victoriametrics://`` reads raw samples as native blocks)
+    api_class: type[PromApi] = PromApi
 
     def __init__(
         self,
@@ -117,7 +119,7 @@ class PrometheusStore:
             timeout_s=timeout_s,
             retries=retries,
         )
-        self.api = PromApi(self.http, max_points=max_points, concurrency=concurrency)
+        self.api = self.api_class(self.http, max_points=max_points, concurrency=concurrency)
         self.lookback_s = float(lookback_s)
         self.refresh_s = float(refresh_s)
         self.clock = clock

@@ -3,7 +3,10 @@
     open_store("victoriametrics://vm:8428")
     open_store("victoriametrics+https://user:pw@vm.example?timeout=60&lookback=30d")
 
-Reads are ``PrometheusStore``'s (PromQL over its Prometheus API, rollups on the server).
+Reads are ``PrometheusStore``'s (PromQL over its Prometheus API, rollups on the server),
+except that raw samples (the kept hourly rollups, the hour under way) come as the server's own
+blocks (``/api/v1/export/native``, read by ``_vmnative``) instead of JSON text: about a sixth
+of the bytes, nothing for the server to unpack or format, and a few numpy passes here.
 Writes go to its JSON line import API (``/api/v1/import``), each call one request, checked
 whole before anything is sent: a batch or frame with a bad value stores nothing of it. After a
 write the server is asked to make it searchable at once (``/internal/force_flush``; ``flush=0``
@@ -19,7 +22,7 @@ read 168 points per GPU and field a week instead of every sample.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,9 +40,10 @@ from gpuwarden.store import (
     window,
 )
 from gpuwarden.store._frames import frame_rows
-from gpuwarden.store._promapi import time_spans
+from gpuwarden.store._promapi import Flat, PromApi, time_spans
 from gpuwarden.store._records import batch_rows, rows_from
 from gpuwarden.store._schema import ROLLUP_FIELDS
+from gpuwarden.store._vmnative import decode
 from gpuwarden.store.prometheus import PARAMS, PrometheusStore
 from gpuwarden.telemetry import (
     FRAME_ID_COLUMNS,
@@ -60,11 +64,60 @@ ROLLED = _prom_rollups.RESOLUTION
 IMPORT_CHUNK_BYTES = 16 << 20
 
 
+class NativeApi(PromApi):
+    """``PromApi`` whose raw reads (``select_flat``) are VictoriaMetrics' native export: one
+    request for all the selectors, its blocks decoded here. Where a series repeats a
+    millisecond (parts not merged yet: which sample counts is the server's deduplication's
+    choice) the query is asked instead; a server without the export (404) is asked by
+    queries from then on.
+
+    Blocks come whole (up to 8,192 samples of a series each), so a short window can bring many
+    times the samples it holds: the kept rollups' week is mostly inside its blocks, the hour
+    under way may be a sliver of blocks a day or a week long. A read whose blocks held more
+    than ``MAX_OVERREAD`` times the samples kept has windows as short as its own asked by
+    queries from then on, which the server cuts before sending."""
+
+    native = True
+    #: samples decoded per sample kept above which short windows go back to queries
+    MAX_OVERREAD = 64
+    #: the longest window found too short for whole blocks (s)
+    short_s = 0.0
+
+    def select_flat(self, selectors: Sequence[str], start: float, end: float) -> list[Flat]:
+        if not self.native or not selectors or end - start <= self.short_s:
+            return super().select_flat(selectors, start, end)
+        lo, hi = int(round(start * 1000)), int(round(end * 1000))
+        # a second either side: the server reads its times as float seconds and truncates;
+        # blocks come whole anyway and are cut to [lo, hi) here
+        form = {
+            "match[]": list(selectors),
+            "start": f"{lo // 1000 - 1}",
+            "end": f"{hi // 1000 + 1}",
+        }
+        path = self.prefix + "/api/v1/export/native"
+        self.queries += 1
+        try:
+            got = self.http.fetch(
+                "POST", path, lambda r: decode(r.content, lo, hi), data=form, headers=self._plain
+            )
+        except StoreRejected as exc:
+            if exc.status != 404:
+                raise
+            self.native = False
+            return super().select_flat(selectors, start, end)
+        if got.rows > self.MAX_OVERREAD * max(1, len(got.flat.ts)):
+            self.short_s = max(self.short_s, end - start)
+        if got.repeats:
+            return super().select_flat(selectors, start, end)
+        return [got.flat]
+
+
 class VictoriaMetricsStore(PrometheusStore):
     """The ``Store`` protocol over VictoriaMetrics (single node): ``PrometheusStore``'s reads
     and writes through ``/api/v1/import``. ``flush``: make each write searchable at once."""
 
     what = "VictoriaMetrics"
+    api_class = NativeApi
 
     def __init__(self, base: str, *, flush: bool = True, **kwargs: Any) -> None:
         super().__init__(base, **kwargs)
