@@ -155,6 +155,8 @@ def main() -> int:
     parser.add_argument("--pods", type=Path, default=None, help="openb pod list")
     parser.add_argument("--horizons", default="24,168", help="hours ahead, comma-separated")
     parser.add_argument("--no-ablation", action="store_true", help="skip the forced-period rows")
+    parser.add_argument("--ablation-only", action="store_true",
+                        help="only the ablation (to run it beside the other tables)")  # fmt: skip
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args()
     pods = args.pods or openb.default_paths()[1]
@@ -165,6 +167,9 @@ def main() -> int:
         horizons = [int(h) for h in args.horizons.split(",")]
         print(f"{pods.name}: {len(series)} hours, mean {series.mean():.1f} GPUs requested, "
               f"min {series.min():.1f}, max {series.max():.1f}\n")  # fmt: skip
+        if args.ablation_only:
+            ablation_table(series, horizons, not args.no_progress)
+            return 0
         backtest_table(series, horizons, not args.no_progress)
         if not args.no_ablation:
             ablation_table(series, horizons, not args.no_progress)

@@ -205,7 +205,10 @@ def wait_lines(
     elif not forecasts:
         out.append("  forecast: replaying the forecast needs one forecast per model (--by model)")
     else:
-        history = FleetHistory.from_db(db_path, end_s)
+        try:
+            history = FleetHistory.from_db(db_path, end_s)
+        except InputError as exc:
+            return [*out, f"  forecast: not replayed: {exc}"]
         past = {c: frame[c] for c in forecasts}
         for stats in forecast_waits(history, forecasts, past, hours).values():
             out.append(f"  forecast, jobs arriving in the next {hours} h "
@@ -289,7 +292,10 @@ def should_scale_cmd(
         frame = demand.frame
         history = None
         if db_path:
-            history = FleetHistory.from_db(db_path, demand.end_s)
+            try:
+                history = FleetHistory.from_db(db_path, demand.end_s)
+            except InputError as exc:  # the plan stands without the queue's evidence
+                click.echo(f"queue wait: not replayed: {exc}")
         else:
             click.echo("queue wait: replaying the forecast needs the scheduler database (--db)")
         models = sorted(set(frame.columns) | {lc.gpu_model for lc in launches} | set(fleet))

@@ -129,18 +129,18 @@ class FleetHistory:
         try:
             rows = [n for n in db.nodes() if n.lost_at is None]
             models = {n.node: _node_model(n.gpus) for n in rows}
-            jobs = [
-                _Template(
-                    job_of(j.job_id, j.tenant, j.spec),
-                    _job_model(j.spec, j.placement, models),
-                    spec_gpus(j.spec),
-                    j.submitted_at,
-                    j.started_at,
-                    j.ended_at,
-                )
-                for j in db.jobs()
-                if j.submitted_at < now_s
-            ]
+            jobs = []
+            for j in db.jobs():
+                if j.submitted_at >= now_s:
+                    continue
+                try:
+                    job = job_of(j.job_id, j.tenant, j.spec)
+                except KeyError as exc:  # a spec not written by the service
+                    raise InputError(f"{path}: job {j.job_id}'s spec lacks {exc}, so the "
+                                     "scheduler cannot replay it") from exc  # fmt: skip
+                model = _job_model(j.spec, j.placement, models)
+                jobs.append(_Template(job, model, spec_gpus(j.spec), j.submitted_at,
+                                      j.started_at, j.ended_at))  # fmt: skip
         finally:
             db.close()
         return cls([node_spec(n) for n in rows], [j for j in jobs if j.gpus > 0], now_s)
@@ -169,6 +169,7 @@ def _arrivals(
         elif not ended:  # queued now: arrives first
             out.append((0.0, j, typical, False))
     span = history.template_s
+    ratios: dict[tuple[str, int, int], float] = {}  # (model, day, period) -> ratio
     for j in history.jobs:
         if not now - span <= j.submitted_s < now:
             continue
@@ -179,23 +180,28 @@ def _arrivals(
         )
         k = 1
         while (at := j.submitted_s + k * span - now) < horizon_h * HOUR_S:
-            ratio = _ratio(forecasts.get(j.gpu_model), past.get(j.gpu_model), now + at, span)
+            key = (j.gpu_model, math.floor((now + at) / DAY_S), k)
+            if key not in ratios:
+                ratios[key] = _ratio(forecasts.get(j.gpu_model), past.get(j.gpu_model),
+                                     now + at, k * span)  # fmt: skip
+            ratio = ratios[key]
             copies = int(ratio) + int(rng.random() < ratio - int(ratio))
             out.extend((at, j, duration, True) for _ in range(copies))
             k += 1
     return out
 
 
-def _ratio(fc: pd.Series | None, past: pd.Series | None, at_s: float, span_s: float) -> float:
+def _ratio(fc: pd.Series | None, past: pd.Series | None, at_s: float, shift_s: float) -> float:
     """Forecast demand over the hours of ``at_s``'s day that the forecast covers, against the
-    same hours ``span_s`` earlier (1 where either is unknown or those hours had none)."""
+    same hours ``shift_s`` earlier, where the copied jobs came from (1 where either is unknown
+    or those hours had none)."""
     if fc is None or past is None or fc.empty:
         return 1.0
     day = pd.Timestamp(math.floor(at_s / DAY_S) * DAY_S, unit="s", tz="UTC")
     ahead = fc[(fc.index >= day) & (fc.index < day + pd.Timedelta(days=1))]
     if ahead.empty:  # past the forecast's end: its last day
         ahead = fc.iloc[-24:]
-    before = past.reindex(ahead.index - pd.Timedelta(seconds=span_s))
+    before = past.reindex(ahead.index - pd.Timedelta(seconds=shift_s))
     if before.isna().any() or not before.sum() > 0:
         return 1.0
     return float(ahead.sum() / before.sum())

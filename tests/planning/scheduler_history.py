@@ -26,16 +26,18 @@ class _Clock:
 
 def run_history(
     path: Path, *, days: int, nodes: int = 2, gpus: int = 4, jobs_per_hour: float = 2.0,
-    seed: int = 0, end_s: float | None = None,
+    seed: int = 0, end_s: float | None = None, step_s: float = STEP_S,
 ) -> float:  # fmt: skip
     """Run ``days`` days of 1-2 GPU jobs (1-3 h each; ``jobs_per_hour`` on average, three times
     as many by day as by night) on ``nodes`` nodes of ``gpus`` H100s, ending at ``end_s``
     (default: the last quarter hour before now, so that ``gpuwarden plan --db``, which plans up
-    to the present, reads it as recent); returns the clock's end."""
-    end = (time.time() if end_s is None else end_s) // STEP_S * STEP_S
+    to the present, reads it as recent). Agents sync every ``step_s`` seconds (a real one
+    syncs every second; coarser steps run faster and add up to a step to each wait and run);
+    returns the clock's end."""
+    end = (time.time() if end_s is None else end_s) // step_s * step_s
     clock = _Clock(end - days * 86400)
     svc = SchedulerService(
-        SchedulerDB(path), clock=clock, max_queued_tasks=None, node_timeout_s=2 * STEP_S
+        SchedulerDB(path), clock=clock, max_queued_tasks=None, node_timeout_s=2 * step_s
     )
     names = [f"n{i}" for i in range(nodes)]
     for name in names:
@@ -46,9 +48,9 @@ def run_history(
     length: dict[str, float] = {}  # job id -> run seconds
     tasks: dict[str, dict[tuple[str, int, int], dict]] = {n: {} for n in names}
     ends: dict[tuple[str, int, int], float] = {}
-    for _ in range(int(days * 86400 / STEP_S)):
+    for _ in range(int(days * 86400 / step_s)):
         hour = (clock.t % 86400) / 3600
-        rate = jobs_per_hour * (1.5 if 8 <= hour < 20 else 0.5) * STEP_S / 3600
+        rate = jobs_per_hour * (1.5 if 8 <= hour < 20 else 0.5) * step_s / 3600
         for _ in range(rng.poisson(rate)):
             body = {"name": "train", "command": ["sleep", "1"],
                     "gpus_per_task": int(rng.integers(1, 3))}  # fmt: skip
@@ -70,6 +72,6 @@ def run_history(
                 if key not in mine:
                     mine[key] = {"state": "running", "exit_code": None, "pid": 100}
                     ends[key] = clock.t + length[o["job_id"]]
-        clock.t += STEP_S
+        clock.t += step_s
     svc.db.close()
     return clock.t
