@@ -8,7 +8,9 @@ meaning; coverage is the share of actual hours inside the prediction interval.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -37,6 +39,8 @@ class Backtest:
     mape_naive_day: list[float] = field(default_factory=list)
     mape_naive_week: list[float] = field(default_factory=list)
     weekly_chosen: int = 0
+    #: how often each member was among those averaged
+    methods: Counter[str] = field(default_factory=Counter)
 
     def summary(self) -> dict[str, float]:
         def avg(xs: list[float]) -> float:
@@ -60,9 +64,12 @@ def rolling_origin(
     step: int = DAILY,
     level: float = 0.8,
     progress: bool = False,
+    **options: Any,
 ) -> Backtest:
-    """Backtest ``forecast`` on ``series`` (hourly, no gaps). The weekly baseline needs a week
-    of history before the origin, which ``min_train`` >= 168 gives."""
+    """Backtest ``forecast`` on ``series`` (hourly, no gaps); ``options`` go to ``forecast``
+    (``methods``, ``top``, ``periods``). The weekly baseline needs a week of history before the
+    origin, which ``min_train`` >= 168 gives. Each forecast validates its methods on the hours
+    before its origin only."""
     values = series.to_numpy(dtype=float)
     if min_train < WEEKLY:
         raise InputError(f"min_train must be at least {WEEKLY} hours (one week), got {min_train}")
@@ -81,7 +88,7 @@ def rolling_origin(
     for origin in origins:
         actual = values[origin : origin + horizon]
         history = values[:origin]
-        fc = forecast(series.iloc[:origin], horizon, level=level)
+        fc = forecast(series.iloc[:origin], horizon, level=level, **options)
         out.origins.append(series.index[origin])
         out.mape_model.append(mape(actual, fc.mean.to_numpy()))
         inside = (actual >= fc.lower.to_numpy()) & (actual <= fc.upper.to_numpy())
@@ -89,6 +96,7 @@ def rolling_origin(
         out.mape_naive_day.append(mape(actual, seasonal_naive(history, horizon, DAILY)))
         out.mape_naive_week.append(mape(actual, seasonal_naive(history, horizon, WEEKLY)))
         out.weekly_chosen += WEEKLY in fc.periods
+        out.methods.update(fc.methods)
         if bar is not None:
             bar.update()
     if bar is not None:

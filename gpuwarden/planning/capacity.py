@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +25,7 @@ import pandas as pd
 from gpuwarden.errors import InputError
 from gpuwarden.planning._toml import read_toml
 from gpuwarden.planning.forecast import Forecast
+from gpuwarden.planning.queuewait import QueueEvidence
 
 DAYS_PER_MONTH = 30.44
 DEFAULT_BUFFER = 1.3
@@ -200,13 +201,36 @@ def should_scale(
     *,
     lead_weeks: int = 0,
     release_margin: float = 0.1,
+    queue: QueueEvidence | None = None,
 ) -> ScaleDecision:
-    """Add, release or hold ``gpu_model`` against the plan ``needs``.
+    """Add, release or hold ``gpu_model`` against the plan ``needs``, and the queue.
 
     Add when a week needs more than ``current_gpus``: as many as the plan's peak needs, ordered
     ``lead_weeks`` (delivery and installation) before the first short week, or now if that is
     already past. Release when even the peak leaves more than ``release_margin`` of the fleet
-    idle: the GPUs above the peak, so the plan's buffer stays whole."""
+    idle: the GPUs above the peak, so the plan's buffer stays whole. ``queue``: when the
+    replayed forecast says jobs will wait too long, add now at least the GPUs it asks for
+    (jobs already wait: lead time cannot be planned around); a release stands only if the
+    queue holds. Its sentence joins the reason either way."""
+    plan_decision = _plan_decision(needs, current_gpus, gpu_model, lead_weeks, release_margin)
+    if queue is None:
+        return plan_decision
+    reason = f"{plan_decision.reason}; {queue.sentence()}"
+    if queue.add_gpus:
+        gpus = max(queue.add_gpus, plan_decision.gpus if plan_decision.action == "add" else 0)
+        return ScaleDecision(gpu_model, "add", gpus, 0, reason)
+    if queue.add_gpus is None and plan_decision.action == "release":
+        return ScaleDecision(gpu_model, "hold", 0, 0, reason)
+    return replace(plan_decision, reason=reason)
+
+
+def _plan_decision(
+    needs: Sequence[WeekNeed],
+    current_gpus: int,
+    gpu_model: str,
+    lead_weeks: int,
+    release_margin: float,
+) -> ScaleDecision:
     _require(
         (bool(needs), "no plan to decide on"),
         (current_gpus >= 0, f"current GPUs must be >= 0, got {current_gpus}"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
@@ -19,6 +19,8 @@ from gpuwarden.errors import InputError
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from gpuwarden.planning.demand import DemandRecord
 
 _BY = {"model": ("gpu_model",), "tenant": ("tenant",), "model+tenant": ("gpu_model", "tenant")}
 
@@ -52,11 +54,20 @@ train_weeks_option = click.option(
 )
 
 
-def load_demand(
-    db_path: str | None, openb_path: str | None, by: tuple[str, ...]
-) -> tuple[pd.DataFrame, pd.Series, pd.Series]:
-    """(hourly demand frame, hourly queue wait, GPU-hours waiting per hour) from exactly one of
-    the two sources."""
+class Demand(NamedTuple):
+    """A demand source read: hourly demand per group, hourly mean queue wait, GPU-hours waiting
+    per hour, the jobs, and the end of the history (in the jobs' clock: unix or trace
+    seconds)."""
+
+    frame: pd.DataFrame
+    waits: pd.Series
+    queued: pd.Series
+    records: list[DemandRecord]
+    end_s: float
+
+
+def load_demand(db_path: str | None, openb_path: str | None, by: tuple[str, ...]) -> Demand:
+    """The demand of exactly one of the two sources."""
     import time
 
     from gpuwarden.planning import demand as d
@@ -71,14 +82,15 @@ def load_demand(
         queued = d.hourly_demand(
             d.waiting(records), by=(), start_s=start, end_s=end, epoch=d.TRACE_EPOCH
         )
-        return frame, d.queue_wait_hourly(records, epoch=d.TRACE_EPOCH), queued["all"]
+        waits = d.queue_wait_hourly(records, epoch=d.TRACE_EPOCH)
+        return Demand(frame, waits, queued["all"], records, end)
     assert db_path is not None
     now = time.time()
     records, frame = d.scheduler_demand(db_path, by=by, now_s=now)
     start = frame.index[0].timestamp()
     end = frame.index[-1].timestamp() + d.HOUR_S
     queued = d.hourly_demand(d.waiting(records), by=(), now_s=now, start_s=start, end_s=end)
-    return frame, d.queue_wait_hourly(records), queued["all"]
+    return Demand(frame, d.queue_wait_hourly(records), queued["all"], records, end)
 
 
 @click.group("plan")
@@ -121,7 +133,7 @@ def forecast_cmd(
     from gpuwarden.planning.forecast import forecast
 
     with domain_errors():
-        frame, waits, queued = load_demand(db_path, openb_path, _BY[by])
+        frame, waits, queued, records, end_s = load_demand(db_path, openb_path, _BY[by])
         results = {}
         columns: Iterable[str] = list(frame.columns)
         if progress and len(frame.columns) > 1:
@@ -158,6 +170,9 @@ def forecast_cmd(
                 f"queue wait: mean {measured.mean():.0f} s over {len(measured)} hours with "
                 f"starts, last 24 h {waits.iloc[-24:].mean():.0f} s"
             )
+        per_model = {c: fc.mean for c, fc in results.items() if by == "model" and c != "queued"}
+        for line in wait_lines(records, end_s, frame, per_model, hours, db_path):
+            click.echo(line)
         if csv_path:
             parts = [fc.frame().add_prefix(f"{col}:") for col, fc in results.items()]
             pd.concat(parts, axis=1).to_csv(csv_path, index_label="hour")
@@ -167,6 +182,38 @@ def forecast_cmd(
 
             forecast_png(frame, results, plot_path)
             click.echo(f"wrote {plot_path}")
+
+
+def wait_lines(
+    records: list[DemandRecord],
+    end_s: float,
+    frame: pd.DataFrame,
+    forecasts: dict[str, pd.Series],
+    hours: int,
+    db_path: str | None,
+) -> list[str]:
+    """Hours a job waits per GPU model: measured over the history's last week, and, with a
+    scheduler database and per-model forecasts, forecast by replaying them on its nodes."""
+    from gpuwarden.planning.queuewait import FleetHistory, forecast_waits, measured_waits
+
+    week_s = 7 * 86400.0
+    out = ["queue wait per GPU model, hours from submission to start (p50 / p90):"]
+    for stats in measured_waits(records, since_s=end_s - week_s, until_s=end_s).values():
+        out.append(f"  measured, jobs submitted in the last 7 days: {stats}")
+    if db_path is None:
+        out.append("  forecast: replaying the forecast needs the scheduler database (--db)")
+    elif not forecasts:
+        out.append("  forecast: replaying the forecast needs one forecast per model (--by model)")
+    else:
+        try:
+            history = FleetHistory.from_db(db_path, end_s)
+        except InputError as exc:
+            return [*out, f"  forecast: not replayed: {exc}"]
+        past = {c: frame[c] for c in forecasts}
+        for stats in forecast_waits(history, forecasts, past, hours).values():
+            out.append(f"  forecast, jobs arriving in the next {hours} h "
+                       f"(replayed on {len(history.nodes)} nodes): {stats}")  # fmt: skip
+    return out
 
 
 def parse_current(values: tuple[str, ...]) -> dict[str, int]:
@@ -205,6 +252,11 @@ def parse_current(values: tuple[str, ...]) -> dict[str, int]:
 @click.option("--release-margin", default=0.1, show_default=True,
               help="Release only when more than this share of the fleet would stay idle.")  # fmt: skip
 @click.option("--level", default=0.8, show_default=True, help="Prediction interval level.")
+@click.option("--max-wait-hours", default=1.0, show_default=True,
+              help="With --db: add GPUs now when the replayed forecast's p90 queue wait is "
+              "longer.")  # fmt: skip
+@click.option("--wait-horizon", default=168, show_default=True,
+              help="With --db: hours of forecast arrivals the queue replay covers.")  # fmt: skip
 @train_weeks_option
 def should_scale_cmd(
     db_path: str | None,
@@ -219,18 +271,33 @@ def should_scale_cmd(
     lead_weeks: int,
     release_margin: float,
     level: float,
+    max_wait_hours: float,
+    wait_horizon: int,
     train_weeks: int,
 ) -> None:
     """Per GPU model: add N GPUs now or in K weeks, release some, or hold, with the weekly plan
-    (forecast mean x growth + launches, x (1 - efficiency gain) x buffer)."""
+    (forecast mean x growth + launches, x (1 - efficiency gain) x buffer) and, with --db, the
+    queue wait of the forecast replayed through the scheduler."""
     import pandas as pd
 
-    from gpuwarden.planning.capacity import load_launches, plan_model
+    from gpuwarden.planning.capacity import load_launches, plan_model, should_scale
+    from gpuwarden.planning.queuewait import FleetHistory, gpus_for_wait
 
     with domain_errors():
         fleet = parse_current(current)
         launches = load_launches(launches_path) if launches_path else []
-        frame, _, _ = load_demand(db_path, openb_path, ("gpu_model",))
+        if not max_wait_hours > 0 or wait_horizon < 1:
+            raise InputError("--max-wait-hours must be > 0 and --wait-horizon at least 1 hour")
+        demand = load_demand(db_path, openb_path, ("gpu_model",))
+        frame = demand.frame
+        history = None
+        if db_path:
+            try:
+                history = FleetHistory.from_db(db_path, demand.end_s)
+            except InputError as exc:  # the plan stands without the queue's evidence
+                click.echo(f"queue wait: not replayed: {exc}")
+        else:
+            click.echo("queue wait: replaying the forecast needs the scheduler database (--db)")
         models = sorted(set(frame.columns) | {lc.gpu_model for lc in launches} | set(fleet))
         missing = [m for m in models if m not in fleet]
         if missing:
@@ -247,7 +314,12 @@ def should_scale_cmd(
                 lead_weeks=lead_weeks, release_margin=release_margin, level=level,
                 train_weeks=train_weeks,
             )  # fmt: skip
-            rate, needs = mp.growth, mp.needs
+            rate, needs, decision = mp.growth, mp.needs, mp.decision
+            if history is not None and mp.forecast is not None and history.nodes:
+                queue = gpus_for_wait(history, {model: mp.forecast.mean}, {model: frame[model]},
+                                      wait_horizon, model, max_wait_hours)  # fmt: skip
+                decision = should_scale(needs, fleet[model], model, lead_weeks=lead_weeks,
+                                        release_margin=release_margin, queue=queue)  # fmt: skip
             note = "set" if growth is not None else "measured" if rate is not None else "unknown"
             click.echo(f"{model}: growth {0.0 if rate is None else rate:+.1%}/month ({note}), "
                        f"buffer x{buffer}, efficiency gain {efficiency_gain:.0%}")  # fmt: skip
@@ -255,7 +327,7 @@ def should_scale_cmd(
             for n in needs:
                 click.echo(f"  {n.week:>4} {n.start!s:>10} {n.base_gpus:>9.1f} "
                            f"{n.launch_gpus:>9.1f} {n.need_gpus:>7.1f}")  # fmt: skip
-            click.echo(f"  -> {mp.decision}")
+            click.echo(f"  -> {decision}")
 
 
 @plan.command("tco")
@@ -297,7 +369,7 @@ def tco_cmd(
             raise InputError(f"no prices for {', '.join(unknown)}; the file has {', '.join(table)}")
         demand = None
         if db_path or openb_path:
-            frame, _, _ = load_demand(db_path, openb_path, ("gpu_model",))
+            frame = load_demand(db_path, openb_path, ("gpu_model",)).frame
             if demand_model and demand_model not in frame.columns:
                 raise InputError(
                     f"no demand for {demand_model!r}; there is {', '.join(frame.columns)}"

@@ -27,7 +27,8 @@ from dataclasses import asdict
 from typing import Any
 
 from gpuwarden.errors import ConfigError, InputError
-from gpuwarden.scheduler._service_lifecycle import JobLifecycle
+from gpuwarden.scheduler._service_jobs import job_of
+from gpuwarden.scheduler._service_lifecycle import JobLifecycle, node_spec
 from gpuwarden.scheduler._service_nodes import Nodes, health_of
 from gpuwarden.scheduler._service_requests import JobRequests
 from gpuwarden.scheduler._service_sleep import ServiceSleep
@@ -331,5 +332,7 @@ __all__ = [
     "QueueFullError",
     "SchedulerDB",
     "SchedulerService",
+    "job_of",
+    "node_spec",
     "quota_of",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,7 +34,8 @@ class Arrival:
 class ReplayResult:
     """Per arrival, in time order: placed or not, GPU thousandths arrived so far, and allocated
     right after it. ``decision_s``: seconds (by the replay's clock) spent inside placement
-    decisions; ``decisions``: placement attempts, placed or not."""
+    decisions; ``decisions``: placement attempts, placed or not; ``started_s``: per arrival,
+    the trace time it started (NaN: never), so ``started_s - arrival time`` is its queue wait."""
 
     placed: np.ndarray
     arrived_milli: np.ndarray
@@ -42,6 +43,7 @@ class ReplayResult:
     capacity_milli: int
     decision_s: float
     decisions: int
+    started_s: np.ndarray = field(default_factory=lambda: np.empty(0))
 
     def ratio_at(self, demand: float) -> float:
         """Allocation ratio right after the arrival that brought requested GPUs to ``demand`` x
@@ -79,6 +81,7 @@ def replay(
         heapq.heappush(heap, (a.time_s, _ARRIVE, seq, a.job))
         durations[a.job.job_id] = a.duration_s
     placed: list[bool] = []
+    started_at: list[float] = []
     arrived: list[int] = []
     allocated: list[int] = []
     index: dict[str, int] = {}
@@ -86,6 +89,7 @@ def replay(
 
     def started(job_id: str, now: float) -> None:
         placed[index[job_id]] = True
+        started_at[index[job_id]] = now
         duration = durations[job_id]
         if duration is not None:
             job = scheduler.placements[job_id].job
@@ -107,6 +111,7 @@ def replay(
             continue
         index[job.job_id] = len(placed)
         placed.append(False)
+        started_at.append(float("nan"))
         total += job.total_gpu_milli
         arrived.append(total)
         t0 = clock()
@@ -128,4 +133,5 @@ def replay(
         scheduler.cluster.capacity_milli,
         spent,
         decisions,
+        np.array(started_at, dtype=float),
     )

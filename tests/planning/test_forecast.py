@@ -80,6 +80,7 @@ def test_rolling_origin_scores_unseen_hours():
     assert summary["origins"] == 4
     assert summary["mape_model"] < summary["mape_naive_week"] or summary["mape_model"] < 0.05
     assert 0 <= summary["coverage"] <= 1
+    assert sum(bt.methods.values()) == 4 * 3  # three members averaged at each origin
 
 
 def test_rolling_origin_needs_room():

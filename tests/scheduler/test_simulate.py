@@ -36,6 +36,13 @@ def test_retry_pending_starts_queued_jobs_on_departure() -> None:
     r = replay(s, arrivals, retry_pending=True)
     assert r.placed.tolist() == [True, True]  # b started when a left
     assert set(s.placements) == {"b"} and s.pending == []
+    assert r.started_s.tolist() == [0.0, 10.0]  # b waited 9 s in the queue
+
+
+def test_a_job_that_never_starts_has_no_start_time() -> None:
+    r = replay(sched(), [Arrival(0.0, Job("a", gpus_per_task=2)), Arrival(1.0, Job("b"))],
+               retry_pending=True)  # fmt: skip
+    assert r.started_s[0] == 0.0 and np.isnan(r.started_s[1])
 
 
 def test_ratio_at_reads_the_arrival_that_reached_the_demand() -> None:
