@@ -2,11 +2,9 @@
 
 1. simulate the training fleets: the default simulator's (``simdata.fleet_spec()``: 1,024
    GPUs, 97 days, seed 1) and members ``sim.family.TRAIN_SEEDS`` of the randomized family,
-   as long, smaller; every third of those restricted to ``LINK_KINDS``, meant to hold only
-   link and cooling failures (the calibrated mix gives NVLink 2% and cooling 5% of the
-   failures with precursors). As ``LINK_KINDS`` names ``hbm_uncorrectable``, the HBM draw is
-   still allowed and becomes a sudden HBM failure: those fleets have no HBM ramps and no more
-   link failures than the mix gives (docs/models.md says so beside the figures);
+   as long, smaller; every third of those restricted to ``LINK_KINDS``: link and cooling
+   failures with precursors and the sudden kinds other than HBM (the calibrated mix gives
+   NVLink 2% and cooling 5% of the failures with precursors);
 2. train and calibrate on them side by side (``train.train_on_panel``, default options);
 3. evaluate on the validation fleet, which it never saw (``simdata.held_out_spec``: seed 2,
    scored hourly from 200 days later for 60 days, after a week of history), and choose the
@@ -48,7 +46,10 @@ from gpuwarden.models.train import TrainOptions, train_on_panel
 #: False flags per 1,000 GPU-days (30-day outcome) the validation fleet may show at the
 #: chosen threshold: half the target of 1, as the fleets the model is judged on differ.
 VALIDATION_BUDGET = 0.5
-#: failure kinds of the link-and-cooling family fleets (with the sudden ones, as in a fleet)
+#: failure kinds of the link-and-cooling family fleets (with the sudden ones, as in a fleet).
+#: No HBM kind: naming ``hbm_uncorrectable`` allows the HBM draw (``sim/_life.py``), which
+#: then takes the HBM share of the mix, so such a fleet held no more link failures than one
+#: as drawn.
 LINK_KINDS = (
     "pcie_degradation",
     "nvlink_degradation",
@@ -57,7 +58,6 @@ LINK_KINDS = (
     "sram_uncorrectable",
     "fell_off_bus",
     "silent_fault",
-    "hbm_uncorrectable",
 )
 
 
