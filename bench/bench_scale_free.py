@@ -16,13 +16,15 @@ model. ``curve`` prints, per family, catchable failures caught >= 24 h ahead and
 per 1,000 GPU-days (30-day outcome) at fixed thresholds, pooled over the fleets; ``adapt``
 the same for thresholds drawn from the fleet's own risks at each scoring time: raised to its
 (1 - q) quantile (never below the card's) or lowered to it (never above the card's, nor
-under 0.3). ``shipped`` names the shipped model. Rows are cached in --cache.
+under 0.3). ``shipped`` names the shipped model. Rows and models are kept in --cache
+(default: the temporary folder's gpuwarden-bench-scale-free).
 """
 
 from __future__ import annotations
 
 import argparse
 import pickle
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -131,7 +133,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("command", choices=("prep", "fit", "curve", "adapt"))
     ap.add_argument("name", nargs="?", default="all", help="variant (fit) or model (curve)")
-    ap.add_argument("--cache", type=Path, default=Path("bench-scale-free"))
+    ap.add_argument(
+        "--cache", type=Path, default=Path(tempfile.gettempdir()) / "gpuwarden-bench-scale-free"
+    )
     a = ap.parse_args()
     a.cache.mkdir(parents=True, exist_ok=True)
     if a.command == "prep":
