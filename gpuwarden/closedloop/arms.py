@@ -4,7 +4,8 @@
     hard    hard signals only: what ``gpuwarden serve`` does with no model (a double-bit
             error, remap failure, lost GPU or fatal Xid makes a GPU unhealthy at once)
     rules   the rule baseline (``models.rules``): a rule firing counts as risk 1, else 0
-    model   the risk model's calibrated risk
+    model   the risk model's calibrated risk, and the link rules beside it (a rule that holds
+            marks the GPU at-risk, as in ``gpuwarden serve``)
 
 Every arm feeds ``RiskAssessment`` records into a ``DecisionEngine`` (hysteresis: at-risk at
 ``enter_at``, ok again after ``hold_s`` below ``exit_below``; unhealthy at once on a hard
@@ -111,16 +112,26 @@ class ArmDriver:
             return np.where(rule, 1.0, 0.0)
         return np.full(risk.shape, np.nan)
 
-    def candidates(self, lives: np.ndarray, risk: np.ndarray, hard: np.ndarray) -> np.ndarray:
-        """Rows the engine must see: a high score, a hard signal, or a GPU not ok now. An ok GPU
-        with a low score stays ok whatever the engine is told, so those rows are skipped."""
+    def rule_of(self, link: np.ndarray) -> np.ndarray:
+        """The link rules that hold, as the engine sees them: the model arm's only."""
+        return link if self.name == "model" else np.full(link.shape, "", dtype=object)
+
+    def candidates(
+        self, lives: np.ndarray, risk: np.ndarray, hard: np.ndarray, rule: np.ndarray
+    ) -> np.ndarray:
+        """Rows the engine must see: a high score, a hard signal, a link rule, or a GPU not ok
+        now. An ok GPU with a low score stays ok whatever the engine is told: skipped."""
         mask = hard.copy() if self.name != "none" else np.zeros(hard.shape, dtype=bool)
         mask |= risk >= self.enter_at
+        mask |= rule != ""
         mask |= self._flagged[lives]
         return np.flatnonzero(mask)
 
-    def assess(self, gpu: GpuId, ts: float, risk: float, hard: str | None) -> None:
-        self._note(self.engine.assess(RiskAssessment(gpu, ts, risk=risk, hard_signal=hard)))
+    def assess(
+        self, gpu: GpuId, ts: float, risk: float, hard: str | None, rule: str | None = None
+    ) -> None:
+        a = RiskAssessment(gpu, ts, risk=risk, hard_signal=hard, rule=rule or None)
+        self._note(self.engine.assess(a))
 
     def tick(self, ts: float) -> None:
         self._note(self.engine.tick(ts))

@@ -64,6 +64,7 @@ class ScoredFleet:
     row_risk: np.ndarray  # float32, the model's calibrated risk
     row_rule: np.ndarray  # bool, a baseline rule fired
     row_hard: np.ndarray  # bool, a hard signal (DBE, remap failure, GPU lost, fatal Xid)
+    row_link: np.ndarray  # str, the link rules that hold ("": none), as ``score``'s rule column
     life_key: np.ndarray  # str per panel column
     life_slot: np.ndarray  # int per panel column
     failures: list[SlotFailure]
@@ -83,16 +84,20 @@ def scored_fleet(
     accel: float = 20.0,
     warmup_days: float = 7.0,
     model: Any = None,
+    link_rules: Any = None,
     block_h: int = 720,
 ) -> ScoredFleet:
     """Simulate ``gpus`` (a multiple of 8) for ``warmup_days + days`` and score the last
-    ``days`` hour by hour with ``model`` (default: the shipped one, ``load_model()``)."""
+    ``days`` hour by hour with ``model`` (default: the shipped one, ``load_model()``) and the
+    ``link_rules`` beside it (``models.rules.LinkRules``; default: ``GPUWARDEN_LINK_RULES``),
+    as ``gpuwarden score`` does."""
     from gpuwarden.models.artifact import load_model
     from gpuwarden.models.features import compute_features, rows_at
-    from gpuwarden.models.rules import hard_signal, rule_table
+    from gpuwarden.models.rules import LinkRules, hard_signal, rule_table
     from gpuwarden.models.simdata import fleet_spec, simulate_panel
 
     model = load_model() if model is None else model
+    link_rules = LinkRules.from_env() if link_rules is None else link_rules
     spec = fleet_spec(
         nodes=max(1, gpus // 8),
         days=warmup_days + days,
@@ -114,7 +119,7 @@ def scored_fleet(
     eval_end = spec.start_ts + spec.days * 86400.0
     at_all = panel.hours.astype(np.float64) + HOUR_S
     t_eval = np.flatnonzero((at_all > eval_start) & (at_all <= eval_end))
-    ptr, lives, risks, rules, hards = [0], [], [], [], []
+    ptr, lives, risks, rules, hards, links = [0], [], [], [], [], []
     for lo in range(0, t_eval.size, block_h):
         ts = t_eval[lo : lo + block_h]
         rows = rows_at(panel, ts)
@@ -126,6 +131,8 @@ def scored_fleet(
             risks.append(model.risk(X).astype(np.float32))
             rules.append(rule_table(X).to_numpy().any(axis=1))
             hards.append(hard_signal(X))
+            link = link_rules.table(X)
+            links.append(np.array([", ".join(link.columns[r]) for r in link.to_numpy()], object))
             lives.append(rows[:, 1].astype(np.int32))
         counts = np.bincount(np.searchsorted(ts, rows[:, 0]), minlength=ts.size)
         ptr.extend((ptr[-1] + np.cumsum(counts)).tolist())
@@ -162,6 +169,7 @@ def scored_fleet(
         cat(risks, np.float32),
         cat(rules, bool),
         cat(hards, bool),
+        cat(links, object),
         keys["key"].astype(str).to_numpy(),
         life_slot,
         failures,

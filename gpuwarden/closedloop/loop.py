@@ -220,11 +220,12 @@ class _Loop:
         lives = f.row_life[lo:hi]
         risk = arm.risk_of(f.row_risk[lo:hi], f.row_rule[lo:hi])
         hard = f.row_hard[lo:hi]
-        for i in arm.candidates(lives, risk, hard):
+        rule = arm.rule_of(f.row_link[lo:hi])
+        for i in arm.candidates(lives, risk, hard, rule):
             host, index = f.slots[int(f.life_slot[lives[i]])]
             why = HARD_REASON if hard[i] and arm.name != "none" else None
             key = str(f.life_key[lives[i]])
-            arm.assess(GpuId(host, index, key), self.now, float(risk[i]), why)
+            arm.assess(GpuId(host, index, key), self.now, float(risk[i]), why, str(rule[i]))
         arm.tick(self.now)
         self.moved(arm.apply())
 

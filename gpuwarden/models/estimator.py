@@ -42,7 +42,8 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
     Parameters: ``estimator`` (default ``default_trees()``), ``method`` ("isotonic" or
     "sigmoid"), ``calibration_share`` (fraction of distinct scoring times, latest first, kept
     for calibration), ``negative_subsample`` (share of the healthy rows of the training
-    block the trees see), ``random_state``. Learned: ``estimator_``, ``calibrator_``, ``classes_``, ``split_time_``,
+    block the trees see), ``exclude`` (feature names the trees never read; needs a DataFrame),
+    ``random_state``. Learned: ``estimator_``, ``calibrator_``, ``classes_``, ``split_time_``,
     ``reference_`` (per-feature median of the negative rows, used to explain a score),
     ``used_features_`` (columns with at least one value in the training block),
     ``n_features_in_`` and ``feature_names_in_`` when fit on a DataFrame.
@@ -55,12 +56,14 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
         method: str = "isotonic",
         calibration_share: float = 0.3,
         negative_subsample: float = 1.0,
+        exclude: tuple[str, ...] = (),
         random_state: int = 0,
     ):
         self.estimator = estimator
         self.method = method
         self.calibration_share = calibration_share
         self.negative_subsample = negative_subsample
+        self.exclude = exclude
         self.random_state = random_state
 
     def fit(self, X, y, *, sample_time=None, sample_weight=None):
@@ -111,6 +114,13 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
         # later boards) carries nothing to learn, and scikit-learn 1.9's histogram binning
         # fails on an all-NaN column: leave such columns out of the trees.
         self.used_features_ = ~np.isnan(Xa[early]).all(axis=0)
+        if self.exclude:
+            if not hasattr(X, "columns"):
+                raise ValueError("exclude names features: fit on a DataFrame")
+            unknown = set(self.exclude) - set(X.columns)
+            if unknown:
+                raise ValueError(f"exclude names unknown features: {sorted(unknown)[:5]}")
+            self.used_features_ &= ~np.isin(np.asarray(X.columns, dtype=object), self.exclude)
         base = clone(self.estimator if self.estimator is not None else default_trees())
         fit_kw = {} if weights is None else {"sample_weight": weights[early]}
         self.estimator_ = base.fit(Xa[early][:, self.used_features_], y[early], **fit_kw)

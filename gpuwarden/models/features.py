@@ -168,6 +168,17 @@ FEATURES: tuple[Feature, ...] = _BASE + tuple(
 )
 FEATURE_NAMES: tuple[str, ...] = tuple(f.name for f in FEATURES)
 FEATURES_BY_NAME = {f.name: f for f in FEATURES}
+#: Features in the simulator's own units of error counts: rates per day or minute, and their
+#: differences from the node and rack medians. Another generator's (or fleet's) replay, CRC and
+#: SBE magnitudes differ by orders, so a model that may read these learns ours (issue 17);
+#: ``TrainOptions.exclude_features`` keeps them out of the trees (they stay in ``X`` for the
+#: reasons and the rules).
+ABSOLUTE_FEATURES: tuple[str, ...] = tuple(
+    n
+    for n in FEATURE_NAMES
+    if FEATURES_BY_NAME[n].unit in ("errors/day", "replays/min", "errors/min")
+    or n == "pcie_replay_vs_limit_1h"
+)
 META_COLUMNS = (
     "at",
     "key",

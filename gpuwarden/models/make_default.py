@@ -2,12 +2,11 @@
 
 1. simulate the training fleets: the default simulator's (``simdata.fleet_spec()``: 1,024
    GPUs, 97 days, seed 1) and members ``sim.family.TRAIN_SEEDS`` of the randomized family,
-   as long, smaller; every third of those restricted to ``LINK_KINDS``, meant to hold only
-   link and cooling failures (the calibrated mix gives NVLink 2% and cooling 5% of the
-   failures with precursors). As ``LINK_KINDS`` names ``hbm_uncorrectable``, the HBM draw is
-   still allowed and becomes a sudden HBM failure: those fleets have no HBM ramps and no more
-   link failures than the mix gives (docs/models.md says so beside the figures);
-2. train and calibrate on them side by side (``train.train_on_panel``, default options);
+   as long, smaller; every third of those restricted to ``LINK_KINDS``: link and cooling
+   failures with precursors and the sudden kinds other than HBM (the calibrated mix gives
+   NVLink 2% and cooling 5% of the failures with precursors);
+2. train and calibrate on them side by side (``train.train_on_panel``, default options;
+   ``--scale-free`` keeps ``features.ABSOLUTE_FEATURES`` out of the trees);
 3. evaluate on the validation fleet, which it never saw (``simdata.held_out_spec``: seed 2,
    scored hourly from 200 days later for 60 days, after a week of history), and choose the
    threshold from its operating curve (``choose_threshold``);
@@ -33,6 +32,7 @@ import numpy as np
 
 from gpuwarden.models.artifact import DEFAULT_DIR, RiskModel, load_model, save_model
 from gpuwarden.models.evaluate import Evaluation, evaluate_dataset, failures_of
+from gpuwarden.models.features import ABSOLUTE_FEATURES
 from gpuwarden.models.labels import build_dataset, scoring_indices
 from gpuwarden.models.panel import HourlyPanel
 from gpuwarden.models.simdata import (
@@ -48,7 +48,10 @@ from gpuwarden.models.train import TrainOptions, train_on_panel
 #: False flags per 1,000 GPU-days (30-day outcome) the validation fleet may show at the
 #: chosen threshold: half the target of 1, as the fleets the model is judged on differ.
 VALIDATION_BUDGET = 0.5
-#: failure kinds of the link-and-cooling family fleets (with the sudden ones, as in a fleet)
+#: failure kinds of the link-and-cooling family fleets (with the sudden ones, as in a fleet).
+#: No HBM kind: naming ``hbm_uncorrectable`` allows the HBM draw (``sim/_life.py``), which
+#: then takes the HBM share of the mix, so such a fleet held no more link failures than one
+#: as drawn.
 LINK_KINDS = (
     "pcie_degradation",
     "nvlink_degradation",
@@ -57,7 +60,6 @@ LINK_KINDS = (
     "sram_uncorrectable",
     "fell_off_bus",
     "silent_fault",
-    "hbm_uncorrectable",
 )
 
 
@@ -164,6 +166,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--family-nodes", type=int, default=8, help="nodes in each family fleet")
     ap.add_argument("--no-progress", dest="progress", action="store_false")
     ap.add_argument("--trained", type=Path, default=None, help="reuse this model's trees")
+    ap.add_argument(
+        "--scale-free",
+        action="store_true",
+        help="trees without features.ABSOLUTE_FEATURES (error rates in the simulator's units)",
+    )
     args = ap.parse_args(argv)
     t0 = time.time()
     if args.trained is not None:
@@ -179,7 +186,8 @@ def main(argv: list[str] | None = None) -> None:
             f"{n_fail} failures ({time.time() - t0:.0f} s)",
             flush=True,
         )
-        model = train_on_panel(panel, options=TrainOptions(), source=source, progress=args.progress)
+        options = TrainOptions(exclude_features=ABSOLUTE_FEATURES if args.scale_free else ())
+        model = train_on_panel(panel, options=options, source=source, progress=args.progress)
         del panel
         print(f"trained ({model.card['train_seconds']:.0f} s)", flush=True)
     from gpuwarden.sim.family import HELD_OUT_SEEDS, draw_family

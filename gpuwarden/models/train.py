@@ -44,6 +44,8 @@ class TrainOptions:
     #: kind's) ** this in the trees: a fleet's few NVLink failures are not outvoted by its
     #: HBM ones. 0 turns it off; the calibration block stays unweighted either way.
     rare_kind_power: float = 0.5
+    #: features the trees never read (e.g. ``features.ABSOLUTE_FEATURES``); they stay in X
+    exclude_features: tuple[str, ...] = ()
     random_state: int = 0
 
 
@@ -204,6 +206,7 @@ def fit_on_rows(
         method=o.method,
         calibration_share=o.calibration_share,
         negative_subsample=o.negative_subsample,
+        exclude=tuple(o.exclude_features),
         random_state=o.random_state,
     )
     try:

@@ -33,16 +33,18 @@ def make_fleet(
     hours: int = 24,
     risk: dict[int, dict[int, float]] | None = None,
     rule: dict[int, set[int]] | None = None,
+    link: dict[int, set[int]] | None = None,
     failures: tuple[SlotFailure, ...] = (),
     threshold: float = 0.7,
 ) -> ScoredFleet:
     """One node ``n0`` of ``gpus`` GPUs, life ``g`` in slot ``g``, scored at ``T0 + (t+1) h``
     for t < ``hours``. ``risk[g][t]``: the model's risk (default 0.01); ``rule[g]``: hours a rule
-    fires. A life stops reporting once its failure has happened."""
-    risk, rule = risk or {}, rule or {}
+    fires; ``link[g]``: hours a link rule holds. A life stops reporting once its failure has
+    happened."""
+    risk, rule, link = risk or {}, rule or {}, link or {}
     fail_at = {f.slot: f.ts for f in failures}
     at = T0 + (np.arange(hours) + 1) * H
-    ptr, lives, risks, rules = [0], [], [], []
+    ptr, lives, risks, rules, links = [0], [], [], [], []
     for t in range(hours):
         for g in range(gpus):
             if fail_at.get(g, np.inf) <= at[t]:
@@ -50,6 +52,7 @@ def make_fleet(
             lives.append(g)
             risks.append(risk.get(g, {}).get(t, 0.01))
             rules.append(t in rule.get(g, set()))
+            links.append("pcie_link_degraded" if t in link.get(g, set()) else "")
         ptr.append(len(lives))
     return ScoredFleet(
         FleetSpecSummary(1, gpus, hours / 24, 0.3, 1.0),
@@ -63,6 +66,7 @@ def make_fleet(
         np.asarray(risks, dtype=np.float32),
         np.asarray(rules, dtype=bool),
         np.zeros(len(lives), dtype=bool),
+        np.asarray(links, dtype=object),
         np.array([f"GPU-{g}" for g in range(gpus)]),
         np.arange(gpus),
         list(failures),

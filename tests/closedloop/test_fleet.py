@@ -26,7 +26,10 @@ def test_the_sudden_share_reaches_the_simulator(fleet):
 
 def test_each_scoring_hour_holds_the_live_gpus_once(fleet):
     assert fleet.at.size == 24 and fleet.row_ptr.size == 25
-    assert fleet.row_ptr[-1] == fleet.row_life.size == fleet.row_risk.size
+    assert fleet.row_ptr[-1] == fleet.row_life.size == fleet.row_risk.size == fleet.row_link.size
+    assert set(fleet.row_link) <= {"", "pcie_link_degraded", "nvlink_errors_growing"} | {
+        "pcie_link_degraded, nvlink_errors_growing"
+    }
     fail_ts = {f.uuid: f.ts for f in fleet.failures}
     for t, at in enumerate(fleet.at):
         lives = fleet.row_life[fleet.row_ptr[t] : fleet.row_ptr[t + 1]]

@@ -40,6 +40,17 @@ def test_a_flag_before_the_failure_moves_the_replica_in_the_model_arm():
     assert rules.interruptions == 1 and rules.withheld_gpu_h == 0  # no rule fired
 
 
+def test_a_link_rule_moves_the_replica_in_the_model_arm_whatever_the_risk():
+    svc = service()
+    slot = first_gpu_of(svc, 2)
+    fleet = make_fleet(gpus=2, link={slot: set(range(3, 24))}, failures=(failure(slot, 10.5),))
+    model, none = _run(fleet, workload(svc), "model"), _run(fleet, workload(svc), "none")
+    # the risk stays 0.01: the link rule alone marks the GPU at-risk, as in ``serve``
+    assert model.interruptions == 0 and model.preemptions_inference == 1
+    assert model.withheld_gpu_h == 7
+    assert none.interruptions == 1 and none.withheld_gpu_h == 0
+
+
 def test_sudden_failures_count_in_every_arm():
     svc = service()
     slot = first_gpu_of(svc, 2)

@@ -126,3 +126,17 @@ def test_bad_parameters_are_refused():
         TimeSplitCalibratedClassifier(method="magic").fit(X, y, sample_time=t)
     with pytest.raises(ValueError, match="calibration_share"):
         TimeSplitCalibratedClassifier(calibration_share=1.5).fit(X, y, sample_time=t)
+
+
+def test_excluded_features_are_never_read_by_the_trees():
+    X, y, t = _data()
+    est = TimeSplitCalibratedClassifier(
+        HistGradientBoostingClassifier(max_iter=20), exclude=("a",)
+    ).fit(X, y, sample_time=t)
+    assert list(est.used_features_) == [False, True, True, False]
+    # the column is still expected (the reasons read it) but changing it changes nothing
+    np.testing.assert_allclose(est.predict_proba(X), est.predict_proba(X.assign(a=X["a"] * 1e6)))
+    with pytest.raises(ValueError, match="unknown features"):
+        TimeSplitCalibratedClassifier(exclude=("nope",)).fit(X, y, sample_time=t)
+    with pytest.raises(ValueError, match="DataFrame"):
+        TimeSplitCalibratedClassifier(exclude=("a",)).fit(X.to_numpy(), y, sample_time=t)

@@ -4,6 +4,7 @@ and every shape simulates."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import replace
 
 import numpy as np
@@ -73,3 +74,15 @@ def test_every_shape_makes_nvlink_precursors_whose_size_follows_the_magnitude(sh
         crc = res.samples.groupby("uuid")["nvlink_crc_flit_errors_total"].max()
         totals.append(float(np.nansum(crc)))
     assert totals[1] > 20 * totals[0] > 0
+
+
+def test_link_focused_fleets_hold_link_failures_and_no_hbm():
+    """``LINK_KINDS`` once named ``hbm_uncorrectable``, which allows the HBM draw: such a fleet's
+    failures were mostly HBM (sudden) and its link failures as few as in a fleet as drawn."""
+    from gpuwarden.models.make_default import LINK_KINDS
+
+    spec = replace(F.draw_family(100, nodes=4, days=20).spec, kinds=LINK_KINDS, accel=200)
+    kinds = Counter(f.kind for f in Fleet(spec).run().failures)
+    assert not {"hbm_degradation", "hbm_uncorrectable"} & set(kinds)
+    links = kinds["pcie_degradation"] + kinds["nvlink_degradation"]
+    assert links > sum(kinds.values()) / 2, kinds
