@@ -181,10 +181,12 @@ class _Long:
         order_of[rank.index.to_numpy()] = np.arange(len(gpus))
         r = order_of[g]
         row, key_ts, key_rank = _rows(ts, r, len(gpus), step)
-        grid = np.full((len(key_ts), len(columns)), np.nan)
-        cell = row * len(columns) + c
+        # a column of the grid is one contiguous array: the screen and the frame read them so
+        by_column = np.full((len(columns), len(key_ts)), np.nan)
+        grid = by_column.T  # rows x columns, as the screen indexes it
+        cell = c * len(key_ts) + row  # into by_column
         if self.once:  # one series per GPU and column
-            grid.flat[cell] = values
+            by_column.flat[cell] = values
         else:  # a GPU's series split in two (a relabel, MIG copies): combine per cell
             combined = pd.DataFrame(
                 {
@@ -196,16 +198,16 @@ class _Long:
             avg = combined[combined["mean"]].groupby("cell")["v"].mean()
             top = combined[~combined["mean"]].groupby("cell")["v"].max()
             for part in (avg, top):
-                grid.flat[part.index.to_numpy()] = part.to_numpy()
+                by_column.flat[part.index.to_numpy()] = part.to_numpy()
         at = rank.index.to_numpy()[key_rank]  # the inventory row of each output row
         _screen(grid, columns, gpus["model"].to_numpy()[at])
-        out = pd.DataFrame({"ts": key_ts.astype(np.float64)})
+        data: dict[str, np.ndarray] = {"ts": key_ts.astype(np.float64)}
         for col in _ID:
             values_of = gpus[col].to_numpy()[at] if col != "uuid" else gpus.index.to_numpy()[at]
-            out[col] = values_of.astype(np.int64) if col == "gpu" else values_of
+            data[col] = values_of.astype(np.int64) if col == "gpu" else values_of
         for j, name in enumerate(columns):
-            out[name] = grid[:, j]
-        return out
+            data[name] = by_column[j]
+        return pd.DataFrame(data)
 
 
 def _rows(
