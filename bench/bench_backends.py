@@ -7,6 +7,8 @@ it to VictoriaMetrics against SQLite's ``write_frame``: the same simulated histo
         --backends sqlite,victoriametrics --vm-rollups sqlite \
         --workdir /tmp/w10k                                          # the issue's fleet (~1 h)
     .venv/bin/python bench/bench_backends.py --from /tmp/w10k         # score it again (minutes)
+    .venv/bin/python bench/bench_backends.py --from /tmp/w10k \
+        --backends sqlite,prometheus           # Prometheus loaded from its SQLite (~30 min)
 
 The fleet is simulated a day at a time (``--step`` seconds between samples) and each day is
 written to a fresh SQLite file (``write_frame``; ``compact`` into hourly rollups at the end, as
@@ -15,8 +17,11 @@ import API). VictoriaMetrics then keeps hourly rollups as series: rolled up by t
 (``compact``, ``--vm-rollups compact``), or, where that takes too long (about 2 minutes a day
 of 2,048 GPUs here), SQLite's own rollups imported (``write_rollups``, ``--vm-rollups
 sqlite``: the same values, the same series a compact writes). Prometheus (no rollups kept:
-every hour is rolled up by the server when it is read) gets blocks backfilled by promtool
-before it starts (read-only: no write figure; the frames are kept in memory for it). Each
+every hour is rolled up by the server when it is read) gets each simulated day through its
+remote-write receiver (tests/store/prom_remote_write.py; read-only for gpuwarden: a load
+figure, no write figure), then compacts its blocks before scoring. ``--from`` a workdir whose
+run left Prometheus out loads it from that run's SQLite file instead (its raw samples,
+events and failures), so a 10,000-GPU history need not be simulated again. Each
 backend then scores the whole fleet half an hour into the last hour, as ``gpuwarden score``
 does; the time is split into the store read (``read_history``: the hourly window, GPUs,
 events, failures) and features plus model, best of ``--repeat``, with the CPU seconds of the
@@ -39,6 +44,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pandas as pd
+from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "store"))  # the test suite's server helpers
@@ -58,7 +64,7 @@ from gpuwarden.sim import Fleet  # noqa: E402
 from gpuwarden.store.prometheus import PrometheusStore  # noqa: E402
 from gpuwarden.store.sqlite import SqliteStore  # noqa: E402
 from gpuwarden.store.victoriametrics import VictoriaMetricsStore  # noqa: E402
-from gpuwarden.telemetry import FRAME_ID_COLUMNS  # noqa: E402
+from gpuwarden.telemetry import FRAME_ID_COLUMNS, Event, Failure, GpuId  # noqa: E402
 
 
 def simulate(gpus: int, days: float, step_s: int, end: float) -> Fleet:
@@ -109,6 +115,34 @@ def load_prometheus(loader, load, server_pid, frames, events, failures) -> None:
     load["s"] += time.perf_counter() - t0
     load["client_cpu"] += cpu_s() - c0
     load["server_cpu"] += cpu_s(server_pid) - s0
+
+
+def load_from_sqlite(sqlite, loader, load, server_pid, start: float, end: float) -> None:
+    """Prometheus given what the SQLite store of a ``--workdir`` run holds, a day at a time:
+    its raw samples, events and failures (the history SQLite scores from)."""
+    gpus = sqlite.gpus().drop_duplicates("uuid", keep="last").set_index("uuid")
+
+    def gpu(r) -> GpuId:
+        g = gpus.loc[r.uuid]
+        return GpuId(r.hostname, int(r.gpu), r.uuid, g.pci_bus_id, g.model, g.rack)
+
+    def value(x):
+        return None if pd.isna(x) else x
+
+    day = 86400.0
+    for a in tqdm(np.arange(start // day * day, end, day), desc="sqlite -> prometheus"):
+        frame = sqlite.read_samples(start=a, end=a + day)
+        frame["rack"] = gpus["rack"].reindex(frame["uuid"]).to_numpy()
+        events = [
+            Event(r.ts, gpu(r), r.kind, value(r.code), r.detail or "")
+            for r in sqlite.read_events(start=a, end=a + day).itertuples()
+        ]
+        load_prometheus(loader, load, server_pid, [frame], events, [])
+    failures = [
+        Failure(r.ts, gpu(r), r.kind, value(r.precursor_start_ts), value(r.repair_s), value(r.xid))
+        for r in sqlite.read_failures().itertuples()
+    ]
+    load_prometheus(loader, load, server_pid, [], [], failures)
 
 
 def settle(pid: int, quiet_s: float = 5.0) -> None:
@@ -197,16 +231,22 @@ def main() -> None:
             stores["victoriametrics"] = VictoriaMetricsStore(vm.url)
         if "prometheus" in backends:
             kept = (work / "prom" / "data").exists()
-            if args.reuse and not kept:
-                sys.exit(f"{work} holds no Prometheus data (a --workdir run without prometheus)")
             if not args.reuse and kept:
                 sys.exit(f"{work / 'prom'} exists: score it with --from, or use a new --workdir")
             # a kept one replays its write-ahead log first: a minute or two at 10,000 GPUs
             prom = start_prometheus(work / "prom", timeout_s=1800.0)
             daemons.append(prom)
             pids["prometheus"] = prom.proc.pid
-            if not args.reuse:
+            if not kept:
                 loader = prom_remote_write.RemoteWriter(prom.url)
+            if args.reuse and loader:  # a --workdir run without prometheus: SQLite's history
+                t = time.perf_counter()
+                load_from_sqlite(sqlite, loader, load, prom.proc.pid, end - args.days * 86400, end)
+                loader.close()
+                meta["prometheus_load"] = {**load, "samples": loader.samples, "from": "sqlite"}
+                (work / "meta.json").write_text(json.dumps(meta))
+                print(f"prometheus: loaded from sqlite in {time.perf_counter() - t:.0f} s",
+                      flush=True)  # fmt: skip
         if args.reuse:
             n_rows, n_fields = meta["rows"], meta["fields"]
         else:
