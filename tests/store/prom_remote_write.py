@@ -21,6 +21,7 @@ compressing costs over a loopback connection.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -45,6 +46,7 @@ _HEADERS = {
 _MIN_MS, _MAX_MS = 1 << 35, 1 << 42  # the times a 6-byte varint holds: 1971 to 2109
 
 
+@functools.cache
 def _varint(n: int) -> bytes:
     out = bytearray()
     while n >= 0x80:
@@ -90,28 +92,31 @@ def snappy_literal(data: bytes) -> bytes:
 def _window(series: Sequence[_series.Series], labels: list[bytes]) -> Iterator[bytes]:
     """WriteRequest bodies for ``series`` (one window; ``labels`` their encoded labels), each
     a run of whole series: they may be appended together."""
-    ts, values, ids = [], [], []
-    for i, s in enumerate(series):
-        order = np.argsort(s.ts_ms, kind="stable")
-        t, v = s.ts_ms[order], s.values[order]
-        last = np.r_[t[1:] != t[:-1], True]  # the same time written again: the last one
-        ts.append(t[last])
-        values.append(v[last])
-        ids.append(np.full(int(last.sum()), i, dtype=np.int32))
-    t_all, v_all, id_all = np.concatenate(ts), np.concatenate(values), np.concatenate(ids)
+    ts, values = [], []
+    for s in series:
+        t, v = s.ts_ms, s.values
+        if len(t) > 1 and not (t[1:] > t[:-1]).all():
+            order = np.argsort(t, kind="stable")
+            t, v = t[order], v[order]
+            last = np.append(t[1:] != t[:-1], True)  # a time written again: the last value
+            t, v = t[last], v[last]
+        ts.append(t)
+        values.append(v)
+    t_all, v_all = np.concatenate(ts), np.concatenate(values)
+    id_all = np.repeat(np.arange(len(ts), dtype=np.int64), [len(t) for t in ts])
     if t_all.min() < _MIN_MS or t_all.max() >= _MAX_MS:
         raise ValueError("sample times must lie between 1971 and 2109")
     starts = np.r_[0, np.cumsum([len(t) for t in ts])]
     n = len(t_all)
+    at = starts.tolist()
     cuts = np.unique(starts[np.searchsorted(starts, np.arange(0, n, REQUEST_SAMPLES), "right") - 1])
     for lo, hi in zip(cuts.tolist(), [*cuts[1:].tolist(), n], strict=True):
         rows = memoryview(_samples(t_all[lo:hi], v_all[lo:hi]))
         parts: list[bytes | memoryview] = []
         for i in range(int(id_all[lo]), int(id_all[hi - 1]) + 1):
-            a, b = starts[i] - lo, starts[i + 1] - lo
-            if b > a:
-                head = labels[i]
-                parts += (b"\x0a", _varint(len(head) + 18 * (b - a)), head, rows[18 * a : 18 * b])
+            a, b = at[i] - lo, at[i + 1] - lo
+            head = labels[i]
+            parts += (b"\x0a", _varint(len(head) + 18 * (b - a)), head, rows[18 * a : 18 * b])
         yield snappy_literal(b"".join(parts))
 
 
@@ -147,11 +152,15 @@ class RemoteWriter:
         for s in series:
             key = tuple(sorted(s.labels.items()))
             which = s.ts_ms // WINDOW_MS
-            cuts = np.r_[0, np.flatnonzero(np.diff(which)) + 1, len(which)]
-            for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
-                if hi > lo:
-                    part = _series.Series(s.labels, s.ts_ms[lo:hi], s.values[lo:hi])
-                    windows.setdefault(int(which[lo]), {}).setdefault(key, []).append(part)
+            if len(which) == 0:
+                continue
+            if which[0] == which[-1] and (len(which) < 3 or (which == which[0]).all()):
+                windows.setdefault(int(which[0]), {}).setdefault(key, []).append(s)
+                continue
+            cuts = [0, *(np.flatnonzero(np.diff(which)) + 1).tolist(), len(which)]
+            for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+                part = _series.Series(s.labels, s.ts_ms[lo:hi], s.values[lo:hi])
+                windows.setdefault(int(which[lo]), {}).setdefault(key, []).append(part)
         for w in sorted(windows):
             merged = [
                 _series.Series(parts[0].labels, *_joined(parts)) for parts in windows[w].values()
