@@ -355,19 +355,12 @@ def rollups(
         # Prometheus' engine ORs a bitmask's bits over time with a subquery per bit, each
         # reading every raw sample again: reading the raw samples once and ORing them here
         # (``window.bucketed``, as for the hour under way) costs it several times less
-        kw = dict(progress=progress, interval_s=interval_s, sequential=sequential)
         rest = [f for f in fields if f not in masks]
         gauges = rollups(
-            api,
-            target,
-            first=first,
-            end=end,
-            fields=rest,
-            resolution_s=r,
-            bit_step_s=bit_step_s,
-            whole=whole,
-            **kw,
-        )  # type: ignore[arg-type]
+            api, target, first=first, end=end, fields=rest, resolution_s=r,
+            bit_step_s=bit_step_s, whole=whole, progress=progress, interval_s=interval_s,
+            sequential=sequential,
+        )  # fmt: skip
         samples = raw(api, target, start=first, end=max(end, whole_end), fields=masks,
                       interval_s=interval_s)  # fmt: skip
         return _joined(gauges, window.bucketed(samples, masks, r), fields)
