@@ -364,9 +364,10 @@ def rollups(
         samples = raw(api, target, start=first, end=max(end, whole_end), fields=masks,
                       interval_s=interval_s)  # fmt: skip
         return _joined(gauges, window.bucketed(samples, masks, r), fields)
-    per_gpu = len(fields)
-    # raw samples one GPU's bucket scans: a bitmask field steps through it once per bit
-    weight = sum(BITMASK_BITS if is_bitmask(f) else 1 for f in fields)
+    # raw samples one GPU's bucket scans: a bitmask field steps through it once per bit;
+    # Prometheus' engine gets a query per field (``_queries``), so a query's share is one's
+    weights = [BITMASK_BITS if is_bitmask(f) else 1 for f in fields]
+    per_gpu, weight = (len(fields), sum(weights)) if dialect.tfuncs else (1, max(weights))
     scan = weight * max(1.0, r / max(interval_s, 1e-3))
     steps = max(1, min(MAX_STEPS, int(round((whole_end - first) / r)), 168))
     per_group = min(api.max_points // (per_gpu * steps), int(MAX_SCAN // (scan * steps)))
@@ -374,25 +375,24 @@ def rollups(
         steps = max(1, min(steps, api.max_points // per_gpu, int(MAX_SCAN // scan)))
     per_group = max(1, min(len(target.gpus), per_group))
     groups = _fit(target, per_group, fields, r, dialect, bit_step_s)
-    work: list[tuple[list[list[str]], float, float, float]] = []
-    for alt in groups:
-        for a, b in time_spans(first, whole_end, steps * r):
-            work.append((alt, a, b, r))  # eval at a + r ... b: the buckets [a, b)
-        if end > whole_end:
-            work.append((alt, whole_end, end, end - whole_end))  # the partial bucket
+    spans = [(a, b, r) for a, b in time_spans(first, whole_end, steps * r)]  # eval a + r ... b
+    if end > whole_end:
+        spans.append((whole_end, end, end - whole_end))  # the partial bucket
+    work = [
+        (query, a, b, width)
+        for alt in groups
+        for matchers in alt
+        for a, b, width in spans
+        for query in _queries(fields, matchers, width, dialect, bit_step_s, partial=width != r)
+    ]
     out = _Long(fields, target)
     means = {f for f in fields if f in FIELDS_BY_NAME and rollup_agg(FIELDS_BY_NAME[f]) == "mean"}
 
-    def one(item: tuple[list[list[str]], float, float, float]) -> list[tuple[Raw, float]]:
-        alternatives, a, b, width = item
-        got: list[tuple[Raw, float]] = []
-        for matchers in alternatives:
-            for query in _queries(fields, matchers, width, dialect, bit_step_s, partial=width != r):
-                if width == r:
-                    got += [(x, r) for x in api.query_range(query, a + r, b, r)]
-                else:
-                    got += [(x, width) for x in api.query(query, b)]
-        return got
+    def one(item: tuple[str, float, float, float]) -> list[tuple[Raw, float]]:
+        query, a, b, width = item
+        if width == r:
+            return [(x, r) for x in api.query_range(query, a + r, b, r)]
+        return [(x, width) for x in api.query(query, b)]
 
     answers = map(one, work) if sequential else api.map(one, work)
     for results in tqdm(answers, total=len(work), disable=not progress, desc="rollups"):
