@@ -375,7 +375,7 @@ def rollups(
         steps = max(1, min(steps, api.max_points // per_gpu, int(MAX_SCAN // scan)))
     per_group = max(1, min(len(target.gpus), per_group))
     groups = _fit(target, per_group, fields, r, dialect, bit_step_s)
-    spans = [(a, b, r) for a, b in time_spans(first, whole_end, steps * r)]  # eval a + r ... b
+    spans = [(a, b, float(r)) for a, b in time_spans(first, whole_end, steps * r)]  # eval a+r..b
     if end > whole_end:
         spans.append((whole_end, end, end - whole_end))  # the partial bucket
     work = [
