@@ -145,10 +145,25 @@ def load_from_sqlite(sqlite, loader, load, server_pid, start: float, end: float)
     load_prometheus(loader, load, server_pid, [], [], failures)
 
 
-def settle(pid: int, quiet_s: float = 5.0) -> None:
-    """Wait until the server at ``pid`` has used under 5% of a core for ``quiet_s`` seconds:
-    Prometheus compacts the blocks it cut while loading, and scoring should not pay for it."""
+def settle(url: str, pid: int, quiet_s: float = 5.0) -> None:
+    """Wait until Prometheus (``url``, process ``pid``) has cut its head into blocks (it does
+    once its head spans 1.5 blocks; started again on a kept history, only at its first
+    once-a-minute check) and then used under 5% of a core for ``quiet_s`` seconds: scoring
+    should not pay for its compactions."""
+    block_ms = 2 * prom_remote_write.WINDOW_MS  # the head appends half a block behind
     while True:
+        time.sleep(quiet_s)
+        head = {}
+        for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
+            name, _, value = line.partition(" ")
+            if name in ("prometheus_tsdb_head_min_time", "prometheus_tsdb_head_max_time"):
+                head[name] = float(value)
+        if (
+            len(head) == 2
+            and head["prometheus_tsdb_head_max_time"] - head["prometheus_tsdb_head_min_time"]
+            > 1.5 * block_ms
+        ):
+            continue
         c0 = cpu_s(pid)
         time.sleep(quiet_s)
         if cpu_s(pid) - c0 < 0.05 * quiet_s:
@@ -302,7 +317,7 @@ def main() -> None:
                 (work / "meta.json").write_text(json.dumps(meta))
         if "prometheus" in backends:
             t = time.perf_counter()
-            settle(prom.proc.pid)
+            settle(prom.url, prom.proc.pid)
             print(f"prometheus: compactions done in {time.perf_counter() - t:.0f} s", flush=True)
             # its per-bit subqueries take tens of seconds on a loaded machine
             stores["prometheus"] = PrometheusStore(prom.url, timeout_s=600.0)
