@@ -8,6 +8,8 @@ it to VictoriaMetrics against SQLite's ``write_frame``: the same simulated histo
         --workdir /tmp/w10k                                          # the issue's fleet (~1 h)
     .venv/bin/python bench/bench_backends.py --from /tmp/w10k         # score it again (minutes)
     .venv/bin/python bench/bench_backends.py --from /tmp/w10k --vm-json  # and through JSON
+    .venv/bin/python bench/bench_backends.py --from /tmp/w10k \
+        --backends sqlite,prometheus           # Prometheus loaded from its SQLite (~30 min)
 
 The fleet is simulated a day at a time (``--step`` seconds between samples) and each day is
 written to a fresh SQLite file (``write_frame``; ``compact`` into hourly rollups at the end, as
@@ -16,8 +18,11 @@ import API). VictoriaMetrics then keeps hourly rollups as series: rolled up by t
 (``compact``, ``--vm-rollups compact``), or, where that takes too long (about 2 minutes a day
 of 2,048 GPUs here), SQLite's own rollups imported (``write_rollups``, ``--vm-rollups
 sqlite``: the same values, the same series a compact writes). Prometheus (no rollups kept:
-every hour is rolled up by the server when it is read) gets blocks backfilled by promtool
-before it starts (read-only: no write figure; the frames are kept in memory for it). Each
+every hour is rolled up by the server when it is read) gets each simulated day through its
+remote-write receiver (tests/store/prom_remote_write.py; read-only for gpuwarden: a load
+figure, no write figure), then compacts its blocks before scoring. ``--from`` a workdir whose
+run left Prometheus out loads it from that run's SQLite file instead (its raw samples,
+events and failures), so a 10,000-GPU history need not be simulated again. Each
 backend then scores the whole fleet half an hour into the last hour, as ``gpuwarden score``
 does; the time is split into the store read (``read_history``: the hourly window, GPUs,
 events, failures) and features plus model, best of ``--repeat``, with the CPU seconds of the
@@ -42,13 +47,15 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pandas as pd
+from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "store"))  # the test suite's server helpers
 
 from tsdb_servers import (  # noqa: E402
     history_series,
-    start_prometheus_with,
+    prom_remote_write,
+    start_prometheus,
     start_victoriametrics,
 )
 
@@ -60,7 +67,7 @@ from gpuwarden.sim import Fleet  # noqa: E402
 from gpuwarden.store.prometheus import PrometheusStore  # noqa: E402
 from gpuwarden.store.sqlite import SqliteStore  # noqa: E402
 from gpuwarden.store.victoriametrics import VictoriaMetricsStore  # noqa: E402
-from gpuwarden.telemetry import FRAME_ID_COLUMNS  # noqa: E402
+from gpuwarden.telemetry import FRAME_ID_COLUMNS, Event, Failure, GpuId  # noqa: E402
 
 
 def simulate(gpus: int, days: float, step_s: int, end: float) -> Fleet:
@@ -109,6 +116,67 @@ def forget(store) -> None:
         store._inv = None
         store._interval_s = None
         store._until_at = -math.inf
+def load_prometheus(loader, load, server_pid, frames, events, failures) -> None:
+    """Write a day of the history to Prometheus (remote write), adding to ``load``'s wall and
+    CPU seconds."""
+    t0, c0, s0 = time.perf_counter(), cpu_s(), cpu_s(server_pid)
+    loader.write(history_series(frames, events, failures, source="sim"))
+    load["s"] += time.perf_counter() - t0
+    load["client_cpu"] += cpu_s() - c0
+    load["server_cpu"] += cpu_s(server_pid) - s0
+
+
+def load_from_sqlite(sqlite, loader, load, server_pid, start: float, end: float) -> None:
+    """Prometheus given what the SQLite store of a ``--workdir`` run holds, a day at a time:
+    its raw samples, events and failures (the history SQLite scores from)."""
+    gpus = sqlite.gpus().drop_duplicates("uuid", keep="last").set_index("uuid")
+
+    def gpu(r) -> GpuId:
+        g = gpus.loc[r.uuid]
+        return GpuId(r.hostname, int(r.gpu), r.uuid, g.pci_bus_id, g.model, g.rack)
+
+    def value(x):
+        return None if pd.isna(x) else x
+
+    day = 86400.0
+    for a in tqdm(np.arange(start // day * day, end, day), desc="sqlite -> prometheus"):
+        frame = sqlite.read_samples(start=a, end=a + day)
+        frame["rack"] = gpus["rack"].reindex(frame["uuid"]).to_numpy()
+        events = [
+            Event(r.ts, gpu(r), r.kind, value(r.code), r.detail or "")
+            for r in sqlite.read_events(start=a, end=a + day).itertuples()
+        ]
+        load_prometheus(loader, load, server_pid, [frame], events, [])
+    failures = [
+        Failure(r.ts, gpu(r), r.kind, value(r.precursor_start_ts), value(r.repair_s), value(r.xid))
+        for r in sqlite.read_failures().itertuples()
+    ]
+    load_prometheus(loader, load, server_pid, [], [], failures)
+
+
+def settle(url: str, pid: int, quiet_s: float = 5.0) -> None:
+    """Wait until Prometheus (``url``, process ``pid``) has cut its head into blocks (it does
+    once its head spans 1.5 blocks; started again on a kept history, only at its first
+    once-a-minute check) and then used under 5% of a core for ``quiet_s`` seconds: scoring
+    should not pay for its compactions."""
+    block_ms = 2 * prom_remote_write.WINDOW_MS  # the head appends half a block behind
+    while True:
+        time.sleep(quiet_s)
+        head = {}
+        for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
+            name, _, value = line.partition(" ")
+            if name in ("prometheus_tsdb_head_min_time", "prometheus_tsdb_head_max_time"):
+                head[name] = float(value)
+        if (
+            len(head) == 2
+            and head["prometheus_tsdb_head_max_time"] - head["prometheus_tsdb_head_min_time"]
+            > 1.5 * block_ms
+        ):
+            continue
+        c0 = cpu_s(pid)
+        time.sleep(quiet_s)
+        if cpu_s(pid) - c0 < 0.05 * quiet_s:
+            return
 
 
 def score(
@@ -168,7 +236,6 @@ def main() -> None:
         meta = json.loads((work / "meta.json").read_text())
         end = meta["end"]
         args.gpus, args.days, args.step = meta["gpus"], meta["days"], meta["step"]
-        backends = [b for b in backends if b != "prometheus"]  # its blocks are not kept
     at = end - 1800.0  # half an hour into the last hour, as bench_score.py
     model = load_model(None)
     stores: dict[str, object] = {}
@@ -177,8 +244,8 @@ def main() -> None:
         writes = {k: v for k, v in meta["writes"].items() if k in backends}
     daemons = []
     pids: dict[str, int] = {}
-    kept: list = []  # the frames, for promtool
-    events: list = []
+    loader = None  # Prometheus' remote-write client while the history is written
+    load = {"s": 0.0, "client_cpu": 0.0, "server_cpu": 0.0}
     n_rows = n_fields = 0
     try:
         sqlite = SqliteStore(work / "fleet.db", chunk_rows=200_000)
@@ -188,6 +255,24 @@ def main() -> None:
             daemons.append(vm)
             pids["victoriametrics"] = vm.proc.pid
             stores["victoriametrics"] = VictoriaMetricsStore(vm.url)
+        if "prometheus" in backends:
+            kept = (work / "prom" / "data").exists()
+            if not args.reuse and kept:
+                sys.exit(f"{work / 'prom'} exists: score it with --from, or use a new --workdir")
+            # a kept one replays its write-ahead log first: a minute or two at 10,000 GPUs
+            prom = start_prometheus(work / "prom", timeout_s=1800.0)
+            daemons.append(prom)
+            pids["prometheus"] = prom.proc.pid
+            if not kept:
+                loader = prom_remote_write.RemoteWriter(prom.url)
+            if args.reuse and loader:  # a --workdir run without prometheus: SQLite's history
+                t = time.perf_counter()
+                load_from_sqlite(sqlite, loader, load, prom.proc.pid, end - args.days * 86400, end)
+                loader.close()
+                meta["prometheus_load"] = {**load, "samples": loader.samples, "from": "sqlite"}
+                (work / "meta.json").write_text(json.dumps(meta))
+                print(f"prometheus: loaded from sqlite in {time.perf_counter() - t:.0f} s",
+                      flush=True)  # fmt: skip
         if args.reuse:
             n_rows, n_fields = meta["rows"], meta["fields"]
         else:
@@ -199,12 +284,19 @@ def main() -> None:
                 n_fields = len([c for c in frame.columns if c not in (*FRAME_ID_COLUMNS, "rack")])
                 for name in writes:
                     writes[name] += write(stores[name], [frame], chunk.events, [])
-                events += chunk.events
-                if "prometheus" in backends:
-                    kept.append(frame)
+                if loader:
+                    load_prometheus(loader, load, prom.proc.pid, [frame], chunk.events, [])
             failures = list(fleet.failures)
             for name in writes:
                 writes[name] += write(stores[name], [], [], failures)
+            if loader:
+                load_prometheus(loader, load, prom.proc.pid, [], [], failures)
+                loader.close()
+                rate = loader.samples / load["s"]
+                print(f"prometheus: {loader.samples:,} samples through remote write in "
+                      f"{load['s']:.0f} s ({rate:,.0f} samples/s; CPU s: client "
+                      f"{load['client_cpu']:.0f}, server {load['server_cpu']:.0f})", flush=True)  # fmt: skip
+                meta["prometheus_load"] = {**load, "samples": loader.samples}
             print(f"simulated and written {n_rows:,} rows x {n_fields} fields ({args.gpus} GPUs, "
                   f"{args.days:g} d, {args.step} s) in {time.perf_counter() - t0:.0f} s; "
                   f"writes: {', '.join(f'{k} {v:.0f} s' for k, v in writes.items())}",
@@ -230,19 +322,14 @@ def main() -> None:
                       f"{size / max(rows, 1):.2f} bytes a sample", flush=True)  # fmt: skip
             if args.workdir:  # kept for --from
                 meta = {
-                    "end": end, "gpus": args.gpus, "days": args.days, "step": args.step,
+                    **meta, "end": end, "gpus": args.gpus, "days": args.days, "step": args.step,
                     "rows": n_rows, "fields": n_fields, "writes": writes,
                 }  # fmt: skip
                 (work / "meta.json").write_text(json.dumps(meta))
         if "prometheus" in backends:
             t = time.perf_counter()
-            prom = start_prometheus_with(
-                work / "prom", history_series(kept, events, failures, source="sim")
-            )
-            daemons.append(prom)
-            pids["prometheus"] = prom.proc.pid
-            print(f"prometheus: backfilled (promtool) and started in "
-                  f"{time.perf_counter() - t:.0f} s", flush=True)  # fmt: skip
+            settle(prom.url, prom.proc.pid)
+            print(f"prometheus: compactions done in {time.perf_counter() - t:.0f} s", flush=True)
             # its per-bit subqueries take tens of seconds on a loaded machine
             stores["prometheus"] = PrometheusStore(prom.url, timeout_s=600.0)
         if args.vm_json and "victoriametrics" in stores:
@@ -250,7 +337,6 @@ def main() -> None:
             as_json.api.native = False  # type: ignore[attr-defined]
             stores["victoriametrics-json"] = as_json
             pids["victoriametrics-json"] = vm.proc.pid
-        del kept, events
         results: dict[str, tuple[dict[str, float], pd.DataFrame]] = {}
         # the backends in turn, each run once a round: the shared machine's load, which
         # drifts over minutes, weighs on all of them alike
@@ -281,6 +367,11 @@ def main() -> None:
         print(f"{name:<21}{run['read']:>8.2f}{run['rest']:>8.2f}{run['total']:>9.2f}"
               f"{run['total'] / base['total']:>9.2f}x{int(run['gpus']):>7}{same:>11.1%}"
               f"{close:>14.1%}{run['read_cpu']:>11.2f}{run['server_cpu']:>13.2f}")  # fmt: skip
+    if "prometheus_load" in meta and "prometheus" in results:
+        pl = meta["prometheus_load"]
+        print(f"prometheus loaded through remote write: {pl['samples']:,} samples in "
+              f"{pl['s']:.0f} s, {pl['samples'] / pl['s']:,.0f} samples/s (CPU s: client "
+              f"{pl['client_cpu']:.0f}, server {pl['server_cpu']:.0f})")  # fmt: skip
     print()
     print(f"{'writes':<16}{'seconds':>8}{'rows/s':>12}{'values/s':>12}{'vs sqlite':>10}")
     for name, seconds in writes.items():

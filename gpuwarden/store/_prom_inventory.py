@@ -5,16 +5,17 @@ The server has no table of GPUs: they are the label sets of the series that say 
 
     VictoriaMetrics   one query each: ``tfirst_over_time`` / ``tlast_over_time`` over the span.
     Prometheus        a day at a time first (``count_over_time``, one point per GPU and day,
-                      cheap), then, in the first and the last day each GPU reported, a
-                      five-minute subquery over ``timestamp()``: the last sample exactly, the
-                      first to five minutes. A subquery over the whole span steps through
-                      every minute of it and takes Prometheus tens of seconds.
+                      cheap), then an hour at a time in the first and the last day each GPU
+                      reported, then, in its first and last hour, a five-minute subquery over
+                      ``timestamp()``: the last sample exactly, the first to five minutes. A
+                      subquery over the whole span steps through every minute of it and takes
+                      Prometheus tens of seconds; over a day, 24 times an hour's.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,7 @@ from gpuwarden.store._promql import GPU_BY, Dialect, quote, selector
 
 GPU_COLUMNS = ["hostname", "gpu", "uuid", "pci_bus_id", "model", "rack", "first_ts", "last_ts"]
 DAY_S = 86400.0
+HOUR_S = 3600.0
 #: Prometheus' fine pass steps this often; its lookback (5 minutes) sees every sample.
 FINE_STEP_S = 300
 
@@ -40,9 +42,12 @@ def seen(api: PromApi, names: Sequence[str], since: float, now: float) -> pd.Dat
         last = api.query(f"max by ({GPU_BY}) (tlast_over_time({sel}[{d.range(at - since)}]))", at)
         first = api.query(f"min by ({GPU_BY}) (tfirst_over_time({sel}[{d.range(at - since)}]))", at)
         return rows(last, first)
-    days = _days(api, names, since, at)
-    last = _fine(api, names, d, {max(ts) for ts in days.values()}, first=False)
-    first = _fine(api, names, d, {min(ts) for ts in days.values()}, first=True)
+    n = max(1, math.ceil((at - since) / DAY_S))
+    days = _periods(api, names, [at], n * DAY_S, DAY_S)
+    last_days = _periods(api, names, {max(ts) for ts in days.values()}, DAY_S, HOUR_S)
+    first_days = _periods(api, names, {min(ts) for ts in days.values()}, DAY_S, HOUR_S)
+    last = _fine(api, names, d, {max(ts) for ts in last_days.values()}, first=False)
+    first = _fine(api, names, d, {min(ts) for ts in first_days.values()}, first=True)
     return rows(last, first)
 
 
@@ -56,26 +61,29 @@ def _tagged(names: Sequence[str], fn: str) -> str:
     )
 
 
-def _days(api: PromApi, names: Sequence[str], since: float, at: float) -> dict[str, list[float]]:
-    """GPU (its labels, as a key) -> the ends of the days (``at``, ``at`` - 1 d, ...) with a
-    sample in the day before them."""
+def _periods(
+    api: PromApi, names: Sequence[str], ends: Iterable[float], span_s: float, width_s: float
+) -> dict[str, list[float]]:
+    """GPU (its labels, as a key) -> the ends of the periods ``width_s`` long, in the
+    ``span_s`` before each of ``ends``, with a sample in them."""
     d = api.dialect
-    expr = f"max by ({GPU_BY}) ({_tagged(names, 'count_over_time({}[' + d.range(DAY_S) + '])')})"
-    n = max(1, math.ceil((at - since) / DAY_S))
+    count = "count_over_time({}[" + d.range(width_s) + "])"
+    expr = f"max by ({GPU_BY}) ({_tagged(names, count)})"
     out: dict[str, list[float]] = {}
-    for a, b in time_spans(at - n * DAY_S, at, MAX_STEPS * DAY_S):
-        for r in api.query_range(expr, a + DAY_S, b, DAY_S):
-            out.setdefault(_key(r.labels), []).extend(r.ts.tolist())
+    for end in sorted(set(ends)):
+        for a, b in time_spans(end - span_s, end, MAX_STEPS * width_s):
+            for r in api.query_range(expr, a + width_s, b, width_s):
+                out.setdefault(_key(r.labels), []).extend(r.ts.tolist())
     return out
 
 
 def _fine(
     api: PromApi, names: Sequence[str], d: Dialect, ends: set[float], *, first: bool
 ) -> list[_series.Raw]:
-    """Per GPU, its first or last sample time in each day ending at ``ends``."""
+    """Per GPU, its first or last sample time in each hour ending at ``ends``."""
     agg, fn = ("min", "min_over_time") if first else ("max", "max_over_time")
     stamps = f"{agg} by ({GPU_BY}) ({_tagged(names, 'timestamp({})')})"
-    expr = f"{agg} by ({GPU_BY}) ({fn}(({stamps})[{d.range(DAY_S)}:{FINE_STEP_S}s]))"
+    expr = f"{agg} by ({GPU_BY}) ({fn}(({stamps})[{d.range(HOUR_S)}:{FINE_STEP_S}s]))"
     out: list[_series.Raw] = []
     for part in api.map(lambda t: api.query(expr, t), sorted(ends)):
         out += part

@@ -3,37 +3,39 @@ directories (tests/integration/conftest.py starts and stops them; a missing bina
 test when CI=true).
 
     vm = start_victoriametrics(tmp)                 # empty, keeps 100 years, dedups to 1 ms
-    prom = start_prometheus_with(tmp, series)       # series backfilled as blocks, then started
+    prom = start_prometheus_with(tmp, series)       # started, then series written to it
 
-Prometheus is read-only, so it is loaded the way a fleet's history gets into one after the
-fact: ``promtool tsdb create-blocks-from openmetrics`` into its data directory, before it
-starts, with a retention long enough that it deletes nothing.
+gpuwarden only reads Prometheus, so the tests load it through its remote-write receiver
+(``prom_remote_write``), in time order, with a retention long enough that it deletes nothing.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import subprocess
+import json
 import sys
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from gpuwarden.store import _series
 from gpuwarden.store._frames import frame_rows
 from gpuwarden.telemetry import Event, Failure
 
-_spec = importlib.util.spec_from_file_location(
-    "integration_daemons", Path(__file__).parents[1] / "integration" / "conftest.py"
-)
-assert _spec is not None and _spec.loader is not None
-daemons = importlib.util.module_from_spec(_spec)
-sys.modules["integration_daemons"] = daemons  # dataclasses look their module up there
-_spec.loader.exec_module(daemons)
+
+def _module(name: str, path: Path) -> Any:
+    """The module at ``path`` (this folder need not be on ``sys.path``)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+daemons = _module("integration_daemons", Path(__file__).parents[1] / "integration" / "conftest.py")
 Daemon = daemons.Daemon
+prom_remote_write = _module("prom_remote_write", Path(__file__).with_name("prom_remote_write.py"))
 
 
 def start_victoriametrics(workdir: Path, *, args: tuple[str, ...] = ()) -> Any:
@@ -44,58 +46,38 @@ def start_victoriametrics(workdir: Path, *, args: tuple[str, ...] = ()) -> Any:
     return daemons.launch_victoria_metrics(workdir, args=flags)
 
 
-def start_prometheus_with(workdir: Path, series: Iterable[_series.Series]) -> Any:
-    """Prometheus holding ``series``: backfilled by promtool, then started with 100 years of
-    retention and nothing to scrape."""
+def start_prometheus(workdir: Path, *, timeout_s: float = 30.0) -> Any:
+    """Prometheus on the data in ``workdir`` (none the first time), with 100 years of retention,
+    nothing to scrape, and its remote-write receiver on (``prom_remote_write``: day-long blocks,
+    out-of-order samples accepted); ``timeout_s`` for it to replay what it holds."""
     binary = daemons.require_binary("prometheus")
-    promtool = daemons.require_binary("promtool")
     workdir.mkdir(parents=True, exist_ok=True)
-    data = workdir / "data"
-
-    # promtool 2.42 cuts 2-hour blocks and reads its whole input once per block: give it one
-    # file per 2-hour block, so the history is read once in all
-    def backfill(k_part: tuple[int, list[_series.Series]]) -> None:
-        k, part = k_part
-        source = workdir / f"history-{k}.om"
-        with source.open("w") as out:
-            out.writelines(_series.openmetrics(part))
-        done = subprocess.run(
-            [promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(source), str(data)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
-        source.unlink()
-
-    with ThreadPoolExecutor(2) as pool:  # promtool is the slow part; two cores here
-        list(pool.map(backfill, enumerate(_by_block(list(series)))))
-    (workdir / "prometheus.yml").write_text('{"global": {}}\n')
+    config = {"global": {}, "storage": prom_remote_write.OUT_OF_ORDER}
+    (workdir / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
     port = daemons.free_port()
     argv = [
         binary,
         f"--config.file={workdir / 'prometheus.yml'}",
-        f"--storage.tsdb.path={data}",
+        f"--storage.tsdb.path={workdir / 'data'}",
         f"--web.listen-address=127.0.0.1:{port}",
         "--storage.tsdb.retention.time=100y",
+        f"--storage.tsdb.min-block-duration={prom_remote_write.BLOCK}",
+        "--web.enable-remote-write-receiver",
         "--log.level=warn",
     ]
-    return daemons.start_daemon("prometheus", argv, port=port, workdir=workdir)
+    return daemons.start_daemon("prometheus", argv, port=port, workdir=workdir, timeout_s=timeout_s)
 
 
-BLOCK_MS = 2 * 3600 * 1000
-
-
-def _by_block(series: list[_series.Series]) -> list[list[_series.Series]]:
-    """``series`` cut at promtool's 2-hour block boundaries."""
-    blocks: dict[int, list[_series.Series]] = {}
-    for s in series:
-        which = s.ts_ms // BLOCK_MS
-        cuts = np.flatnonzero(np.diff(which)) + 1
-        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(which)], strict=True):
-            part = _series.Series(s.labels, s.ts_ms[lo:hi], s.values[lo:hi])
-            blocks.setdefault(int(which[lo]), []).append(part)
-    return [blocks[k] for k in sorted(blocks)]
+def start_prometheus_with(workdir: Path, series: Iterable[_series.Series]) -> Any:
+    """Prometheus holding ``series``, written through its remote-write receiver."""
+    daemon = start_prometheus(workdir)
+    try:
+        with prom_remote_write.RemoteWriter(daemon.url) as writer:
+            writer.write(series)
+    except BaseException:
+        daemon.stop()
+        raise
+    return daemon
 
 
 def history_series(
