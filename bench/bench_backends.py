@@ -116,6 +116,8 @@ def forget(store) -> None:
         store._inv = None
         store._interval_s = None
         store._until_at = -math.inf
+
+
 def load_prometheus(loader, load, server_pid, frames, events, failures) -> None:
     """Write a day of the history to Prometheus (remote write), adding to ``load``'s wall and
     CPU seconds."""
