@@ -1,4 +1,4 @@
-"""How fast `gpuwarden report` builds its facts: 10,000 GPUs with 7 days of history in SQLite.
+r"""How fast `gpuwarden report` builds its facts: 10,000 GPUs with 7 days of history in SQLite.
 
     .venv/bin/python bench/bench_report.py                  # reuses bench_score.py's store
     .venv/bin/python bench/bench_report.py --gpus 2000      # a smaller fleet
