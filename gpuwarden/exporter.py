@@ -133,14 +133,23 @@ class Exporter:
                 return False, f"last collection failed: {h.last_error}"
             return True, "ok"
 
-    def serve(self, host: str, port: int) -> ThreadingHTTPServer:
+    def serve(
+        self,
+        host: str,
+        port: int,
+        *,
+        bound: Callable[[ThreadingHTTPServer], None] | None = None,
+    ) -> ThreadingHTTPServer:
         """Start polling (if not yet) and serve HTTP on ``host:port`` in a thread; ``port`` 0
-        picks a free port (``server.server_address[1]``). Stop both with ``stop()``."""
+        picks a free port (``server.server_address[1]``). Stop both with ``stop()``.
+        ``bound`` is called once the port is bound, before the first request is answered."""
         try:
             server = _Server((host, port), _Handler)
         except OSError as exc:
             raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
         server.exporter = self
+        if bound is not None:
+            bound(server)
         thread = threading.Thread(
             target=server.serve_forever, args=(0.1,), name="gpuwarden-http", daemon=True
         )
@@ -237,11 +246,16 @@ def run_exporter(
     exporter = Exporter(collector, interval_s=interval_s, store=store)
     try:
         with stops_on_signal():  # before it answers: a SIGTERM right after is not lost
-            server = exporter.serve(host, port)
-            print(
-                f"gpuwarden exporter: http://{host}:{server.server_port}/metrics "
-                f"(collector {collector.url}, every {interval_s:g} s); Ctrl-C to stop",
-                file=sys.stderr,
+            # said before the first answer: a client that saw one, then stopped us, saw it
+            exporter.serve(
+                host,
+                port,
+                bound=lambda server: print(
+                    f"gpuwarden exporter: http://{host}:{server.server_port}/metrics "
+                    f"(collector {collector.url}, every {interval_s:g} s); Ctrl-C to stop",
+                    file=sys.stderr,
+                    flush=True,
+                ),
             )
             (stop_event or threading.Event()).wait()
     finally:
