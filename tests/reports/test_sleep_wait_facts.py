@@ -123,3 +123,17 @@ def test_jobs_still_waiting_give_lower_bounds(week, tmp_path):
     assert "at least 90 min at the median" in line and "1 still waiting" in line
     assert check(line, checker_index(f)) == {}
     assert check(line.replace("1 still waiting", "3 still waiting"), checker_index(f))
+
+
+def test_the_prompt_carries_the_twenty_nodes_that_save_most(facts):
+    import json
+
+    from gpuwarden.reports.model import SleepNode
+    from gpuwarden.reports.writer import prompt_facts
+
+    assert facts.sleep is not None
+    many = [SleepNode(hostname=f"n{i}", gpus=8, hours_asleep=68, window_util_pct=3.0,
+                      kwh_saved=500.0 - i) for i in range(300)]  # fmt: skip
+    big = facts.model_copy(update={"sleep": facts.sleep.model_copy(update={"by_node": many})})
+    nodes = json.loads(prompt_facts(big))["sleep"]["by_node"]
+    assert [n["hostname"] for n in nodes] == [f"n{i}" for i in range(20)]
