@@ -187,6 +187,17 @@ def index(f: Facts, catalogue: set[int] | None = None) -> Index:
             ix.add(e, "in_weeks", mc.in_weeks * 168.0 if mc.action == "add" else None, "hours")
             # the decision's reason names the first short week by its date
             ix.dates[e].update(re.findall(r"\b\d{4}-\d{2}-\d{2}\b", mc.reason))
+    if f.sleep:
+        z = f.sleep
+        _fields(ix, g, z, SLEEP)
+        for sn in z.by_node:
+            ix.hosts.add(sn.hostname)
+            _fields(ix, f"host:{sn.hostname}", sn, SLEEP_NODE)
+    for w in f.queue_wait_by_model or []:
+        ix.models.add(w.model)
+        _fields(ix, f"model:{w.model}", w, MODEL_WAIT)
+        ix.add(f"model:{w.model}", "wait_p50", _h(w.wait_p50_min), "hours")
+        ix.add(f"model:{w.model}", "wait_p90", _h(w.wait_p90_min), "hours")
     for ch in f.changes:
         dim = _CHANGE_DIMS.get(ch.unit, "count")
         scale = 1 / 60.0 if ch.unit == "min" else 1.0
@@ -215,6 +226,13 @@ MODEL_CAPACITY = {"forecast": ("forecast_mean_gpus", "count"), "forecast_peak": 
                   "break_even": ("break_even_own_pct", "pct"),
                   "break_even_reserved": ("break_even_reserved_pct", "pct"),
                   "util": ("gpu_util_pct", "pct"), "gpus": ("gpus", "count")}  # fmt: skip
+SLEEP = {"sleep_nodes": ("nodes_sleeping", "count"), "sleep_hours": ("node_hours_asleep", "hours"),
+         "sleep_threshold": ("below_util_pct", "pct"), "sleep_saved": ("kwh_saved", "kwh"),
+         "sleep_saved_week": ("kwh_saved_per_week", "kwh"), "headroom": ("headroom_gpus", "count"),
+         "sleep_window": ("window_hours", "hours")}  # fmt: skip
+SLEEP_NODE = {"sleep_hours": ("hours_asleep", "hours"), "sleep_saved": ("kwh_saved", "kwh"),
+              "util": ("window_util_pct", "pct")}  # fmt: skip
+MODEL_WAIT = {"jobs": ("jobs", "count"), "jobs_waiting": ("still_waiting", "count")}  # fmt: skip
 TENANT = {"gpu_hours": ("gpu_hours", "gpu_hours"), "share": ("share_pct", "pct"),
           "quota": ("quota_gpus", "count"), "quota_used": ("quota_used_pct", "pct"),
           "util": ("gpu_util_pct", "pct"), "memory": ("memory_used_pct", "pct")}  # fmt: skip

@@ -121,6 +121,11 @@ METRIC_WORDS: dict[str, str] = {
     "break_even_reserved": r"break[- ]even|reserved|cheaper|cloud",
     "buffer": r"buffer|headroom|x\s*\d", "plan_weeks": r"plan|weeks? ahead",
     "history": r"history|hours of|learn", "interval": r"interval|confidence|prediction",
+    "sleep_nodes": r"sleep|slept|asleep|\bnodes?\b", "sleep_hours": r"sleep|slept|asleep|node-hour",
+    "sleep_threshold": r"threshold|utili[sz]|idle", "sleep_saved": r"sav|sleep|slept",
+    "sleep_saved_week": r"sav|a week|per week|weekly", "headroom": r"headroom|awake",
+    "sleep_window": r"window", "wait_p50": r"median|p50|typical|wait",
+    "wait_p90": r"p90|90th|percentile|wait",
     "previous": r"previous|prior|week before|last week|from|compared|against|earlier",
     "change": r"chang|rose|fell|drop|increas|decreas|grew|\bup\b|\bdown\b|more|less|higher|lower|"
               r"compared|against|previous|last week|before",

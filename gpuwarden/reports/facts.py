@@ -18,8 +18,9 @@ import pandas as pd
 from gpuwarden.errors import InputError
 from gpuwarden.health import VERDICT_COLUMNS
 from gpuwarden.planning.capacity import DEFAULT_BUFFER
-from gpuwarden.reports import _capacity, _fleet, _sched, _usage
+from gpuwarden.reports import _capacity, _fleet, _idle, _sched, _usage
 from gpuwarden.reports.model import Absent, Capacity, Change, Facts, Period
+from gpuwarden.scheduler.sleep import SleepPolicy
 from gpuwarden.store.base import ReadableStore
 
 WEEK_S = 7 * 86400.0
@@ -36,6 +37,7 @@ class FactSources:
     grid_g_co2_per_kwh: float = 0.0
     capacity_buffer: float = DEFAULT_BUFFER
     prices: str = ""  # the capacity facts' TCO price file; empty: the shipped defaults
+    sleep_policy: SleepPolicy = SleepPolicy()  # the idle-node sleep plan's policy
 
 
 def last_full_week(now: float) -> tuple[float, float]:
@@ -141,7 +143,10 @@ def _facts(
         absent.append(Absent(section="energy", why="no power readings"))
     elif energy.co2_kg is None:
         absent.append(Absent(section="co2", why="no grid intensity set (grid_intensity_g_per_kwh)"))
-    sched = cost = None
+    sleep, why = _idle.idle_sleep(hourly, since, until, sources.sleep_policy)
+    if why is not None:
+        absent.append(why)
+    sched = cost = waits = None
     plan: Capacity | None = None
     inventory = _fleet.inventory(gpus, since, until)
     if sources.scheduler_db:
@@ -149,6 +154,9 @@ def _facts(
         cost = _sched.cost(sched, sources.gpu_hour_price, sources.currency)
         if cost is None:
             absent.append(Absent(section="cost", why="no price per GPU-hour set (gpu_hour_price)"))
+        waits, why = _idle.queue_waits(sources.scheduler_db, since, until)
+        if why is not None:
+            absent.append(why)
     else:
         absent.append(Absent(section="scheduler", why="no bundled scheduler database (scheduler_db): "
                              "no queue wait, preemptions, GPU-hours or cost by tenant"))  # fmt: skip
@@ -192,6 +200,8 @@ def _facts(
         cost=cost,
         energy=energy,
         capacity=plan,
+        sleep=sleep,
+        queue_wait_by_model=waits,
         changes=[],
         absent=absent,
     )

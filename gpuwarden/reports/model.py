@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-FACTS_VERSION = 2  # 2: capacity is a typed section
+FACTS_VERSION = 3  # 2: capacity is a typed section; 3: the sleep plan, queue wait per model
 
 
 class _Frozen(BaseModel):
@@ -241,6 +241,48 @@ class Capacity(_Frozen):
     by_model: list[ModelCapacity]
 
 
+class SleepNode(_Frozen):
+    hostname: str
+    gpus: int
+    hours_asleep: int  # hours of the window the policy would have had it asleep
+    window_util_pct: float | None  # its GPUs' mean utilisation in the window's hours
+    kwh_saved: float
+
+
+class IdleSleep(_Frozen):
+    """The scheduler's idle-node sleep policy replayed over the period's hourly readings
+    (``planning.sleep_plan``): a node below ``below_util_pct`` in a window hour sleeps, except
+    the calmest keep ``headroom_gpus`` GPUs awake. kWh saved: its GPUs' measured energy plus
+    the assumed ``node_base_w`` less ``node_sleep_w``, per node-hour asleep."""
+
+    window: str  # "02:00-06:00 and weekends", local time
+    utc_offset_h: float
+    below_util_pct: float
+    headroom_gpus: int
+    window_hours: int  # hours of the period inside the window
+    node_base_w: float
+    node_sleep_w: float
+    nodes: int
+    nodes_sleeping: int  # nodes asleep at least one hour
+    node_hours_asleep: int
+    gpu_kwh: float  # the GPUs' measured energy in the period
+    kwh_saved: float
+    kwh_saved_per_week: float
+    wake_at: str  # HH:MM local: the Wake-on-LAN packet, a cold start before the window ends
+    by_node: list[SleepNode]
+
+
+class ModelWait(_Frozen):
+    """Measured queue wait of the GPU jobs submitted in the period (``planning.queuewait``);
+    jobs still waiting at the period's end count with their wait so far (lower bounds)."""
+
+    model: str
+    jobs: int
+    wait_p50_min: float
+    wait_p90_min: float
+    still_waiting: int
+
+
 class Change(_Frozen):
     metric: str
     unit: str
@@ -271,5 +313,7 @@ class Facts(_Frozen):
     cost: Cost | None
     energy: Energy | None
     capacity: Capacity | None = None
+    sleep: IdleSleep | None = None
+    queue_wait_by_model: list[ModelWait] | None = None
     changes: list[Change]
     absent: list[Absent]

@@ -11,6 +11,8 @@
   condition (the stored verdict's action, from the Xid catalogue and the hard signals);
 - **idle capacity**: GPUs that averaged under 5 % utilisation, and GPU models under ``IDLE_PCT``;
 - **quota changes**: tenants holding nearly all their quota while jobs wait, or a small part of it;
+- **sleep**: the nodes the idle-node sleep policy would have put to sleep in its window, with
+  the kWh a week that saves (``planning.sleep_plan`` over the period's readings);
 - nodes with low availability to look at, and failures gpuwarden missed.
 """
 
@@ -36,7 +38,7 @@ MAX_GPUS_LISTED = 10
 @dataclass(frozen=True)
 class Recommendation:
     id: str
-    kind: str  # scale-up, scale-down, tco, drain, rma, idle, quota, availability, missed
+    kind: str  # scale-up, scale-down, tco, drain, rma, idle, sleep, quota, availability, missed
     text: str
     cites: tuple[str, ...]  # "section.field = value" of the facts it rests on
 
@@ -100,6 +102,16 @@ def recommend(f: Facts) -> list[Recommendation]:
                 out.append(("idle", f"{m.model} GPUs averaged {m.gpu_util_pct:g}% utilisation: "
                             "move work onto them or release some.",
                             (f"utilisation.by_model[{m.model}].gpu_util_pct = {m.gpu_util_pct}",)))  # fmt: skip
+    z = f.sleep
+    if z is not None and z.nodes_sleeping:
+        out.append(("sleep", f"Let {counted(z.nodes_sleeping, 'node')} sleep in the {z.window} "
+                    f"window: {plural(z.nodes_sleeping, 'it', 'they')} stayed under "
+                    f"the {z.below_util_pct:g}% utilisation threshold there, and sleeping "
+                    f"{plural(z.nodes_sleeping, 'it', 'them')} saves about "
+                    f"{z.kwh_saved_per_week:g} kWh a week.",
+                    (f"sleep.nodes_sleeping = {z.nodes_sleeping}",
+                     f"sleep.below_util_pct = {z.below_util_pct}",
+                     f"sleep.kwh_saved_per_week = {z.kwh_saved_per_week}")))  # fmt: skip
     if f.availability is not None:
         low = [n for n in f.availability.by_node if n.availability_pct < LOW_AVAILABILITY_PCT]
         for n in sorted(low, key=lambda n: n.availability_pct)[:MAX_GPUS_LISTED]:

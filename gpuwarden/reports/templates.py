@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuwarden.planning.demand import ANY_MODEL
 from gpuwarden.reports.model import Facts
 
 
@@ -125,6 +126,13 @@ def summary(f: Facts) -> list[Sentence]:
     if f.cost is not None:
         say("cost", f"Allocated GPU time cost {_n(f.cost.total)} {f.cost.currency} in total.")
     out += [Sentence("capacity", t) for t in _capacity(f)]
+    out += [Sentence("sleep", t) for t in _sleep(f)]
+    for w in f.queue_wait_by_model or []:
+        late = f", {_n(w.still_waiting)} still waiting" if w.still_waiting else ""
+        who = "Jobs that allow any GPU model" if w.model == ANY_MODEL else f"{w.model} jobs"
+        least = "at least " if w.still_waiting else ""  # their waits so far: lower bounds
+        say("scheduler", f"{who} waited {least}{_n(w.wait_p50_min)} min at the median and "
+            f"{least}{_n(w.wait_p90_min)} min at p90 ({counted(w.jobs, 'job')} submitted{late}).")  # fmt: skip
     for c in f.changes[:3]:
         pct = f" ({c.change_pct:+g}%)" if c.change_pct is not None else ""
         say("changes", f"Against the previous period, {c.metric} changed from {_n(c.before)} to "
@@ -155,6 +163,19 @@ def _capacity(f: Facts) -> list[str]:
     return out
 
 
+def _sleep(f: Facts) -> list[str]:
+    z = f.sleep
+    if z is None:
+        return []
+    where = "UTC" if not z.utc_offset_h else "local time"
+    policy = f"Replaying the sleep policy ({z.window} {where}, under the {z.below_util_pct:g}% utilisation threshold)"
+    if not z.nodes_sleeping:
+        return [f"{policy}, no node would have slept."]
+    return [f"{policy}, {counted(z.nodes_sleeping, 'node')} would have slept for "
+            f"{counted(z.node_hours_asleep, 'node-hour')}, saving {_n(z.kwh_saved)} kWh in the "
+            f"period, about {_n(z.kwh_saved_per_week)} kWh a week."]  # fmt: skip
+
+
 def add_when(in_weeks: int) -> str:
     """When the capacity plan adds GPUs: "now" or "in 3 weeks"."""
     return "now" if in_weeks == 0 else f"in {counted(in_weeks, 'week')}"
@@ -180,5 +201,6 @@ TOPIC_WORDS: dict[str, str] = {
     "scheduler": r"queue|wait|preempt|jobs|gpu-hours|allocat",
     "cost": r"cost|spen|price",
     "capacity": r"forecast|break[- ]even|buffer|capacity plan|\badd\b|\breleas|\border",
+    "sleep": r"sleep|asleep|wake",
     "changes": r"previous|week before|rose|fell|increase|decrease|changed",
 }

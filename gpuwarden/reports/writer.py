@@ -90,6 +90,8 @@ def prompt_facts(f: Facts) -> str:
         data["scheduler"]["by_tenant"] = data["scheduler"]["by_tenant"][:PROMPT_LIST_MAX]
     if data.get("namespaces"):
         data["namespaces"] = data["namespaces"][:PROMPT_LIST_MAX]
+    if data.get("sleep"):  # most kWh saved first
+        data["sleep"]["by_node"] = data["sleep"]["by_node"][:PROMPT_LIST_MAX]
     if data.get("cost"):
         top = sorted(data["cost"]["by_tenant"].items(), key=lambda kv: -kv[1])[:PROMPT_LIST_MAX]
         data["cost"]["by_tenant"] = dict(top)
