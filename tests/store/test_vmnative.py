@@ -217,19 +217,22 @@ def test_staleness_markers_and_infinities_come_back_as_the_query_api_gives_them(
     assert raw.flat.counts.tolist() == [5] and not raw.repeats
 
 
-def test_a_millisecond_written_twice_is_left_to_the_query_api(vm) -> None:
+def test_a_millisecond_written_twice_is_left_to_the_query_api(proxy, vm) -> None:
     """Two unmerged parts with the same millisecond: which sample counts is the server's
-    deduplication's choice, so the read asks the query API for that window."""
+    deduplication's choice, so the read asks the query API for that window. The server merges
+    parts in the background when it likes, so the proxy sends every block of the export twice,
+    as two parts not merged yet come."""
     t = T0 + 50_000_000
-    for value in (1.0, 2.0):
-        line = {"metric": {"__name__": "native_twice", "case": "twice"}, "values": [value],
-                "timestamps": [t]}  # fmt: skip
-        httpx.post(f"{vm.url}/api/v1/import", content=json.dumps(line)).raise_for_status()
-        httpx.get(f"{vm.url}/internal/force_flush").raise_for_status()
+    line = {"metric": {"__name__": "native_twice", "case": "twice"}, "values": [1.0],
+            "timestamps": [t]}  # fmt: skip
+    httpx.post(f"{vm.url}/api/v1/import", content=json.dumps(line)).raise_for_status()
+    httpx.get(f"{vm.url}/internal/force_flush").raise_for_status()
     body = _export(vm.url, "native_twice", t, t + 1)
-    if not _vmnative.decode(body, t, t + 1).repeats:
-        pytest.skip("the server merged the two parts already")  # it may, in the background
-    native, query = _apis(vm.url)
+    assert not _vmnative.decode(body, t, t + 1).repeats
+    assert _vmnative.decode(body + body[16:], t, t + 1).repeats  # the 16-byte header once
+    _Proxy.mode = "twice"
+    native = NativeApi(RemoteHttp(proxy, what="VictoriaMetrics"))
+    _, query = _apis(vm.url)
     assert not native.dialect.closed  # asked now: its queries are not counted below
     native.queries = 0
     (mine,) = native.select_flat(["native_twice"], t / 1000, (t + 1) / 1000)
@@ -246,7 +249,8 @@ def test_a_selector_the_server_refuses_is_one_line(vm) -> None:
 
 class _Proxy(BaseHTTPRequestHandler):
     """A proxy to the real server that sends each native export answer cut short
-    (``mode`` "cut") or answers 404 for it ("missing": a server or proxy without it)."""
+    (``mode`` "cut"), with its blocks twice ("twice"), or answers 404 for it ("missing": a
+    server or proxy without it)."""
 
     upstream = ""
     mode = "cut"
@@ -264,7 +268,11 @@ class _Proxy(BaseHTTPRequestHandler):
             content=self.rfile.read(length),
             headers={"Content-Type": self.headers["Content-Type"], "Accept-Encoding": ""},
         )
-        body = got.content[: len(got.content) - 5] if export else got.content
+        body = got.content
+        if export and self.mode == "cut":
+            body = body[: len(body) - 5]
+        elif export and self.mode == "twice":  # every block again, after the 16-byte header
+            body = body + body[16:]
         self.send_response(got.status_code)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
