@@ -152,6 +152,10 @@ class FakeNvml:
         self._check_init()
         return self._value(self.fixture.get("driver_version", "NOT_SUPPORTED"))
 
+    def nvmlSystemGetNVMLVersion(self) -> str:
+        self._check_init()
+        return self._value(self.fixture.get("nvml_version", "NOT_SUPPORTED"))
+
     def nvmlSystemGetCudaDriverVersion_v2(self) -> int:
         self._check_init()
         return self._value(self.fixture.get("cuda_driver_version", "NOT_SUPPORTED"))
