@@ -128,3 +128,20 @@ def test_the_agent_caps_an_inference_task_and_restores_the_gpu_when_it_ends(tmp_
         agent.close()
         server.stop()
         db.close()
+
+
+def test_the_inference_plan_on_the_real_h200_tables():
+    """The H200 recorded on a real GPU (tests/data/nvml/h200_vm_1gpu_idle.json): its own power
+    range (200-700 W) and clock table (memory 3201 or 2201 MHz; graphics 345-1980 MHz in 15 MHz
+    steps)."""
+    nvml = FakeNvml("h200_vm_1gpu_idle.json")
+    table = nvml.devices[0]["supported_clocks_mhz"]
+    assert sorted(table) == ["2201", "3201"]
+    assert nvml.devices[0]["power_limit_constraints_mw"] == [200_000, 700_000]
+    gov = PowerGovernor(GpuControl(nvml))
+    assert gov.apply(("j", 1, 0), [0], "inference") == []
+    assert nvml.devices[0]["power_limit_mw"] == 490_000
+    sm = nvml.devices[0]["app_clocks_mhz"]["sm"]
+    assert sm == 1590  # of the clocks this GPU offers, the nearest to 1980 MHz x 0.8 = 1584
+    gov.revert(("j", 1, 0))
+    assert nvml.devices[0]["power_limit_mw"] == 700_000 and "app_clocks_mhz" not in nvml.devices[0]
