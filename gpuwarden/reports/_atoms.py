@@ -198,6 +198,14 @@ def index(f: Facts, catalogue: set[int] | None = None) -> Index:
         _fields(ix, f"model:{w.model}", w, MODEL_WAIT)
         ix.add(f"model:{w.model}", "wait_p50", _h(w.wait_p50_min), "hours")
         ix.add(f"model:{w.model}", "wait_p90", _h(w.wait_p90_min), "hours")
+    if f.spot:
+        sp = f.spot
+        _fields(ix, g, sp, SPOT)
+        for name in sp.reclaimed_nodes:
+            ix.hosts.add(name)
+        for sm in sp.by_model:
+            ix.models.add(sm.model)
+            _fields(ix, f"model:{sm.model}", sm, SPOT_MODEL)
     for ch in f.changes:
         dim = _CHANGE_DIMS.get(ch.unit, "count")
         scale = 1 / 60.0 if ch.unit == "min" else 1.0
@@ -233,6 +241,19 @@ SLEEP = {"sleep_nodes": ("nodes_sleeping", "count"), "sleep_hours": ("node_hours
 SLEEP_NODE = {"sleep_hours": ("hours_asleep", "hours"), "sleep_saved": ("kwh_saved", "kwh"),
               "util": ("window_util_pct", "pct")}  # fmt: skip
 MODEL_WAIT = {"jobs": ("jobs", "count"), "jobs_waiting": ("still_waiting", "count")}  # fmt: skip
+SPOT = {"spot_nodes": ("nodes", "count"), "spot_gpus": ("gpus", "count"),
+        "spot_gpu_hours": ("gpu_hours", "gpu_hours"),
+        "interruptible_gpu_hours": ("interruptible_gpu_hours", "gpu_hours"),
+        "spot_share": ("interruptible_on_spot_pct", "pct"),
+        "critical_on_spot": ("critical_gpu_hours_on_spot", "gpu_hours"),
+        "reclaims": ("reclaims", "count"), "evicted": ("jobs_evicted", "count"),
+        "lost": ("gpu_hours_lost", "gpu_hours"), "spot_saved": ("saved", "money"),
+        "spot_saved_pct": ("saved_pct", "pct")}  # fmt: skip
+SPOT_MODEL = {"spot_gpus": ("gpus", "count"), "spot_gpu_hours": ("gpu_hours", "gpu_hours"),
+              "on_demand_price": ("on_demand_per_gpu_hour", "money"),
+              "spot_price": ("spot_per_gpu_hour", "money"),
+              "on_demand_cost": ("on_demand_cost", "money"), "spot_cost": ("spot_cost", "money"),
+              "spot_saved": ("saved", "money")}  # fmt: skip
 TENANT = {"gpu_hours": ("gpu_hours", "gpu_hours"), "share": ("share_pct", "pct"),
           "quota": ("quota_gpus", "count"), "quota_used": ("quota_used_pct", "pct"),
           "util": ("gpu_util_pct", "pct"), "memory": ("memory_used_pct", "pct")}  # fmt: skip

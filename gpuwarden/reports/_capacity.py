@@ -63,7 +63,7 @@ def capacity(
     if frame.columns.empty:
         return None, Absent(section="capacity", why="no job in the scheduler database is tied "
                             "to a GPU model (placed on a node with one, or allowing only one)")  # fmt: skip
-    prices, prices_name = _prices(settings.prices)
+    prices, prices_name = price_file(settings.prices)
     util = {m.model: m.gpu_util_pct for m in utilisation.by_model} if utilisation else {}
     start = frame.index[-1] + pd.Timedelta(hours=1)
     rows = []
@@ -76,7 +76,7 @@ def capacity(
         fc, d = mp.forecast, mp.decision
         assert fc is not None  # the model has a demand series
         week = fc.frame().iloc[:WEEKLY]
-        price = _match(prices, model)
+        price = match_prices(prices, model)
         rows.append(
             ModelCapacity(
                 model=model,
@@ -113,13 +113,13 @@ def capacity(
     ), None
 
 
-def _prices(path: str) -> tuple[dict, str]:
+def price_file(path: str) -> tuple[dict, str]:
     from gpuwarden.planning.tco import load_prices
 
     return load_prices(path or None), path or "default prices (gpuwarden/planning/prices.toml)"
 
 
-def _match(prices: dict, model: str):
+def match_prices(prices: dict, model: str):
     """The prices of ``model``: its own entry, else the one priced model named inside it
     ("NVIDIA H100 80GB HBM3" -> "H100")."""
     if model in prices:

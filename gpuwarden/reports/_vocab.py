@@ -126,6 +126,16 @@ METRIC_WORDS: dict[str, str] = {
     "sleep_saved_week": r"sav|a week|per week|weekly", "headroom": r"headroom|awake",
     "sleep_window": r"window", "wait_p50": r"median|p50|typical|wait",
     "wait_p90": r"p90|90th|percentile|wait",
+    "spot_nodes": r"spot|\bnodes?\b", "spot_gpus": r"spot|\bgpus?\b",
+    "spot_gpu_hours": r"spot|gpu[- ]h", "interruptible_gpu_hours": r"interruptib|gpu[- ]h",
+    "spot_share": r"spot|share|interruptib|of (?:the|all|their)",
+    "critical_on_spot": r"critical|non-interruptib|not interruptib",
+    "reclaims": r"reclaim|interrupt|taken back|took back", "evicted": r"evict|requeu|re-queu|"
+    r"checkpoint|\bjobs?\b", "lost": r"\blost\b|\blose|wasted|redo|thrown|discard",
+    "spot_saved": r"sav|spot|cheaper", "spot_saved_pct": r"sav|spot|cheaper|less",
+    "on_demand_price": r"on[- ]demand|price|rate|per gpu[- ]hour",
+    "spot_price": r"spot|price|rate|per gpu[- ]hour",
+    "on_demand_cost": r"on[- ]demand|would have cost", "spot_cost": r"spot|cost|paid|spen[dt]",
     "previous": r"previous|prior|week before|last week|from|compared|against|earlier",
     "change": r"chang|rose|fell|drop|increas|decreas|grew|\bup\b|\bdown\b|more|less|higher|lower|"
               r"compared|against|previous|last week|before",

@@ -18,7 +18,7 @@ import pandas as pd
 from gpuwarden.errors import InputError
 from gpuwarden.health import VERDICT_COLUMNS
 from gpuwarden.planning.capacity import DEFAULT_BUFFER
-from gpuwarden.reports import _capacity, _fleet, _idle, _sched, _usage
+from gpuwarden.reports import _capacity, _fleet, _idle, _sched, _spot, _usage
 from gpuwarden.reports.model import Absent, Capacity, Change, Facts, Period
 from gpuwarden.scheduler.sleep import SleepPolicy
 from gpuwarden.store.base import ReadableStore
@@ -146,7 +146,7 @@ def _facts(
     sleep, why = _idle.idle_sleep(hourly, since, until, sources.sleep_policy)
     if why is not None:
         absent.append(why)
-    sched = cost = waits = None
+    sched = cost = waits = spot = None
     plan: Capacity | None = None
     inventory = _fleet.inventory(gpus, since, until)
     if sources.scheduler_db:
@@ -155,6 +155,9 @@ def _facts(
         if cost is None:
             absent.append(Absent(section="cost", why="no price per GPU-hour set (gpu_hour_price)"))
         waits, why = _idle.queue_waits(sources.scheduler_db, since, until)
+        if why is not None:
+            absent.append(why)
+        spot, why = _spot.spot(sources.scheduler_db, since, until, now, sources.prices)
         if why is not None:
             absent.append(why)
     else:
@@ -202,6 +205,7 @@ def _facts(
         capacity=plan,
         sleep=sleep,
         queue_wait_by_model=waits,
+        spot=spot,
         changes=[],
         absent=absent,
     )

@@ -283,6 +283,42 @@ class ModelWait(_Frozen):
     still_waiting: int
 
 
+class SpotModel(_Frozen):
+    """One GPU model's spot nodes: GPU-hours held there and what they cost at the price file's
+    on-demand and spot rates (None: the price file has no such model)."""
+
+    model: str
+    gpus: int
+    gpu_hours: float
+    on_demand_per_gpu_hour: float | None
+    spot_per_gpu_hour: float | None
+    on_demand_cost: float | None
+    spot_cost: float | None
+    saved: float | None
+
+
+class Spot(_Frozen):
+    """Spot capacity in the bundled scheduler (``reports._spot``): the GPU-hours its spot nodes
+    held in the period, the reclaims and the work they threw away, and the saving against
+    paying on-demand for the same GPU-hours."""
+
+    nodes: int  # spot nodes registered
+    gpus: int
+    gpu_hours: float  # held on spot nodes in the period
+    interruptible_gpu_hours: float  # held by interruptible jobs anywhere
+    interruptible_on_spot_pct: float | None  # of those, the share on spot
+    critical_gpu_hours_on_spot: float  # non-interruptible work on spot: the policy says 0
+    reclaims: int
+    reclaimed_nodes: list[str]
+    jobs_evicted: int  # jobs a reclaim checkpointed and queued again
+    gpu_hours_lost: float  # work since each evicted job's last checkpoint
+    currency: str
+    saved: float | None  # against on-demand for the same GPU-hours (None: no model priced)
+    saved_pct: float | None
+    prices: str  # the price file
+    by_model: list[SpotModel]
+
+
 class Change(_Frozen):
     metric: str
     unit: str
@@ -315,5 +351,6 @@ class Facts(_Frozen):
     capacity: Capacity | None = None
     sleep: IdleSleep | None = None
     queue_wait_by_model: list[ModelWait] | None = None
+    spot: Spot | None = None
     changes: list[Change]
     absent: list[Absent]

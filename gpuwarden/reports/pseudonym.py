@@ -46,6 +46,10 @@ class Pseudonyms:
             uuids |= {r.old_uuid, r.new_uuid}
         if f.availability:
             hosts |= {n.hostname for n in f.availability.by_node}
+        if f.sleep:
+            hosts |= {n.hostname for n in f.sleep.by_node}
+        if f.spot:  # the scheduler's node names: not always hosts the store has seen
+            hosts |= set(f.spot.reclaimed_nodes)
         tenants = {t.tenant for t in f.scheduler.by_tenant} if f.scheduler else set()
         tenants |= {t.tenant for t in f.namespaces or []}
         if f.cost:

@@ -168,6 +168,8 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
         b.append(Block("table", rows=tuple(rows)))
     if f.capacity is not None:
         _capacity(b, f)
+    if f.spot is not None:
+        _spot(b, f)
     if f.namespaces:
         b.append(Block("h2", "Kubernetes namespaces"))
         rows = [("namespace", "GPU-hours held", "share %", "GPU util %", "memory %")]
@@ -223,6 +225,29 @@ def _capacity(b: list[Block], f: Facts) -> None:
                      f"{m.forecast_low_gpus:g} .. {m.forecast_high_gpus:g}", f"{m.peak_need_gpus:g}",
                      decision, _f(m.growth_monthly_pct), _f(m.gpu_util_pct), _f(m.break_even_own_pct)))  # fmt: skip
     b.append(Block("table", rows=tuple(rows)))
+
+
+def _spot(b: list[Block], f: Facts) -> None:
+    sp = f.spot
+    assert sp is not None
+    b.append(Block("h2", "Spot capacity"))
+    share = (f"{sp.interruptible_on_spot_pct:g}% of interruptible GPU-hours"
+             if sp.interruptible_on_spot_pct is not None else "no interruptible work")  # fmt: skip
+    b.append(Block("p", f"{counted(sp.nodes, 'spot node')}, {counted(sp.gpus, 'GPU')}: "
+                   f"{sp.gpu_hours:g} GPU-hours held ({share}; "
+                   f"critical work on spot {sp.critical_gpu_hours_on_spot:g} GPU-hours); "
+                   f"{counted(sp.reclaims, 'reclaim')} ({', '.join(sp.reclaimed_nodes) or 'none'}), "
+                   f"{counted(sp.jobs_evicted, 'job')} requeued, {sp.gpu_hours_lost:g} GPU-hours "
+                   f"of work lost; prices from {sp.prices}."))  # fmt: skip
+    rows = [("GPU model", "spot GPUs", "GPU-hours", f"on-demand {sp.currency}",
+             f"spot {sp.currency}", f"saved {sp.currency}")]  # fmt: skip
+    rows += [(m.model, str(m.gpus), f"{m.gpu_hours:g}", _money(m.on_demand_cost),
+              _money(m.spot_cost), _money(m.saved)) for m in sp.by_model]  # fmt: skip
+    b.append(Block("table", rows=tuple(rows)))
+
+
+def _money(x: float | None) -> str:
+    return "" if x is None else f"{x:,.2f}"
 
 
 def _f(x: float | None) -> str:

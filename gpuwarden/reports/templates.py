@@ -127,6 +127,7 @@ def summary(f: Facts) -> list[Sentence]:
         say("cost", f"Allocated GPU time cost {_n(f.cost.total)} {f.cost.currency} in total.")
     out += [Sentence("capacity", t) for t in _capacity(f)]
     out += [Sentence("sleep", t) for t in _sleep(f)]
+    out += [Sentence("spot", t) for t in _spot(f)]
     for w in f.queue_wait_by_model or []:
         late = f", {_n(w.still_waiting)} still waiting" if w.still_waiting else ""
         who = "Jobs that allow any GPU model" if w.model == ANY_MODEL else f"{w.model} jobs"
@@ -176,6 +177,31 @@ def _sleep(f: Facts) -> list[str]:
             f"period, about {_n(z.kwh_saved_per_week)} kWh a week."]  # fmt: skip
 
 
+def _spot(f: Facts) -> list[str]:
+    sp = f.spot
+    if sp is None:
+        return []
+    share = (f", {sp.interruptible_on_spot_pct:g}% of the interruptible jobs' GPU-hours"
+             if sp.interruptible_on_spot_pct is not None else "")  # fmt: skip
+    out = [f"{counted(sp.nodes, 'spot node')} with {counted(sp.gpus, 'GPU')} held "
+           f"{counted(sp.gpu_hours, 'GPU-hour')}{share}."]  # fmt: skip
+    if sp.critical_gpu_hours_on_spot:
+        out.append(f"Critical work held {counted(sp.critical_gpu_hours_on_spot, 'GPU-hour')} on "
+                   "spot nodes, where only interruptible jobs belong.")  # fmt: skip
+    if sp.saved is not None:
+        pct = f" ({sp.saved_pct:g}% less)" if sp.saved_pct is not None else ""
+        out.append(
+            f"Running them on spot saved {_n(sp.saved)} {sp.currency}{pct} against on-demand prices for the same GPU-hours."
+        )
+    if sp.reclaims:
+        out.append(f"The provider reclaimed spot nodes {counted(sp.reclaims, 'time')}; "
+                   f"{counted(sp.jobs_evicted, 'job')} checkpointed and requeued, and "
+                   f"{counted(sp.gpu_hours_lost, 'GPU-hour')} of work since the last checkpoints was lost.")  # fmt: skip
+    else:
+        out.append("No spot node was reclaimed.")
+    return out
+
+
 def add_when(in_weeks: int) -> str:
     """When the capacity plan adds GPUs: "now" or "in 3 weeks"."""
     return "now" if in_weeks == 0 else f"in {counted(in_weeks, 'week')}"
@@ -202,5 +228,6 @@ TOPIC_WORDS: dict[str, str] = {
     "cost": r"cost|spen|price",
     "capacity": r"forecast|break[- ]even|buffer|capacity plan|\badd\b|\breleas|\border",
     "sleep": r"sleep|asleep|wake",
+    "spot": r"spot|reclaim|interruptib|on-demand",
     "changes": r"previous|week before|rose|fell|increase|decrease|changed",
 }

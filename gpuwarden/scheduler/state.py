@@ -382,17 +382,22 @@ class SchedulerDB:
         before_id: int | None = None,
         since: float | None = None,
         action: str | None = None,
+        job_ids: Sequence[str] | None = None,
     ) -> list[AuditRow]:
         """The newest ``limit`` rows, newest first; a tenant sees only rows of its own jobs.
         ``before_id``: only rows older than that row (the next page is ``before_id`` = the last
         id of this one); ``since``: only rows at or after that time (unix s); ``action``: only
-        that action (``preempt``)."""
+        that action (``preempt``); ``job_ids``: only rows of those jobs."""
         sql = "SELECT id, at, actor, action, job_id, node, gpu, reason FROM audit WHERE 1"
         args: list[Any] = []
         for clause, value in (("tenant = ?", tenant), ("id < ?", before_id),
                               ("at >= ?", since), ("action = ?", action)):  # fmt: skip
             if value is not None:
                 sql, args = f"{sql} AND {clause}", [*args, value]
+        if job_ids is not None:
+            ids = sorted(set(job_ids))
+            sql = f"{sql} AND job_id IN (SELECT value FROM json_each(?))"
+            args = [*args, json.dumps(ids)]
         rows = self.conn.execute(sql + " ORDER BY id DESC LIMIT ?", [*args, limit])
         return [AuditRow(*r) for r in rows]
 

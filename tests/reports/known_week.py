@@ -26,7 +26,10 @@ import pandas as pd
 from gpuwarden.alerts.audit import AuditLog
 from gpuwarden.alerts.base import Transition
 from gpuwarden.health import AT_RISK_ACTION, GpuState, Verdict
+from gpuwarden.reports import FactSources, build_facts
+from gpuwarden.reports.model import Facts
 from gpuwarden.scheduler.state import JobRow, NodeRow, SchedulerDB, TaskRow
+from gpuwarden.store import open_store
 from gpuwarden.store.sqlite import SqliteStore
 from gpuwarden.telemetry import Assignment, Batch, Event, Failure, GpuId, Sample
 
@@ -114,6 +117,15 @@ def build_scheduler(path: Path) -> str:
     db.set_quota("bob", 2, None, None)
     db.close()
     return str(path)
+
+
+def facts_of(store_url: str, sources: FactSources) -> Facts:
+    """The known week's facts (no week-before comparison), an hour after it ended."""
+    store = open_store(store_url)
+    try:
+        return build_facts(store, SINCE, UNTIL, sources=sources, now=UNTIL + H, compare=False)
+    finally:
+        store.close()
 
 
 def build_audit(path: Path) -> str:

@@ -4,7 +4,7 @@ recommendation passing the claim checker, and a wrong kWh caught."""
 
 from __future__ import annotations
 
-from known_week import SINCE, UNTIL
+from known_week import SINCE, UNTIL, facts_of
 
 from gpuwarden.reports import FACTS_VERSION, FactSources, build_facts
 from gpuwarden.reports.build import checker_index
@@ -32,14 +32,6 @@ def placed_jobs(path) -> str:
                              sub, start, start + H, placement=[{"node": "gpu-a01"}]))  # fmt: skip
     db.close()
     return str(path)
-
-
-def facts_of(store_url: str, sources: FactSources):
-    store = open_store(store_url)
-    try:
-        return build_facts(store, SINCE, UNTIL, sources=sources, now=UNTIL + H, compare=False)
-    finally:
-        store.close()
 
 
 def test_sleep_and_waits_from_store_and_scheduler(week, tmp_path):
