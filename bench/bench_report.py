@@ -41,9 +41,11 @@ from typing import Any
 import numpy as np
 from bench_score import build
 
+from gpuwarden.config import load_settings
 from gpuwarden.reports import Facts, build_facts
 from gpuwarden.reports._usage import USAGE_FIELDS
 from gpuwarden.store.sqlite import SqliteStore
+from gpuwarden.tuning import apply_huge_pages, huge_pages_said
 
 
 def main() -> None:
@@ -68,6 +70,8 @@ def main() -> None:
         "(once; meta.json records it)",
     )  # fmt: skip
     args = ap.parse_args()
+    huge = apply_huge_pages(str(load_settings().get("numpy_huge_pages")))  # as the CLI does
+    print(f"numpy huge-page advice: {huge_pages_said(huge)}")
     if args.reuse:
         if args.add_verdicts:
             add_verdicts(args.reuse)

@@ -55,6 +55,9 @@ def main(ctx: click.Context, config_path: str | None, verbose: int) -> None:
         from gpuwarden.health import use_xid_severity
 
         use_xid_severity(ctx.obj.get("xid_severity") or None)
+        from gpuwarden.tuning import apply_huge_pages
+
+        apply_huge_pages(str(ctx.obj.get("numpy_huge_pages") or "auto"))
 
 
 @main.command()

@@ -67,6 +67,12 @@ SETTINGS: tuple[Setting, ...] = (
         "loopback, link-local and networks (10.0.0.0/8); cloud metadata never. docs/security.md.",
     ),
     Setting(
+        "numpy_huge_pages",
+        "auto",
+        "numpy's huge-page advice: auto (off where the kernel's THP defrag stalls on it), on or "
+        "off. $NUMPY_MADVISE_HUGEPAGE wins. docs/scale.md#tuning.",
+    ),
+    Setting(
         "xid_severity",
         "",
         "TOML file of Xid severities (class, fatal, action per code) over the shipped table.",
