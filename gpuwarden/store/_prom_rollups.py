@@ -8,11 +8,13 @@ field instead of every scrape, from one series per GPU.
         field k of the hour at the hour + k ms
     gpuwarden_rollup_until{resolution="3600"}            the end of the hours rolled up, at it
 
-A GPU's fields share two series, one per ``GROUPS`` (``fields`` names a series' fields in
-the order of their millisecond offsets): the server's cost of a read is per series more than
-per point (a block found and decoded each), and one series per GPU and field made reading a
-week of rollups 2.4-2.8 times slower than SQLite's; one series for all 55 fields made a read
-of the 26 that scoring needs carry twice the points, parsed here. Reads select the series
+A GPU's fields share three series, one per ``GROUPS`` and one for the rest (``fields`` names a
+series' fields in the order of their millisecond offsets): the server's cost of a read is per
+series more than per point (a block found and decoded each), and one series per GPU and field
+made reading a week of rollups 2.4-2.8 times slower than SQLite's; one series for all 55 fields
+made a read of the 26 that scoring needs carry twice the points, parsed here, and two (health,
+the rest) made the weekly report's read of 4 fields decode all 55. Series written under an
+earlier grouping stay readable: a read selects by ``fields``. Reads select the series
 whose ``fields`` hold a field asked for, and take each sample's field from its offset.
 
 An hourly read (any ``PrometheusStore``: also ``prometheus+http://`` pointed at such a
@@ -39,27 +41,34 @@ UNTIL = "gpuwarden_rollup_until"
 RESOLUTION = 3600
 #: The label naming the fields of a rollup series, in the order of their offsets.
 FIELDS_LABEL = "fields"
-#: The reliability signals (errors, remaps, retired pages, violations, heat, power, the PCIe
-#: link, clock-event reasons): what scoring reads; every other field (utilisation, clocks,
-#: memory in use, traffic) goes in a second series.
+#: The reliability signals (errors, remaps, retired pages, violations, heat, the PCIe link,
+#: clock-event reasons): what scoring reads besides ``USAGE``.
 HEALTH: tuple[str, ...] = (
     "ecc_sbe_volatile_total", "ecc_sbe_aggregate_total", "ecc_dbe_volatile_total",
     "ecc_dbe_aggregate_total", "remapped_rows_correctable", "remapped_rows_uncorrectable",
     "retired_pages_sbe", "retired_pages_dbe", "pcie_replay_total", "nvlink_crc_flit_errors_total",
     "nvlink_crc_data_errors_total", "nvlink_replay_errors_total", "nvlink_recovery_errors_total",
-    "thermal_violation_us", "power_violation_us", "gpu_temp_c", "mem_temp_c", "power_w",
-    "gpu_util_pct", "pcie_link_width", "pcie_link_gen", "pcie_link_width_max",
+    "thermal_violation_us", "power_violation_us", "gpu_temp_c", "mem_temp_c",
+    "pcie_link_width", "pcie_link_gen", "pcie_link_width_max",
     "pcie_link_gen_max", "gpu_temp_c_max", "mem_temp_c_max", "power_w_max",
     "remapped_rows_pending", "remapped_rows_failure", "retired_pages_pending",
     "remapped_rows_pending_max", "remapped_rows_failure_max", "retired_pages_pending_max",
     "clock_event_reasons", "dcgm_health",
 )  # fmt: skip
+#: Use and draw: what the weekly report reads (``reports._usage.USAGE_FIELDS``), and scoring
+#: too. A series of their own lets the report decode 4 fields of an hour instead of all 55.
+USAGE: tuple[str, ...] = ("gpu_util_pct", "power_w", "fb_used_mib", "fb_total_mib")
+#: The series a GPU's rollups are kept in, each holding these fields; every other field
+#: (clocks, traffic, ...) goes in one more.
+GROUPS: tuple[tuple[str, ...], ...] = (HEALTH, USAGE)
 
 
 def groups(fields: Sequence[str]) -> list[list[str]]:
-    """``fields`` split into the series they are kept in: ``HEALTH``'s, then the others."""
-    health = set(HEALTH)
-    parts = [[f for f in fields if f in health], [f for f in fields if f not in health]]
+    """``fields`` split into the series they are kept in: ``GROUPS``' in order, then the
+    others."""
+    kept = [set(g) for g in GROUPS]
+    parts = [[f for f in fields if f in g] for g in kept]
+    parts.append([f for f in fields if not any(f in g for g in kept)])
     return [p for p in parts if p]
 
 

@@ -118,3 +118,34 @@ def test_verdicts_are_also_written_as_the_series_grafana_reads(empty) -> None:
     assert [r.values[-1] for r in risk] == [0.8]
     assert [r.labels["state"] for r in state] == ["at-risk"]
     assert [(r.labels["from"], r.labels["to"]) for r in turned] == [("ok", "at-risk")]
+
+
+def test_usage_has_its_own_rollup_series_and_the_earlier_layout_stays_readable(
+    empty, monkeypatch
+) -> None:
+    """The report's 4 fields are one rollup series per GPU (its read decodes 4 fields an hour,
+    not 55); hours rolled up under the earlier two-series layout read the same after it."""
+    import httpx
+
+    from gpuwarden.reports._usage import USAGE_FIELDS
+    from gpuwarden.store import _prom_rollups
+
+    assert set(_prom_rollups.USAGE) == set(USAGE_FIELDS)
+    assert [sorted(g) for g in _prom_rollups.groups(list(USAGE_FIELDS))] == [sorted(USAGE_FIELDS)]
+    earlier = (_prom_rollups.HEALTH + _prom_rollups.USAGE,)  # health and use, then the rest
+    monkeypatch.setattr(_prom_rollups, "GROUPS", earlier)
+    load_writable(empty)  # compacted in the earlier layout
+    span = {"start": T0, "end": T0 + 2 * 3600, "resolution_s": 3600,
+            "fields": ["power_w", "gpu_temp_c", "ecc_sbe_volatile_total"]}  # fmt: skip
+    before = empty.read_window(**span)
+    monkeypatch.undo()
+    assert before["power_w"].notna().any() and before["gpu_temp_c"].notna().any()
+    pd.testing.assert_frame_equal(empty.read_window(**span), before)
+    got = httpx.get(f"{empty.http.base}/api/v1/series",
+                    params={"match[]": _prom_rollups.ROLLUP, "start": T0, "end": T0 + 3 * 3600}).json()["data"]  # fmt: skip
+    (label,) = {s["fields"] for s in got}  # as written: use among the health fields
+    assert {"power_w", "gpu_util_pct", "gpu_temp_c"} <= set(label.split(","))
+    empty.write_rollups(before, T0 + 2 * 3600)  # the same hours again, now apart
+    got = httpx.get(f"{empty.http.base}/api/v1/series",
+                    params={"match[]": _prom_rollups.ROLLUP, "start": T0, "end": T0 + 3 * 3600}).json()["data"]  # fmt: skip
+    assert {"power_w", "gpu_temp_c,ecc_sbe_volatile_total"} <= {s["fields"] for s in got}
