@@ -506,12 +506,28 @@ VERDICT_COLUMNS: tuple[str, ...] = (
     "reasons", "action", "threshold",
 )  # fmt: skip
 
+
+def state_changes(verdicts: Any) -> Any:
+    """The rows of a ``read_verdicts`` frame where a GPU's state changes: each GPU's first row
+    and every row whose state differs from that GPU's row before it, in the frame's order
+    (by ts). What a reader that carries states forward needs, without the heartbeats that
+    repeat them (``read_verdicts(changes=True)``)."""
+    if len(verdicts) == 0:
+        return verdicts
+    order = verdicts.sort_values(["uuid", "ts"], kind="stable")
+    state = order["state"].astype(str)
+    new_gpu = order["uuid"].ne(order["uuid"].shift())
+    keep = new_gpu | state.ne(state.shift())
+    return verdicts.loc[order.index[keep.to_numpy()]].sort_index().reset_index(drop=True)
+
+
 __all__ = [
     "APPLICATION_XIDS",
     "AT_RISK_ACTION",
     "CAUSES",
     "VERDICT_COLUMNS",
     "Reason",
+    "state_changes",
     "RiskAssessment",
     "Verdict",
     "DBE_FIELDS",

@@ -77,8 +77,11 @@ def frame(
     end: float | None,
     uuids: Sequence[str] | None,
     latest: bool,
+    changes: bool = False,
 ) -> pd.DataFrame:
-    """``VERDICT_COLUMNS`` by ts; ``reasons`` a tuple of ``Reason`` per row."""
+    """``VERDICT_COLUMNS`` by ts; ``reasons`` a tuple of ``Reason`` per row. ``changes``: only
+    each GPU's first row in the window and the rows whose state differs from its row before
+    (``health.state_changes``), found by a window function over the table."""
     where: list[str] = []
     params: list[object] = []
     if start is not None:
@@ -95,6 +98,12 @@ def frame(
         sql = (
             f"{_SELECT} WHERE (uuid, ts) IN "
             f"(SELECT uuid, max(ts) FROM verdicts{clause} GROUP BY uuid)"
+        )
+    elif changes:
+        columns = _SELECT.removeprefix("SELECT ").removesuffix(" FROM verdicts")
+        sql = (
+            f"SELECT {columns} FROM (SELECT *, lag(state) OVER (PARTITION BY uuid ORDER BY ts) "
+            f"AS previous FROM verdicts{clause}) WHERE previous IS NULL OR previous != state"
         )
     else:
         sql = _SELECT + clause

@@ -96,9 +96,12 @@ class ReadableStore(Protocol):
         end: float | None = None,
         uuids: Sequence[str] | None = None,
         latest: bool = False,
+        changes: bool = False,
     ) -> pd.DataFrame:
         """Stored verdicts in ``[start, end)``, ``health.VERDICT_COLUMNS``, by ts; ``latest``:
-        only each GPU's newest one before ``end``."""
+        only each GPU's newest one before ``end``; ``changes``: only where a GPU's state
+        changes in the window (``health.state_changes``: its first verdict there and each one
+        whose state differs from the one before), not the heartbeats that repeat a state."""
         ...
 
     def gpus(self) -> pd.DataFrame:

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from gpuwarden.errors import ConfigError, InputError
-from gpuwarden.health import VERDICT_COLUMNS, Verdict
+from gpuwarden.health import VERDICT_COLUMNS, Verdict, state_changes
 from gpuwarden.store import _assignments, _flux, _lines, window
 from gpuwarden.store._codec import verdict_from_json
 from gpuwarden.store._frames import check_fields, frame_rows
@@ -514,9 +514,11 @@ class InfluxStore:
         end: float | None = None,
         uuids: Sequence[str] | None = None,
         latest: bool = False,
+        changes: bool = False,
     ) -> pd.DataFrame:
         """Stored verdicts in ``[start, end)`` (``health.VERDICT_COLUMNS``), by ts; with
-        ``latest`` each GPU's newest one in the window."""
+        ``latest`` each GPU's newest one in the window; ``changes``: only the state changes
+        (filtered here, after the read)."""
         groups: list[list[str] | None] = (
             [None] if uuids is None else list(_chunks(sorted(set(uuids)), UUIDS_PER_QUERY))
         )
@@ -545,7 +547,8 @@ class InfluxStore:
         for c in ("ts", "risk", "since", "threshold"):
             out[c] = out[c].astype(np.float64)
         out["gpu"] = out["gpu"].astype(np.int64)
-        return out.sort_values(["ts", "hostname", "gpu"], kind="stable").reset_index(drop=True)
+        out = out.sort_values(["ts", "hostname", "gpu"], kind="stable").reset_index(drop=True)
+        return state_changes(out) if changes and not latest else out
 
     def gpus(self) -> pd.DataFrame:
         """Every GPU seen: hostname, gpu, uuid, pci_bus_id, model, rack, first_ts, last_ts."""

@@ -30,6 +30,7 @@ import pandas as pd
 
 from gpuwarden.config import parse_duration
 from gpuwarden.errors import ConfigError, InputError
+from gpuwarden.health import state_changes
 from gpuwarden.store import (
     _prom_events,
     _prom_inventory,
@@ -42,7 +43,7 @@ from gpuwarden.store import (
 )
 from gpuwarden.store._frames import check_fields
 from gpuwarden.store._promapi import DEFAULT_MAX_POINTS, PromApi, time_spans
-from gpuwarden.store._promql import selector
+from gpuwarden.store._promql import matcher, selector
 from gpuwarden.store._remote import (
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT_S,
@@ -75,6 +76,8 @@ PRESENCE = tuple(
 FULL_REFRESH_S = 3600.0
 #: Gaps in the records gpuwarden reads raw (events, verdicts...) are read this much at a time.
 RECORD_SPAN_S = 86400.0
+#: Up to this many GPUs' verdicts are selected by uuid on the server (the query's length).
+_FEW_UUIDS = 200
 
 
 class PrometheusStore:
@@ -399,9 +402,11 @@ class PrometheusStore:
 
     # -- gpuwarden's records ---------------------------------------------------------------
 
-    def _records(self, name: str, start: float | None, end: float | None) -> list[_series.Raw]:
+    def _records(
+        self, name: str, start: float | None, end: float | None, matchers: Sequence[str] = ()
+    ) -> list[_series.Raw]:
         """Raw samples of one of gpuwarden's record series in ``[start, end)`` (default: the
-        lookback up to now), a day at a time."""
+        lookback up to now), a day at a time; ``matchers`` narrow the series."""
         hi = self.clock() + 60.0 if end is None else float(end)
         lo = hi - self.lookback_s if start is None else float(start)
         if hi <= lo:
@@ -409,7 +414,8 @@ class PrometheusStore:
         d = self.api.dialect
         spans = time_spans(lo, hi, RECORD_SPAN_S)
         parts = self.api.map(
-            lambda s: self.api.query(d.window(selector([name]), s[1] - s[0]), s[1]), spans
+            lambda s: self.api.query(d.window(selector([name], list(matchers)), s[1] - s[0]), s[1]),
+            spans,
         )
         out = []
         for r in (r for p in parts for r in p):
@@ -452,11 +458,16 @@ class PrometheusStore:
         end: float | None = None,
         uuids: Sequence[str] | None = None,
         latest: bool = False,
+        changes: bool = False,
     ) -> pd.DataFrame:
         """Verdicts in ``[start, end)`` (``gpuwarden_verdict``), ``health.VERDICT_COLUMNS``,
-        by ts; ``latest``: each GPU's newest."""
-        raws = self._records(_series.VERDICT, start, end)
-        return _prom_records.verdicts_frame(raws, uuids=uuids, latest=latest)
+        by ts; ``latest``: each GPU's newest; ``changes``: only the state changes (filtered
+        here, after the read). A few ``uuids`` are selected on the server."""
+        few = uuids is not None and 0 < len(set(uuids)) <= _FEW_UUIDS
+        only = [matcher("uuid", sorted(set(uuids or ())))] if few else []
+        raws = self._records(_series.VERDICT, start, end, only)
+        out = _prom_records.verdicts_frame(raws, uuids=uuids, latest=latest)
+        return state_changes(out) if changes and not latest else out
 
     def read_rejections(
         self, *, start: float | None = None, end: float | None = None

@@ -482,11 +482,15 @@ class SqliteStore:
         end: float | None = None,
         uuids: Sequence[str] | None = None,
         latest: bool = False,
+        changes: bool = False,
     ) -> pd.DataFrame:
         """Stored verdicts in ``[start, end)`` (``health.VERDICT_COLUMNS``), by ts; with
-        ``latest`` each GPU's newest one in the window."""
+        ``latest`` each GPU's newest one in the window; ``changes``: only the state changes
+        (filtered in SQL, so the heartbeats are never decoded)."""
         with self._guard("read_verdicts") as conn:
-            return _verdicts.frame(conn, start=start, end=end, uuids=uuids, latest=latest)
+            return _verdicts.frame(
+                conn, start=start, end=end, uuids=uuids, latest=latest, changes=changes
+            )
 
     def gpus(self) -> pd.DataFrame:
         """Every GPU seen: hostname, gpu, uuid, pci_bus_id, model, rack, first_ts, last_ts.

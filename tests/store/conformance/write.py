@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from gpuwarden.errors import InputError
-from gpuwarden.health import GpuState, Reason, Verdict
+from gpuwarden.health import GpuState, Reason, Verdict, state_changes
 from gpuwarden.store import window
 from gpuwarden.store.base import ReadableStore, Store, WritableStore
 from gpuwarden.telemetry import Assignment, Batch, Event, NodeInfo, Sample, mig_uuid
@@ -70,6 +70,36 @@ def test_a_verdict_for_the_same_gpu_and_time_is_replaced(empty: Store) -> None:
     v = empty.read_verdicts()
     assert len(v) == 1 and v.iloc[0]["state"] == "at-risk" and v.iloc[0]["risk"] == 0.9
     assert dict(v.iloc[0]["reasons"][0].features) == {"t": 90.0}
+
+
+def test_verdict_changes_leave_out_the_heartbeats_that_repeat_a_state(empty: Store) -> None:
+    h = 1200.0  # every verdict inside the stores' "now" (T0 + HOURS h)
+    at_risk, bad = GpuState("at-risk"), GpuState("unhealthy")
+    empty.write_verdicts([
+        Verdict(T0 + h, A, GpuState.OK, risk=0.1), Verdict(T0 + 2 * h, A, GpuState.OK, risk=0.2),
+        Verdict(T0 + 3 * h, A, at_risk, risk=0.8, changed_from=GpuState.OK),
+        Verdict(T0 + 4 * h, A, at_risk, risk=0.85),  # a heartbeat
+        Verdict(T0 + 5 * h, A, GpuState.OK, risk=0.3, changed_from=at_risk),
+        Verdict(T0 + 2.5 * h, B, bad, cause="hard-signal"),
+        Verdict(T0 + 3.5 * h, B, bad, cause="hard-signal"),
+    ])  # fmt: skip
+    every = empty.read_verdicts()
+    got = empty.read_verdicts(changes=True)
+    assert list(zip(got["uuid"], got["ts"] - T0, got["state"], strict=True)) == [
+        (A.uuid, h, "ok"), (B.uuid, 2.5 * h, "unhealthy"), (A.uuid, 3 * h, "at-risk"),
+        (A.uuid, 5 * h, "ok"),
+    ]  # fmt: skip
+    pd.testing.assert_frame_equal(got, state_changes(every))
+    # a window's first verdict of each GPU is kept: the state held when it opens
+    late = empty.read_verdicts(start=T0 + 3.5 * h, changes=True)
+    assert list(zip(late["uuid"], late["ts"] - T0, late["state"], strict=True)) == [
+        (B.uuid, 3.5 * h, "unhealthy"), (A.uuid, 4 * h, "at-risk"), (A.uuid, 5 * h, "ok"),
+    ]  # fmt: skip
+    assert late.iloc[1]["risk"] == 0.85
+    newest = empty.read_verdicts(latest=True, changes=True)  # latest: changes plays no part
+    assert sorted(zip(newest["uuid"], newest["ts"] - T0, strict=True)) == sorted(
+        [(A.uuid, 5 * h), (B.uuid, 3.5 * h)]
+    )
 
 
 def test_a_repeated_failure_is_kept_once(empty: Store) -> None:
