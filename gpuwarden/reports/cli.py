@@ -6,6 +6,7 @@ import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -25,6 +26,23 @@ def _when(value: str | None, name: str) -> float | None:
     return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
 
 
+def with_verdicts(store: Any, url: str | None, cfg: dict[str, Any]) -> Any:
+    """``store``, reading its verdicts from ``url`` when given; a store that takes no writes
+    reads them from serve's default verdict file when that exists."""
+    from gpuwarden.store.base import WritableStore
+    from gpuwarden.store.split import DEFAULT_VERDICTS, WithVerdicts
+
+    if not url and not isinstance(store, WritableStore) and Path(DEFAULT_VERDICTS).is_file():
+        url = f"sqlite:///{DEFAULT_VERDICTS}"
+    if not url:
+        return store
+    try:
+        return WithVerdicts(store, open_store(url, cfg))
+    except BaseException:
+        store.close()
+        raise
+
+
 @click.command("report")
 @store_option
 @click.option("--since", help="Start of the period, UTC (default: Monday 00:00 of last week).")
@@ -42,6 +60,14 @@ def _when(value: str | None, name: str) -> float | None:
     help="The bundled scheduler's SQLite file (setting scheduler_db).",
 )
 @click.option("--audit", "audit_db", default=None, help="The audit log (setting audit_db).")
+@click.option(
+    "--verdicts",
+    "verdicts_url",
+    default=None,
+    help="Store the verdicts are read from, where serve --verdicts wrote them (default: the "
+    "--store; for a store that takes no writes, serve's sqlite:///gpuwarden-verdicts.db if it "
+    "exists).",
+)
 @click.option(
     "--pseudonymise", is_flag=True, help="Replace hosts, tenants and ids before the LLM sees them."
 )
@@ -64,6 +90,7 @@ def report(
     out_dir: str | None,
     scheduler_db: str | None,
     audit_db: str | None,
+    verdicts_url: str | None,
     pseudonymise: bool,
     no_llm: bool,
     slack: bool,
@@ -95,7 +122,7 @@ def report(
         prices=cfg["tco_prices"],
     )
     previous = _previous_facts(Path(out_dir or cfg["report_dir"]), start, end)  # type: ignore[arg-type]
-    store = open_store(store_url, cfg)
+    store = with_verdicts(open_store(store_url, cfg), verdicts_url, cfg)
     try:
         facts = build_facts(store, start, end, sources=sources, previous=previous, progress=True)  # type: ignore[arg-type]
     finally:

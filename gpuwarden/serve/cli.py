@@ -138,12 +138,13 @@ def verdict_store(store: Any, url: str | None, cfg: dict[str, Any]) -> Any:
     """Where serve writes verdicts: ``url``; else the telemetry store when it takes writes (a
     Prometheus server does not), else a SQLite file in the working directory."""
     from gpuwarden.store.base import WritableStore
+    from gpuwarden.store.split import DEFAULT_VERDICTS
 
     if url:
         return cliutil.open_store(url, cfg)
     if isinstance(store, WritableStore):
         return store
-    return cliutil.open_store("sqlite:///gpuwarden-verdicts.db", cfg)
+    return cliutil.open_store(f"sqlite:///{DEFAULT_VERDICTS}", cfg)
 
 
 def spooled_stores(cfg: dict[str, Any], o: dict[str, Any]) -> tuple[Any, Any]:

@@ -159,3 +159,28 @@ def test_the_comparison_reuses_last_weeks_facts(week, tmp_path):
     result = run(week, tmp_path, "--facts-only")
     changes = {c["metric"]: (c["before"], c["after"]) for c in json.loads(result.stdout)["changes"]}
     assert changes["failures"] == (9.0, 2.0)
+
+
+def test_verdicts_read_from_the_store_serve_wrote_them_to(week, tmp_path):
+    """A telemetry store without verdicts (serve --verdicts kept them elsewhere): --verdicts
+    reads them from there, and the facts are those of the store that holds both."""
+    import shutil
+    import sqlite3
+
+    url, sched, audit = week
+    both = url.removeprefix("sqlite:///")
+    telemetry = tmp_path / "telemetry.db"
+    shutil.copy(both, telemetry)
+    with sqlite3.connect(telemetry) as conn:
+        conn.execute("DELETE FROM verdicts")
+    args = ["report", "--since", "2025-11-24", "--facts-only", "--scheduler-db", sched,
+            "--audit", audit, "--store", f"sqlite:///{telemetry}"]  # fmt: skip
+    alone = CliRunner().invoke(main, args, env=ENV)
+    assert alone.exit_code == 0, alone.output
+    assert json.loads(alone.stdout)["risk"]["gpus"] == []
+    split = CliRunner().invoke(main, [*args, "--verdicts", url], env=ENV)
+    whole = CliRunner().invoke(main, [*args[:-1], url], env=ENV)
+    assert split.exit_code == whole.exit_code == 0, split.output + whole.output
+    facts, expected = json.loads(split.stdout), json.loads(whole.stdout)
+    facts.pop("generated"), expected.pop("generated")
+    assert facts == expected and [g["hostname"] for g in facts["risk"]["gpus"]] == ["gpu-b02"]
