@@ -69,13 +69,18 @@ def main() -> None:
         help="with --from: first write serve's hourly verdicts for the history into DIR's stores "
         "(once; meta.json records it)",
     )  # fmt: skip
+    ap.add_argument(
+        "--verdicts-from", type=Path, default=None,
+        help="with --from: every store reads its verdicts from this SQLite file (as with "
+        "serve --verdicts and report --verdicts), e.g. a copy given --add-verdicts",
+    )  # fmt: skip
     args = ap.parse_args()
     huge = apply_huge_pages(str(load_settings().get("numpy_huge_pages")))  # as the CLI does
     print(f"numpy huge-page advice: {huge_pages_said(huge)}")
     if args.reuse:
         if args.add_verdicts:
             add_verdicts(args.reuse)
-        return from_workdir(args.reuse, args.repeat)
+        return from_workdir(args.reuse, args.repeat, args.verdicts_from)
     if args.vm_gpus:
         return compare_backends(args.vm_gpus, args.days, args.step, args.repeat)
     args.cache.mkdir(parents=True, exist_ok=True)
@@ -178,8 +183,9 @@ class TimedStore:
         return timed
 
 
-def from_workdir(work: Path, repeat: int) -> None:
-    """The facts of the week that ends at the history's end, from each store ``work`` keeps."""
+def from_workdir(work: Path, repeat: int, verdicts: Path | None = None) -> None:
+    """The facts of the week that ends at the history's end, from each store ``work`` keeps;
+    ``verdicts``: each reads its verdicts from that SQLite file instead."""
     from bench_backends import cpu_s, forget, start_victoriametrics
 
     from gpuwarden.store.victoriametrics import VictoriaMetricsStore
@@ -196,6 +202,11 @@ def from_workdir(work: Path, repeat: int) -> None:
             vm = start_victoriametrics(work / "vm")
             stores["VictoriaMetrics"] = VictoriaMetricsStore(vm.url)
             pids["VictoriaMetrics"] = vm.proc.pid
+        if verdicts is not None:
+            from gpuwarden.store.split import WithVerdicts
+
+            stores = {k: WithVerdicts(v, SqliteStore(verdicts)) for k, v in stores.items()}
+            print(f"verdicts from {verdicts}")
         for name, store in stores.items():
             best: dict[str, float] | None = None
             for _ in range(repeat):
@@ -208,7 +219,7 @@ def from_workdir(work: Path, repeat: int) -> None:
                 if best is None or run["wall"] < best["wall"]:
                     best = run
                     results[name] = (facts, run, timed.calls)
-                forget(store)
+                forget(getattr(store, "telemetry", store))
             print(f"{name}: facts built", flush=True)
     finally:
         for store in stores.values():
