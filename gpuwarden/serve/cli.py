@@ -122,6 +122,12 @@ logger = logging.getLogger("gpuwarden.serve")
 @click.option(
     "--once", is_flag=True, help="Collect, score, decide and act once, print the decisions, exit."
 )
+@click.option(
+    "--at",
+    "at",
+    default=None,
+    help="With --once: score at this time (RFC 3339 or Unix s; default: now), as score --at.",
+)
 @click.pass_context
 def serve(ctx: click.Context, **opts: Any) -> None:
     """Collect, score every interval, decide with hysteresis, re-tag nodes, alert people.
@@ -176,6 +182,7 @@ def _serve(ctx: click.Context, **o: Any) -> None:
     from gpuwarden.alerts.slack import ENV_WEBHOOK_URL, SlackNotifier
     from gpuwarden.config import parse_listen
     from gpuwarden.exporter import Exporter
+    from gpuwarden.ingest import parse_time
     from gpuwarden.scheduler_hooks import open_tagger
     from gpuwarden.serve.api import ENV_API_TOKEN
     from gpuwarden.serve.assessors import (
@@ -188,6 +195,9 @@ def _serve(ctx: click.Context, **o: Any) -> None:
     from gpuwarden.serve.service import RiskService
 
     cfg = cliutil.settings(ctx)
+    if o["at"] is not None and not o["once"]:
+        raise click.UsageError("--at scores one round: give it with --once")
+    at = None if o["at"] is None else parse_time(o["at"], "--at")
     host, port = parse_listen(o["listen"])
     interval = o["interval_s"] or cfg["interval_s"]
     enter_at = o["enter_at"] if o["enter_at"] is not None else model_threshold()
@@ -237,7 +247,7 @@ def _serve(ctx: click.Context, **o: Any) -> None:
         if o["once"]:
             if exporter is not None:
                 exporter.poll_once()
-            changes = service.tick()
+            changes = service.tick(at)
             service.flush_notifiers()
             for t in changes:
                 risk = "unknown" if math.isnan(t.risk) else f"{t.risk:.2f}"

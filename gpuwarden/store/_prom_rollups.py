@@ -17,6 +17,12 @@ the rest) made the weekly report's read of 4 fields decode all 55. Series writte
 earlier grouping stay readable: a read selects by ``fields``. Reads select the series
 whose ``fields`` hold a field asked for, and take each sample's field from its offset.
 
+The first layout kept one series per GPU and field, ``gpuwarden_rollup{<GPU labels>,
+field="mem_temp_c_max", resolution="3600"}`` at the hour (``FIRST``), under the same
+``gpuwarden_rollup_until``. Reads do not select it (a second selector in every read, for
+series that exist once); ``compact`` rewrites such series in this layout and deletes them
+(``first_layout``), so until it has run the hours they hold read as not rolled up: missing.
+
 An hourly read (any ``PrometheusStore``: also ``prometheus+http://`` pointed at such a
 VictoriaMetrics) then takes the rolled-up hours from these series and rolls up only the hours
 after them on the server, as SQLite stitches its rollups to the raw tail. A plain Prometheus
@@ -30,12 +36,16 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from gpuwarden.store._promapi import PromApi
+from gpuwarden.store._promapi import Flat, PromApi
 from gpuwarden.store._promql import matcher, quote, regex_alternatives, selector
-from gpuwarden.store._series import Series, gpu_labels
+from gpuwarden.store._schema import ROLLUP_FIELDS
+from gpuwarden.store._series import Series, gpu_labels, gpu_of
 from gpuwarden.telemetry import GpuId
 
 ROLLUP = "gpuwarden_rollups"
+#: The first layout's series: one per GPU and field, the field in label ``field``.
+FIRST = "gpuwarden_rollup"
+FIRST_FIELD_LABEL = "field"
 UNTIL = "gpuwarden_rollup_until"
 #: The resolution kept as series (5-minute windows are short: they are rolled up when read).
 RESOLUTION = 3600
@@ -118,6 +128,38 @@ def series(frame: pd.DataFrame, inventory: pd.DataFrame, fields: list[str]) -> l
     return out
 
 
+def first_layout(flat: Flat) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Series of the first layout (``FIRST``) as a rolled-up window (ts the hour, uuid, one
+    column per field found; a (GPU, hour) some field lacks has NaN there) and the identity of
+    its GPUs (uuid index, as ``series`` takes it), from their labels."""
+    ids: dict[str, GpuId] = {}
+    uuid_of, field_of = [], []
+    for labels in flat.labels:
+        gpu = gpu_of(labels)  # a MIG instance's key, as the inventory the series came from
+        field = labels.get(FIRST_FIELD_LABEL, "")
+        ok = gpu is not None and field in ROLLUP_FIELDS
+        uuid_of.append(gpu.uuid if ok and gpu is not None else "")
+        field_of.append(field if ok else "")
+        if ok and gpu is not None:
+            ids[gpu.uuid] = gpu
+    series_of = np.repeat(np.arange(len(flat.labels)), flat.counts)
+    long = pd.DataFrame({
+        "uuid": np.asarray(uuid_of, dtype=object)[series_of],
+        "field": np.asarray(field_of, dtype=object)[series_of],
+        "ts": unpack_ms(flat.ts)[0],  # at the hour (ms offsets, were there any, dropped)
+        "value": np.asarray(flat.values, dtype=np.float64),
+    })  # fmt: skip
+    long = long[long["field"] != ""]
+    wide = long.pivot_table(index=["uuid", "ts"], columns="field", values="value", aggfunc="last")
+    frame = wide.reset_index()
+    frame.columns.name = None
+    inventory = pd.DataFrame(
+        [(g.uuid, g.hostname, g.index, g.pci_bus_id, g.model, g.rack) for g in ids.values()],
+        columns=["uuid", "hostname", "gpu", "pci_bus_id", "model", "rack"],
+    ).set_index("uuid", drop=False)
+    return frame, inventory
+
+
 def unpack_ms(ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The hour (s) of each sample of a ``ROLLUP`` series and its offset into it (ms): the
     index of its field in the series' ``fields``."""
@@ -134,6 +176,8 @@ def marker(end: float) -> Series:
 
 __all__ = [
     "FIELDS_LABEL",
+    "FIRST",
+    "first_layout",
     "RESOLUTION",
     "ROLLUP",
     "UNTIL",

@@ -21,6 +21,7 @@ read 168 points per GPU and field a week instead of every sample.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -41,6 +42,7 @@ from gpuwarden.store import (
 )
 from gpuwarden.store._frames import frame_rows
 from gpuwarden.store._promapi import Flat, PromApi, time_spans
+from gpuwarden.store._promql import matcher, selector
 from gpuwarden.store._records import batch_rows, rows_from
 from gpuwarden.store._schema import ROLLUP_FIELDS
 from gpuwarden.store._vmnative import decode
@@ -54,12 +56,16 @@ from gpuwarden.telemetry import (
     samples_to_frame,
 )
 
+logger = logging.getLogger(__name__)
+
 SCHEMES = {
     "victoriametrics": ("http", 8428),
     "victoriametrics+http": ("http", 8428),
     "victoriametrics+https": ("https", 8428),
 }
 ROLLED = _prom_rollups.RESOLUTION
+#: How far back the first rollup layout is looked for (its series are deleted whole).
+YEARS_S = 20 * 365 * 86400.0
 #: Bytes of JSON lines sent in one import request.
 IMPORT_CHUNK_BYTES = 16 << 20
 
@@ -242,6 +248,7 @@ class VictoriaMetricsStore(PrometheusStore):
         rolls them up, a day at a time, and they are written back. Retention is the server's
         ``-retentionPeriod``."""
         end = float(np.floor(now / ROLLED) * ROLLED)
+        self.migrate_first_layout(progress=progress)
         with self._lock:
             self._until_at = -math.inf
         until = self.rolled_until()
@@ -274,6 +281,37 @@ class VictoriaMetricsStore(PrometheusStore):
         self._dirty_from = math.inf
         with self._lock:
             self._until_at = -math.inf
+
+    def migrate_first_layout(self, *, progress: bool = False) -> int:
+        """Rewrite hourly rollups kept in the first layout (``_prom_rollups.FIRST``: one series
+        per GPU and field) as today's series, a day at a time, then delete the old series;
+        ``compact`` runs it first. Returns the (GPU, hour) rows moved. Every hour is written
+        before anything is deleted (a failure leaves the old series, to be moved again), and
+        the days moved run from the old series' first sample, so none is deleted unread."""
+        sel = selector([_prom_rollups.FIRST], [matcher("resolution", [str(ROLLED)])])
+        now = self.clock() + 1.0
+        # the earliest sample of any old series: VictoriaMetrics deletes series whole
+        got = self.api.query(f"min(tfirst_over_time({sel}[{YEARS_S:.0f}s]))", now)
+        if not got or not len(got[0].values) or not np.isfinite(got[0].values[-1]):
+            return 0
+        first = float(np.floor(float(got[0].values[-1]) / ROLLED) * ROLLED)
+        moved = 0
+        spans = time_spans(first, now, 86400.0)
+        for a, b in tqdm(spans, disable=not progress, desc="rollups' first layout"):
+            for flat in self.api.select_flat([sel], a, b):
+                frame, ids = _prom_rollups.first_layout(flat)
+                fields = [f for f in ROLLUP_FIELDS if f in frame.columns]
+                if fields:
+                    self._send(_prom_rollups.series(frame, ids, fields))
+                    moved += len(frame)
+        try:
+            self.http.request("POST", "/api/v1/admin/tsdb/delete_series", data={"match[]": sel})
+        except StoreRejected as exc:  # e.g. vmauth keeps /api/v1/admin from us: moved again
+            logger.warning("rollups moved to the current layout, the old series kept: %s", exc)
+        logger.info("moved %d GPU-hours of rollups from the first layout", moved)
+        with self._lock:
+            self._until_at = -math.inf
+        return moved
 
     def write_rollups(
         self,

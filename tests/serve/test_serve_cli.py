@@ -27,6 +27,15 @@ def quiet(store, at):
     return []
 
 
+SEEN_AT: list[float] = []
+
+
+def recording(store, at):
+    """An assessor for --assess that notes the time it is asked to score at."""
+    SEEN_AT.append(at)
+    return []
+
+
 def fake_scontrol(tmp_path):
     """An scontrol that shows every node idle and healthy (and fails on anything else)."""
     script = tmp_path / "scontrol"
@@ -82,6 +91,17 @@ def test_user_mistakes_are_one_line(tmp_path):
     r = run(tmp_path, "--enter-at", "0.3", "--exit-below", "0.5")
     assert r.exit_code == 1 and "exit_below <= enter_at" in r.output
     assert "Traceback" not in r.output
+    r = run(tmp_path, "--at", "yesterday")
+    assert r.exit_code == 1 and "--at 'yesterday' is neither RFC 3339" in r.output
+    r = CliRunner().invoke(serve, ["--no-collect", "--at", "0", "--store", "sqlite:///x.db"])
+    assert r.exit_code == 2 and "--at scores one round: give it with --once" in r.output
+
+
+def test_once_at_scores_at_the_time_given(tmp_path):
+    SEEN_AT.clear()
+    r = run(tmp_path, "--assess", "test_serve_cli:recording", "--at", "2026-01-02T03:00:00Z")
+    assert r.exit_code == 0, r.output
+    assert SEEN_AT == [1767322800.0]  # calendar.timegm((2026, 1, 2, 3, 0, 0))
 
 
 def test_hourly_rounds_still_see_a_hard_signal_from_between_them(tmp_path):

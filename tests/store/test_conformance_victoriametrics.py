@@ -149,3 +149,51 @@ def test_usage_has_its_own_rollup_series_and_the_earlier_layout_stays_readable(
     got = httpx.get(f"{empty.http.base}/api/v1/series",
                     params={"match[]": _prom_rollups.ROLLUP, "start": T0, "end": T0 + 3 * 3600}).json()["data"]  # fmt: skip
     assert {"power_w", "gpu_temp_c,ecc_sbe_volatile_total"} <= {s["fields"] for s in got}
+
+
+def test_rollups_in_the_first_layout_are_moved_on_compact(empty) -> None:
+    """Stores compacted before the packed series kept one ``gpuwarden_rollup`` series per GPU
+    and field, at the hour: compact rewrites them in today's layout and deletes them, and the
+    hours they held read as they were kept."""
+    import httpx
+    import numpy as np
+
+    from gpuwarden.store import _prom_rollups
+    from gpuwarden.store._series import Series, gpu_labels
+    from gpuwarden.telemetry import GpuId
+
+    load_writable(empty)  # two whole hours compacted, in today's layout
+    fields = ["gpu_temp_c", "power_w", "ecc_sbe_volatile_total", "mem_temp_c_max"]
+    span = {"start": T0, "end": T0 + 2 * 3600, "resolution_s": 3600, "fields": fields}
+    kept = empty.read_window(**span)
+    assert len(kept) == 2 * 3 and kept["gpu_temp_c"].notna().all()
+
+    def series_of(name: str) -> list[dict]:
+        params = {"match[]": name, "start": T0 - 86400, "end": T0 + 3 * 86400}
+        return httpx.get(f"{empty.http.base}/api/v1/series", params=params).json()["data"]
+
+    deleted = httpx.post(f"{empty.http.base}/api/v1/admin/tsdb/delete_series",
+                         data={"match[]": _prom_rollups.ROLLUP})  # fmt: skip
+    assert deleted.status_code == 204 and not series_of(_prom_rollups.ROLLUP)
+    # the same hours as the first layout wrote them, a degree warmer, so that what is read
+    # after the move is known to come from these series and not from the raw samples
+    first = kept.assign(gpu_temp_c=kept["gpu_temp_c"] + 1.0)
+    inv = empty.gpus().set_index("uuid")
+    old = []
+    for uuid, rows in first.groupby("uuid"):
+        r = inv.loc[uuid]
+        gpu = GpuId(r["hostname"], int(r["gpu"]), uuid, r["pci_bus_id"], r["model"], r["rack"])
+        labels = {"__name__": "gpuwarden_rollup", **gpu_labels(gpu), "resolution": "3600"}
+        ts_ms = np.rint(rows["ts"].to_numpy() * 1000).astype(np.int64)
+        for f in fields:
+            old.append(Series({**labels, "field": f}, ts_ms, rows[f].to_numpy(np.float64)))
+    empty._send(old)
+    written = sum(bool(np.isfinite(s.values).any()) for s in old)  # a NaN is not written
+    assert len(series_of("gpuwarden_rollup")) == written >= 3 * len(fields) - 1
+    assert empty.read_window(**span)["gpu_temp_c"].notna().sum() == 0  # not moved yet
+
+    empty.compact(_clock())
+    assert not series_of("gpuwarden_rollup")  # moved, then deleted
+    after = empty.read_window(**span)
+    pd.testing.assert_frame_equal(after[kept.columns], first, check_dtype=False)
+    assert empty.migrate_first_layout() == 0  # nothing left to move

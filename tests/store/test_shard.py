@@ -65,7 +65,8 @@ def test_serve_replicas_score_their_share(vm, tmp_path) -> None:
     url = vm.url.replace("http://", "victoriametrics://")
     counts = []
     for shard in ("0/2", "1/2", None):
-        args = ["serve", "--once", "--no-collect", "--store", url, "--audit",
+        # all three at END: at the clock, a run after an hour turns would see another window
+        args = ["serve", "--once", "--at", str(END), "--no-collect", "--store", url, "--audit",
                 str(tmp_path / f"audit-{len(counts)}.db"), "--verdicts",
                 f"sqlite:///{tmp_path / f'verdicts-{len(counts)}.db'}"]  # fmt: skip
         r = CliRunner().invoke(main, args + (["--shard", shard] if shard else []))
