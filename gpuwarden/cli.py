@@ -55,6 +55,11 @@ def main(ctx: click.Context, config_path: str | None, verbose: int) -> None:
         from gpuwarden.health import use_xid_severity
 
         use_xid_severity(ctx.obj.get("xid_severity") or None)
+        link_rules = str(ctx.obj.get("link_rules", "on")).strip()
+        if link_rules not in ("", "on"):  # the default needs no import (pandas) at start
+            from gpuwarden.models.rules import use_link_rules
+
+            use_link_rules(link_rules)
         from gpuwarden.tuning import apply_huge_pages
 
         apply_huge_pages(str(ctx.obj.get("numpy_huge_pages") or "auto"))

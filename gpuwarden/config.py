@@ -73,6 +73,12 @@ SETTINGS: tuple[Setting, ...] = (
         "off. $NUMPY_MADVISE_HUGEPAGE wins. docs/scale.md#tuning.",
     ),
     Setting(
+        "link_rules",
+        "on",
+        "The link rules beside the model: on, off, or name=value pairs (nvlink=off,pcie_hours=4). "
+        "docs/models.md#rules-beside-the-model.",
+    ),
+    Setting(
         "xid_severity",
         "",
         "TOML file of Xid severities (class, fatal, action per code) over the shipped table.",

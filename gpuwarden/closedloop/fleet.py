@@ -89,7 +89,7 @@ def scored_fleet(
 ) -> ScoredFleet:
     """Simulate ``gpus`` (a multiple of 8) for ``warmup_days + days`` and score the last
     ``days`` hour by hour with ``model`` (default: the shipped one, ``load_model()``) and the
-    ``link_rules`` beside it (``models.rules.LinkRules``; default: ``GPUWARDEN_LINK_RULES``),
+    ``link_rules`` beside it (``models.rules.LinkRules``; default: the ``link_rules`` setting),
     as ``gpuwarden score`` does."""
     from gpuwarden.models.artifact import load_model
     from gpuwarden.models.features import compute_features, rows_at
@@ -97,7 +97,7 @@ def scored_fleet(
     from gpuwarden.models.simdata import fleet_spec, simulate_panel
 
     model = load_model() if model is None else model
-    link_rules = LinkRules.from_env() if link_rules is None else link_rules
+    link_rules = LinkRules.in_force() if link_rules is None else link_rules
     spec = fleet_spec(
         nodes=max(1, gpus // 8),
         days=warmup_days + days,

@@ -196,7 +196,7 @@ def evaluate_dataset(
     risk = model.risk(ds.X)
     # the link rules flag beside the model, as they do in ``score``; PR-AUC stays the model's
     signals = hard_signal(ds.X)
-    hard = signals | LinkRules.from_env().flag(ds.X)
+    hard = signals | LinkRules.in_force().flag(ds.X)
     model_flag = (risk >= model.threshold) | hard
     rules_flag = baseline_flag(ds.X)
     model_score = np.where(signals, 1.0, risk)

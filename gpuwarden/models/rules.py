@@ -176,6 +176,7 @@ def states(
 PCIE_LINK_DEGRADED = "pcie_link_degraded"
 NVLINK_ERRORS_GROWING = "nvlink_errors_growing"
 ENV_LINK_RULES = "GPUWARDEN_LINK_RULES"
+_SETTING = f"link_rules ({ENV_LINK_RULES})"
 
 
 @dataclass(frozen=True)
@@ -214,12 +215,12 @@ class LinkRules:
             name, eq, value = (x.strip() for x in part.partition("="))
             if not eq or name not in known:
                 raise ConfigError(
-                    f"{ENV_LINK_RULES}: {part.strip()!r} is not name=value with a name of "
+                    f"{_SETTING}: {part.strip()!r} is not name=value with a name of "
                     f"{', '.join(known)}"
                 )
             if name in ("pcie", "nvlink"):
                 if value not in ("on", "off"):
-                    raise ConfigError(f"{ENV_LINK_RULES}: {name} must be on or off, not {value!r}")
+                    raise ConfigError(f"{_SETTING}: {name} must be on or off, not {value!r}")
                 settings[name] = value == "on"
                 continue
             try:
@@ -227,13 +228,16 @@ class LinkRules:
             except ValueError:
                 number = float("nan")
             if not np.isfinite(number) or number < 0:
-                raise ConfigError(f"{ENV_LINK_RULES}: {name} must be a number >= 0, not {value!r}")
+                raise ConfigError(f"{_SETTING}: {name} must be a number >= 0, not {value!r}")
             settings[name] = number
         return cls(**settings)
 
     @classmethod
-    def from_env(cls) -> LinkRules:
-        return cls.parse(os.environ.get(ENV_LINK_RULES, ""))
+    def in_force(cls) -> LinkRules:
+        """The rules ``use_link_rules`` put in force (the ``link_rules`` setting, which the
+        command line reads from its TOML file or the environment); without that call, as
+        ``$GPUWARDEN_LINK_RULES`` says."""
+        return _active if _active is not None else cls.parse(os.environ.get(ENV_LINK_RULES, ""))
 
     def table(self, X: pd.DataFrame) -> pd.DataFrame:
         """One boolean column per link rule; an unread signal (NaN) never trips one."""
@@ -299,3 +303,15 @@ def link_reasons(row: pd.Series, meta: pd.Series, present: pd.Series) -> list[Re
         )
         out.append(Reason(text, {c: float(row[c]) for c in cols}))
     return out
+
+
+_active: LinkRules | None = None
+
+
+def use_link_rules(text: str | None) -> LinkRules:
+    """Put the ``link_rules`` setting ``text`` in force for ``score``, ``evaluate`` and the
+    closed loop (None: back to ``$GPUWARDEN_LINK_RULES``); a bad value is a ``ConfigError``
+    naming it. Returns the rules now in force."""
+    global _active
+    _active = None if text is None else LinkRules.parse(str(text))
+    return LinkRules.in_force()

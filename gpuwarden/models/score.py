@@ -80,7 +80,7 @@ def _score_rows(
     board with a steady 100 errors a day fell from 0.63 to 0.08 nine minutes past the hour).
     Hard signals the partial hour already shows count at once. ``timings`` gets the seconds
     spent on ``features`` and on the ``model`` (risk, states, reasons), for the benchmark.
-    ``link_rules`` (default: ``GPUWARDEN_LINK_RULES``) mark GPUs at-risk beside the model."""
+    ``link_rules`` (default: the ``link_rules`` setting) mark GPUs at-risk beside the model."""
     started = time.perf_counter()
     rows = rows_at(panel, t, recent_h=REPORTING_H)
     if len(rows) == 0:
@@ -103,7 +103,7 @@ def _score_rows(
         featured = time.perf_counter()
         risk = model.risk(X)
         hard = hard_signal(X)
-    link = (LinkRules.from_env() if link_rules is None else link_rules).table(X)
+    link = (LinkRules.in_force() if link_rules is None else link_rules).table(X)
     state = states(risk, hard, model.threshold, link.to_numpy().any(axis=1))
     which = (state != OK) | (risk >= EXPLAIN_FROM) | explain_all
     evidence = explain_reasons(model.estimator, X, meta, np.asarray(which))

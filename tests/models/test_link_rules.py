@@ -8,7 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from click.testing import CliRunner
 
+from gpuwarden.cli import main
 from gpuwarden.errors import ConfigError
 from gpuwarden.models.features import FEATURE_NAMES
 from gpuwarden.models.rules import (
@@ -20,6 +22,7 @@ from gpuwarden.models.rules import (
     LinkRules,
     link_reasons,
     states,
+    use_link_rules,
 )
 
 # one GPU on an eight-GPU node: 12 of the last 24 h with CRC errors, ~3%/h growth over 3 days,
@@ -107,4 +110,36 @@ def test_a_bad_setting_is_a_config_error_naming_it(text, named):
 
 def test_settings_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("GPUWARDEN_LINK_RULES", "pcie=off")
-    assert LinkRules.from_env() == LinkRules(pcie=False)
+    assert LinkRules.in_force() == LinkRules(pcie=False)
+
+
+@pytest.fixture
+def rules_reset():
+    """Back to the environment's rules after the test (ask for it before ``monkeypatch``)."""
+    yield
+    use_link_rules(None)
+
+
+def test_the_setting_in_a_config_file_is_put_in_force_by_the_command_line(
+    tmp_path, rules_reset, monkeypatch
+):
+    """``link_rules`` is a setting like any other: the TOML file sets it, the command line puts
+    it in force for score, evaluate and the closed loop, and the environment wins."""
+    monkeypatch.delenv("GPUWARDEN_LINK_RULES", raising=False)
+    conf = tmp_path / "gpuwarden.toml"
+    conf.write_text('[gpuwarden]\nlink_rules = "nvlink=off,pcie_hours=4"\n')
+    assert CliRunner().invoke(main, ["--config", str(conf), "fields"]).exit_code == 0
+    assert LinkRules.in_force() == LinkRules(nvlink=False, pcie_hours=4.0)
+    monkeypatch.setenv("GPUWARDEN_LINK_RULES", "off")
+    assert CliRunner().invoke(main, ["--config", str(conf), "fields"]).exit_code == 0
+    assert LinkRules.in_force() == LinkRules(pcie=False, nvlink=False)
+    use_link_rules(None)
+    assert LinkRules.in_force() == LinkRules(pcie=False, nvlink=False)  # the environment's
+
+
+def test_a_bad_setting_stops_every_command_with_a_line_naming_it(rules_reset, monkeypatch):
+    monkeypatch.setenv("GPUWARDEN_LINK_RULES", "pcie=maybe")
+    result = CliRunner().invoke(main, ["fields"])
+    assert result.exit_code != 0
+    assert "link_rules (GPUWARDEN_LINK_RULES): pcie must be on or off" in result.output
+    assert "Traceback" not in result.output
