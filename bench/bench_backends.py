@@ -36,6 +36,7 @@ the Debian packages, as in the tests; VictoriaMetrics' bytes per stored sample c
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -65,6 +66,7 @@ from gpuwarden.models.history import panel_of, read_history  # noqa: E402
 from gpuwarden.models.score import HISTORY_S, score_panel  # noqa: E402
 from gpuwarden.models.simdata import fleet_spec  # noqa: E402
 from gpuwarden.sim import Fleet  # noqa: E402
+from gpuwarden.store._promapi import DEFAULT_MAX_POINTS  # noqa: E402
 from gpuwarden.store.prometheus import PrometheusStore  # noqa: E402
 from gpuwarden.store.sqlite import SqliteStore  # noqa: E402
 from gpuwarden.store.victoriametrics import VictoriaMetricsStore  # noqa: E402
@@ -110,6 +112,19 @@ def cpu_s(pid: int | None = None) -> float:
         return time.process_time()
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def reset_peak_rss() -> None:
+    """Start this process' peak resident memory (VmHWM) over from what it holds now."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def peak_rss_gb() -> float:
+    """This process' peak resident memory since ``reset_peak_rss``, in GB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024 / 1e9
+    return math.nan
 
 
 def forget(store) -> None:
@@ -191,15 +206,25 @@ def score(
     best: dict[str, float] | None = None
     rows = pd.DataFrame()
     for _ in range(repeat):
+        api = getattr(store, "api", None)
+        q0 = api.queries if api is not None else 0
+        if hasattr(api, "largest"):  # counted since the point budgets (before: not)
+            api.largest = 0
+        gc.collect()
+        reset_peak_rss()
         t0, c0, s0 = time.perf_counter(), cpu_s(), cpu_s(server_pid) if server_pid else 0.0
         history = read_history(store, start=at - HISTORY_S, end=at)
         t1, c1, s1 = time.perf_counter(), cpu_s(), cpu_s(server_pid) if server_pid else 0.0
+        peak = peak_rss_gb()
         rows = score_panel(panel_of(history), model, at=at)
         t2 = time.perf_counter()
         run = {
             "read": t1 - t0, "rest": t2 - t1, "total": t2 - t0, "gpus": float(len(rows)),
-            "read_cpu": c1 - c0, "server_cpu": s1 - s0,
+            "read_cpu": c1 - c0, "server_cpu": s1 - s0, "peak_gb": peak,
+            "queries": float(api.queries - q0) if api is not None else math.nan,
+            "largest": float(getattr(api, "largest", math.nan)),
         }  # fmt: skip
+        del history
         if best is None or run["total"] < best["total"]:
             best = run
         forget(store)  # a new process each time: nothing cached between runs
@@ -217,6 +242,11 @@ def main() -> None:
     ap.add_argument("--backends", default="sqlite,victoriametrics,prometheus")
     ap.add_argument("--repeat", type=int, default=3, help="scoring runs; the best is reported")
     ap.add_argument("--workdir", type=Path, default=None, help="default: a temporary folder")
+    ap.add_argument(
+        "--prom-max-points", default="",
+        help="point budgets of Prometheus' queries, comma-separated: one store each "
+        "(default: the store's own)",
+    )  # fmt: skip
     ap.add_argument(
         "--from", dest="reuse", type=Path, default=None,
         help="score the stores a run with --workdir left there again (no simulation, no writes)",
@@ -337,7 +367,11 @@ def main() -> None:
             settle(prom.url, prom.proc.pid)
             print(f"prometheus: compactions done in {time.perf_counter() - t:.0f} s", flush=True)
             # its per-bit subqueries take tens of seconds on a loaded machine
-            stores["prometheus"] = PrometheusStore(prom.url, timeout_s=600.0)
+            budgets = [int(b) for b in args.prom_max_points.split(",") if b.strip()]
+            for k, budget in enumerate(budgets or [DEFAULT_MAX_POINTS]):
+                name = "prometheus" if k == 0 else f"prometheus@{budget}"
+                stores[name] = PrometheusStore(prom.url, timeout_s=600.0, max_points=budget)
+                pids[name] = prom.proc.pid
         if args.vm_json and "victoriametrics" in stores:
             as_json = VictoriaMetricsStore(vm.url)
             as_json.api.native = False  # type: ignore[attr-defined]
@@ -365,14 +399,15 @@ def main() -> None:
           f"{args.repeat}")  # fmt: skip
     print(f"{'backend':<21}{'read s':>8}{'rest s':>8}{'total s':>9}{'vs sqlite':>10}"
           f"{'GPUs':>7}{'same state':>11}{'|dRisk|<=0.01':>14}{'read cpu s':>11}"
-          f"{'server cpu s':>13}")  # fmt: skip
+          f"{'server cpu s':>13}{'read peak GB':>13}{'queries':>8}{'largest':>10}")  # fmt: skip
     for name, (run, rows) in results.items():
         got = rows.set_index("uuid").reindex(want.index)
         same = float((got["state"] == want["state"]).mean())
         close = float((np.abs(got["risk"] - want["risk"]) <= 0.01).mean())
         print(f"{name:<21}{run['read']:>8.2f}{run['rest']:>8.2f}{run['total']:>9.2f}"
               f"{run['total'] / base['total']:>9.2f}x{int(run['gpus']):>7}{same:>11.1%}"
-              f"{close:>14.1%}{run['read_cpu']:>11.2f}{run['server_cpu']:>13.2f}")  # fmt: skip
+              f"{close:>14.1%}{run['read_cpu']:>11.2f}{run['server_cpu']:>13.2f}"
+              f"{run['peak_gb']:>13.2f}{run['queries']:>8.0f}{run['largest']:>10,.0f}")  # fmt: skip
     if "prometheus_load" in meta and "prometheus" in results:
         pl = meta["prometheus_load"]
         print(f"prometheus loaded through remote write: {pl['samples']:,} samples in "

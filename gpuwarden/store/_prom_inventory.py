@@ -44,8 +44,10 @@ def seen(api: PromApi, names: Sequence[str], since: float, now: float) -> pd.Dat
         return rows(last, first)
     n = max(1, math.ceil((at - since) / DAY_S))
     days = _periods(api, names, [at], n * DAY_S, DAY_S)
-    last_days = _periods(api, names, {max(ts) for ts in days.values()}, DAY_S, HOUR_S)
-    first_days = _periods(api, names, {min(ts) for ts in days.values()}, DAY_S, HOUR_S)
+    # a point per GPU and step: the hour passes take as many steps a query as the budget holds
+    gpus = len(days)
+    last_days = _periods(api, names, {max(ts) for ts in days.values()}, DAY_S, HOUR_S, gpus)
+    first_days = _periods(api, names, {min(ts) for ts in days.values()}, DAY_S, HOUR_S, gpus)
     last = _fine(api, names, d, {max(ts) for ts in last_days.values()}, first=False)
     first = _fine(api, names, d, {min(ts) for ts in first_days.values()}, first=True)
     return rows(last, first)
@@ -62,16 +64,24 @@ def _tagged(names: Sequence[str], fn: str) -> str:
 
 
 def _periods(
-    api: PromApi, names: Sequence[str], ends: Iterable[float], span_s: float, width_s: float
+    api: PromApi,
+    names: Sequence[str],
+    ends: Iterable[float],
+    span_s: float,
+    width_s: float,
+    gpus: int = 0,
 ) -> dict[str, list[float]]:
     """GPU (its labels, as a key) -> the ends of the periods ``width_s`` long, in the
-    ``span_s`` before each of ``ends``, with a sample in them."""
+    ``span_s`` before each of ``ends``, with a sample in them; ``gpus``: how many series
+    to expect (0: unknown), so that a query asks for at most ``api.max_points`` points (a
+    step for all of them at least: the list of GPUs is not cut by host)."""
     d = api.dialect
+    steps = max(1, min(MAX_STEPS, api.max_points // gpus)) if gpus else MAX_STEPS
     count = "count_over_time({}[" + d.range(width_s) + "])"
     expr = f"max by ({GPU_BY}) ({_tagged(names, count)})"
     out: dict[str, list[float]] = {}
     for end in sorted(set(ends)):
-        for a, b in time_spans(end - span_s, end, MAX_STEPS * width_s):
+        for a, b in time_spans(end - span_s, end, steps * width_s):
             for r in api.query_range(expr, a + width_s, b, width_s):
                 out.setdefault(_key(r.labels), []).extend(r.ts.tolist())
     return out

@@ -9,6 +9,7 @@ put together into the wide frame every store returns.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -30,7 +31,7 @@ from gpuwarden.store._promql import (
     selector,
 )
 from gpuwarden.store._schema import ROLLUP_FIELDS, rollup_agg
-from gpuwarden.store._series import Raw, gpu_of
+from gpuwarden.store._series import gpu_of
 from gpuwarden.telemetry import FIELD_BY_DCGM, FIELDS_BY_NAME, FRAME_ID_COLUMNS, MIG_INSTANCE_FIELDS
 
 MAX_QUERY_LEN = 15_000
@@ -47,6 +48,14 @@ class Target:
     select their series: hosts per host label, uuids of GPUs with no host label."""
 
     gpus: pd.DataFrame  # hostname, gpu, uuid, model, pci_bus_id, host_label; index uuid
+    #: series of a field a selected GPU's hosts hold per GPU (MIG instances add theirs): what
+    #: a query's answer size is reckoned with
+    series_per_gpu: float = 1.0
+
+    @property
+    def host_size(self) -> int:
+        """The most GPUs one host has: a group of whole hosts holds at least this many."""
+        return int(self.gpus.groupby("hostname").size().max()) if len(self.gpus) else 1
 
     def groups(self, per_group: int) -> list[list[list[str]]]:
         """Matcher sets per chunk of about ``per_group`` GPUs, whole hosts together: each
@@ -106,15 +115,6 @@ class _Long:
         for c in columns:
             self.once &= (g, c) not in self._cells
             self._cells.add((g, c))
-
-    def add(self, uuid: str, ts: np.ndarray, column: str, values: np.ndarray) -> None:
-        """One series' points of one column."""
-        g, c = self.slot.get(uuid), self.where.get(column)
-        if g is None or c is None or not len(ts):
-            return
-        self._note(g, [c])
-        n = len(ts)
-        self.parts.append((np.full(n, g), np.full(n, c), ts, values))
 
     def add_flat(
         self, flat: Flat, keys: Sequence[tuple[str, str] | None], lo: float, hi: float
@@ -292,16 +292,22 @@ def raw(
         per_series = sum(
             len(g) for g in _prom_rollups.groups(ROLLUP_FIELDS) if set(g) & set(fields)
         )
-    per_gpu_s = per_series / max(interval_s, 1e-3)  # points one GPU gives per second
+    # points one GPU gives per scrape interval, and in the whole window (a half-open window
+    # of k intervals holds at most k samples of a series)
+    interval = max(interval_s, 1e-3)
+    per_step = per_series * target.series_per_gpu
+    whole = per_step * math.ceil((end - start) / interval)
     # whole windows for as many GPUs as fit (each series then comes back once), and the
     # window cut in time only when one GPU's is too much
-    whole = per_gpu_s * (end - start)
     per_group = max(1, min(len(target.gpus), int(api.max_points / max(whole, 1.0))))
     # at least ``concurrency`` queries for a large read: the server answers them on all its
     # cores while the answers already in are parsed here
     if len(target.gpus) >= MIN_SPLIT_GPUS:
         per_group = min(per_group, -(-len(target.gpus) // api.concurrency))
-    span = (end - start) if whole <= api.max_points else max(60.0, api.max_points / per_gpu_s)
+    # a group is whole hosts: when one host is more than the budget, time spans cut it
+    least = target.host_size if per_group < target.host_size else 1
+    fits = whole * least <= api.max_points
+    span = (end - start) if fits else interval * max(1, int(api.max_points // (per_step * least)))
     groups = target.groups(per_group)
     work = [(alt, a, b) for alt in groups for a, b in time_spans(start, end, span)]
     out = _Long(fields, target)
@@ -310,7 +316,7 @@ def raw(
         alternatives, a, b = item
         return api.select_flat([selector(names, [*m, *extra]) for m in alternatives], a, b)
 
-    for flats in tqdm(api.map(one, work), total=len(work), disable=not progress, desc="reading"):
+    for flats in tqdm(api.imap(one, work), total=len(work), disable=not progress, desc="reading"):
         for flat in flats:
             if rolled is not None:
                 out.add_packed(flat, start, end)
@@ -368,11 +374,15 @@ def rollups(
     # Prometheus' engine gets a query per field (``_queries``), so a query's share is one's
     weights = [BITMASK_BITS if is_bitmask(f) else 1 for f in fields]
     per_gpu, weight = (len(fields), sum(weights)) if dialect.tfuncs else (1, max(weights))
-    scan = weight * max(1.0, r / max(interval_s, 1e-3))
+    scan = weight * max(1.0, r / max(interval_s, 1e-3)) * target.series_per_gpu
+    # points one GPU's answer gives per bucket (its series, MIG instances' too)
+    points = per_gpu * target.series_per_gpu
     steps = max(1, min(MAX_STEPS, int(round((whole_end - first) / r)), 168))
-    per_group = min(api.max_points // (per_gpu * steps), int(MAX_SCAN // (scan * steps)))
-    if per_group < 1:  # one GPU's window is too much: fewer buckets a query
-        steps = max(1, min(steps, api.max_points // per_gpu, int(MAX_SCAN // scan)))
+    per_group = min(int(api.max_points // (points * steps)), int(MAX_SCAN // (scan * steps)))
+    host = target.host_size  # groups are whole hosts
+    if per_group < host:  # one host's window is too much: fewer buckets a query
+        fit = min(api.max_points // (points * host), MAX_SCAN // (scan * host))
+        steps = max(1, min(steps, int(fit)))
     per_group = max(1, min(len(target.gpus), per_group))
     groups = _fit(target, per_group, fields, r, dialect, bit_step_s)
     spans = [(a, b, float(r)) for a, b in time_spans(first, whole_end, steps * r)]  # eval a+r..b
@@ -388,21 +398,23 @@ def rollups(
     out = _Long(fields, target)
     means = {f for f in fields if f in FIELDS_BY_NAME and rollup_agg(FIELDS_BY_NAME[f]) == "mean"}
 
-    def one(item: tuple[str, float, float, float]) -> list[tuple[Raw, float]]:
+    def one(item: tuple[str, float, float, float]) -> Flat:
         query, a, b, width = item
         if width == r:
-            return [(x, r) for x in api.query_range(query, a + r, b, r)]
-        return [(x, width) for x in api.query(query, b)]
+            flat = api.query_range_flat(query, a + r, b, r)
+        else:
+            flat = api.query_flat(query, b)
+        # each point at its bucket's start
+        return Flat(flat.labels, flat.counts, np.round(flat.ts - width, 3), flat.values)
 
-    answers = map(one, work) if sequential else api.map(one, work)
-    for results in tqdm(answers, total=len(work), disable=not progress, desc="rollups"):
-        for x, width in results:
-            column = x.labels.get(FIELD_LABEL, "")
-            if column not in fields:
-                continue
-            key = _key(x.labels, base_field(column))
-            if key is not None:
-                out.add(key, np.round(x.ts - width, 3), column, x.values)
+    answers = map(one, work) if sequential else api.imap(one, work)
+    for flat in tqdm(answers, total=len(work), disable=not progress, desc="rollups"):
+        keys: list[tuple[str, str] | None] = []
+        for labels in flat.labels:
+            column = labels.get(FIELD_LABEL, "")
+            key = _key(labels, base_field(column)) if column in fields else None
+            keys.append(None if key is None else (key, column))
+        out.add_flat(flat, keys, -np.inf, np.inf)
     return out.wide(means, step=float(r))
 
 

@@ -7,8 +7,11 @@
 
 Queries go as POST forms (gpuwarden's are long), several at once (``concurrency``). A query
 the server rejects raises ``StoreRejected`` with the server's message; ``max_points`` bounds
-what one query may return, and ``steps_per_query`` Prometheus' limit of 11,000 points per
-series, so callers chunk by time and by host before asking.
+what one query may return, and ``MAX_STEPS`` Prometheus' limit of 11,000 points per series,
+so callers chunk by time and by host before asking; ``largest`` is the most points one answer
+held (the check that they did). ``imap`` hands answers over as they come, so that at most
+``concurrency`` answers are held at a time, each decoded into numpy arrays (``Flat``) as it
+arrives and its JSON dropped.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ import io
 import json
 import math
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -35,7 +39,10 @@ from gpuwarden.store._series import Raw
 #: Prometheus refuses a query_range of more than 11,000 points per series.
 MAX_STEPS = 11_000
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
-#: Points one query may return (series x steps) unless the URL says otherwise.
+#: Points one query may return (series x steps) unless the URL says otherwise. An answer costs
+#: the client about 40 bytes a point while parsed (JSON text, then its numbers) and the server
+#: a fixed cost per query, so larger is cheaper for the server and dearer in memory:
+#: docs/benchmarks.md, "Prometheus: answers bounded in points".
 DEFAULT_MAX_POINTS = 500_000
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -58,9 +65,13 @@ class PromApi:
         self.prefix = prefix.rstrip("/")
         self._dialect: Dialect | None = None
         self._lock = threading.Lock()
+        self._count_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
-        #: queries sent, for tests and the benchmark
+        #: queries sent, points answered in all and the most in one answer: for tests and
+        #: the benchmark
         self.queries = 0
+        self.points = 0
+        self.largest = 0
         # answers from this machine come uncompressed: inflating a week of a fleet's JSON
         # cost more than a third of parsing it, and the server's deflating as much again
         host = urlsplit(http.base).hostname or ""
@@ -86,7 +97,13 @@ class PromApi:
     def _flat(self, path: str, form: dict[str, str]) -> Flat:
         body = self._post(path, form)
         fast = _fast_flat(body)
-        return fast if fast is not None else Flat.of(_raws(self._answer(path, body)))
+        flat = fast if fast is not None else Flat.of(_raws(self._answer(path, body)))
+        del body  # the answer's text goes as soon as its numbers are out
+        n = int(flat.counts.sum())
+        with self._count_lock:
+            self.points += n
+            self.largest = max(self.largest, n)
+        return flat
 
     def _result(self, path: str, form: dict[str, str]) -> list[Raw]:
         return self._flat(path, form).raws()
@@ -109,8 +126,12 @@ class PromApi:
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[Raw]:
         """``expr`` at ``start``, ``start + step``, ... up to ``end`` (inclusive)."""
+        return self.query_range_flat(expr, start, end, step).raws()
+
+    def query_range_flat(self, expr: str, start: float, end: float, step: float) -> Flat:
+        """``query_range``, every series' points in one pair of arrays."""
         form = {"query": expr, "start": _ts(start), "end": _ts(end), "step": f"{step:g}"}
-        return self._result("/api/v1/query_range", form)
+        return self._flat("/api/v1/query_range", form)
 
     def label_sets(self, match: Sequence[str], start: float, end: float) -> list[dict[str, str]]:
         """``/api/v1/series``: the label sets of the series ``match`` selects in the window."""
@@ -146,6 +167,29 @@ class PromApi:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="promql")
         return list(self._pool.map(fn, items))
+
+    def imap(self, fn: Callable[[_T], _R], items: Iterable[_T]) -> Iterator[_R]:
+        """``map``, each result handed over as soon as it and those before it are in, with
+        at most ``concurrency`` calls running or waiting to be taken: what a long read holds
+        at a time is a few answers, not all of them."""
+        items = list(items)
+        if self.concurrency == 1 or len(items) < 2:
+            yield from (fn(i) for i in items)
+            return
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="promql")
+        pending: deque[Future[_R]] = deque()
+        try:
+            for item in items:
+                if len(pending) >= self.concurrency:
+                    yield pending.popleft().result()
+                pending.append(self._pool.submit(fn, item))
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for f in pending:
+                f.cancel()
 
     def close(self) -> None:
         if self._pool is not None:

@@ -106,8 +106,12 @@ def rollup(
     kind = "max" if name != field.name else rollup_agg(field)
     agg = "avg" if kind == "mean" else "max"
     names = [field.dcgm, *field.dcgm_aliases]
-    # one expression per name (a GPU exported under both, mid-upgrade, must not collide)
-    parts = [_rollup_of(selector([n]), kind, width_s, dialect, bit_step_s, partial) for n in names]
+    # one expression per name (a GPU exported under both, mid-upgrade, must not collide),
+    # each selecting only the chunk's GPUs
+    parts = [
+        _rollup_of(selector([n], matchers), kind, width_s, dialect, bit_step_s, partial)
+        for n in names
+    ]
     if len(parts) == 1:
         expr = parts[0]
     else:

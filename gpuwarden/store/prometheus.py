@@ -215,7 +215,11 @@ class PrometheusStore:
         keep = inv["uuid"].isin(list(uuids)) if uuids is not None else whole
         if hostnames is not None:
             keep &= inv["hostname"].isin(list(hostnames))
-        return _prom_reads.Target(inv[keep].set_index("uuid", drop=False))
+        gpus = inv[keep]
+        # a host selector selects its MIG instances' series too
+        held = int(inv["hostname"].isin(gpus["hostname"].unique()).sum())
+        fanout = max(1.0, held / len(gpus)) if len(gpus) else 1.0
+        return _prom_reads.Target(gpus.set_index("uuid", drop=False), series_per_gpu=fanout)
 
     def gpus(self) -> pd.DataFrame:
         """Every GPU that reported in the lookback: hostname, gpu, uuid, pci_bus_id, model,
