@@ -17,9 +17,11 @@ import io
 import json
 import math
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -37,6 +39,8 @@ MAX_STEPS = 11_000
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 #: Points one query may return (series x steps) unless the URL says otherwise.
 DEFAULT_MAX_POINTS = 500_000
+#: answers asked for or waiting per thread of ``PromApi.imap``
+IN_FLIGHT = 2
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
@@ -139,13 +143,34 @@ class PromApi:
     def map(self, fn: Callable[[_T], _R], items: Iterable[_T]) -> list[_R]:
         """``fn`` over ``items``, ``concurrency`` at a time, results in order; the first
         error raised is raised here."""
+        return list(self.imap(fn, items))
+
+    def imap(self, fn: Callable[[_T], _R], items: Iterable[_T]) -> Iterator[_R]:
+        """``map``, each result given as soon as it and those before it are in: the caller
+        works on one answer while the next ones are asked and decoded. At most
+        ``IN_FLIGHT`` times ``concurrency`` answers are asked for or waiting, so memory
+        stays bounded however many there are. The first error raised is raised here, and
+        the calls not started yet are dropped."""
         items = list(items)
         if self.concurrency == 1 or len(items) < 2:
-            return [fn(i) for i in items]
+            yield from (fn(i) for i in items)
+            return
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="promql")
-        return list(self._pool.map(fn, items))
+        pool, todo = self._pool, iter(items)
+        window: deque[Future[_R]] = deque(
+            pool.submit(fn, i) for i in islice(todo, IN_FLIGHT * self.concurrency)
+        )
+        try:
+            while window:
+                got = window.popleft().result()
+                for i in islice(todo, 1):
+                    window.append(pool.submit(fn, i))
+                yield got
+        finally:
+            for f in window:
+                f.cancel()
 
     def close(self) -> None:
         if self._pool is not None:

@@ -149,3 +149,28 @@ def test_usage_has_its_own_rollup_series_and_the_earlier_layout_stays_readable(
     got = httpx.get(f"{empty.http.base}/api/v1/series",
                     params={"match[]": _prom_rollups.ROLLUP, "start": T0, "end": T0 + 3 * 3600}).json()["data"]  # fmt: skip
     assert {"power_w", "gpu_temp_c,ecc_sbe_volatile_total"} <= {s["fields"] for s in got}
+
+
+def test_many_small_native_reads_at_once_equal_one_json_read(loaded) -> None:
+    """A tiny ``max_points`` cuts the reads into dozens of native exports, four asked at once
+    and decoded while the next are asked (``PromApi.imap``, at most ``IN_FLIGHT`` per
+    thread): raw samples and hourly windows (kept rollups and the hour under way) equal, to
+    the bit, the same reads through the JSON query API in one thread."""
+    base = loaded.http.base
+    many = VictoriaMetricsStore(base, clock=_clock, concurrency=4, max_points=400)
+    json_ = VictoriaMetricsStore(base, clock=_clock, concurrency=1)
+    json_.api.native = False
+    try:
+        for read, requests in (
+            (lambda s: s.read_samples(start=T0, end=T0 + HOURS * 3600), 40),
+            (lambda s: s.read_window(start=T0, end=T0 + HOURS * 3600, resolution_s=3600), 5),
+            (lambda s: s.read_window(start=T0, end=T0 + 2.5 * 3600, resolution_s=3600), 5),
+        ):
+            before = many.api.queries
+            got, want = read(many), read(json_)
+            assert many.api.queries - before >= requests  # more than are asked at once
+            assert len(got) and many.api.native
+            pd.testing.assert_frame_equal(got, want, check_exact=True)
+    finally:
+        many.close()
+        json_.close()
