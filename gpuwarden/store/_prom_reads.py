@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -160,7 +161,10 @@ class _Long:
         kk = np.where((k >= 0) & (k < width), k, width)  # past a series' fields: none
         c = lookup[series, kk]
         keep = (g_of[series] >= 0) & (c >= 0) & (hours >= lo) & (hours < hi)
-        self.parts.append((g_of[series[keep]], c[keep], hours[keep], flat.values[keep]))
+        values = flat.values
+        if not keep.all():  # (the usual read keeps every point: no copies then)
+            series, c, hours, values = series[keep], c[keep], hours[keep], values[keep]
+        self.parts.append((g_of[series], c, hours, values))
 
     def wide(self, means: set[str], step: float | None = None) -> pd.DataFrame:
         """One row per (uuid, ts) of the selected GPUs, identity from the inventory, sorted
@@ -185,8 +189,9 @@ class _Long:
         by_column = np.full((len(columns), len(key_ts)), np.nan)
         grid = by_column.T  # rows x columns, as the screen indexes it
         cell = c * len(key_ts) + row  # into by_column
+        cells = by_column.reshape(-1)  # a view: indexing it is many times faster than .flat
         if self.once:  # one series per GPU and column
-            by_column.flat[cell] = values
+            cells[cell] = values
         else:  # a GPU's series split in two (a relabel, MIG copies): combine per cell
             combined = pd.DataFrame(
                 {
@@ -198,16 +203,24 @@ class _Long:
             avg = combined[combined["mean"]].groupby("cell")["v"].mean()
             top = combined[~combined["mean"]].groupby("cell")["v"].max()
             for part in (avg, top):
-                by_column.flat[part.index.to_numpy()] = part.to_numpy()
+                cells[part.index.to_numpy()] = part.to_numpy()
         at = rank.index.to_numpy()[key_rank]  # the inventory row of each output row
         _screen(grid, columns, gpus["model"].to_numpy()[at])
-        data: dict[str, np.ndarray] = {"ts": key_ts.astype(np.float64)}
+        data: dict[str, Any] = {"ts": key_ts.astype(np.float64)}
         for col in _ID:
-            values_of = gpus[col].to_numpy()[at] if col != "uuid" else gpus.index.to_numpy()[at]
-            data[col] = values_of.astype(np.int64) if col == "gpu" else values_of
+            data[col] = _taken(gpus.index if col == "uuid" else gpus[col], at, whole=col == "gpu")
         for j, name in enumerate(columns):
             data[name] = by_column[j]
         return pd.DataFrame(data)
+
+
+def _taken(column: pd.Index | pd.Series, at: np.ndarray, *, whole: bool) -> Any:
+    """``column``'s items at ``at``: a string column taken as it is kept (no string made
+    again for each of millions of rows), anything else as numpy (int64 if ``whole``)."""
+    if isinstance(column.dtype, pd.StringDtype):
+        return column.array.take(at)
+    values = column.to_numpy()[at]
+    return values.astype(np.int64) if whole else values
 
 
 def _rows(

@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -44,6 +45,8 @@ LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 #: a fixed cost per query, so larger is cheaper for the server and dearer in memory:
 #: docs/benchmarks.md, "Prometheus: answers bounded in points".
 DEFAULT_MAX_POINTS = 500_000
+#: answers asked for or waiting per thread of ``PromApi.imap``
+IN_FLIGHT = 2
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
@@ -160,18 +163,14 @@ class PromApi:
     def map(self, fn: Callable[[_T], _R], items: Iterable[_T]) -> list[_R]:
         """``fn`` over ``items``, ``concurrency`` at a time, results in order; the first
         error raised is raised here."""
-        items = list(items)
-        if self.concurrency == 1 or len(items) < 2:
-            return [fn(i) for i in items]
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="promql")
-        return list(self._pool.map(fn, items))
+        return list(self.imap(fn, items))
 
     def imap(self, fn: Callable[[_T], _R], items: Iterable[_T]) -> Iterator[_R]:
-        """``map``, each result handed over as soon as it and those before it are in, with
-        at most ``concurrency`` calls running or waiting to be taken: what a long read holds
-        at a time is a few answers, not all of them."""
+        """``map``, each result given as soon as it and those before it are in: the caller
+        works on one answer while the next ones are asked and decoded. At most
+        ``IN_FLIGHT`` times ``concurrency`` answers are asked for or waiting, so memory
+        stays bounded however many there are. The first error raised is raised here, and
+        the calls not started yet are dropped."""
         items = list(items)
         if self.concurrency == 1 or len(items) < 2:
             yield from (fn(i) for i in items)
@@ -179,16 +178,18 @@ class PromApi:
         with self._lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="promql")
-        pending: deque[Future[_R]] = deque()
+        pool, todo = self._pool, iter(items)
+        window: deque[Future[_R]] = deque(
+            pool.submit(fn, i) for i in islice(todo, IN_FLIGHT * self.concurrency)
+        )
         try:
-            for item in items:
-                if len(pending) >= self.concurrency:
-                    yield pending.popleft().result()
-                pending.append(self._pool.submit(fn, item))
-            while pending:
-                yield pending.popleft().result()
+            while window:
+                got = window.popleft().result()
+                for i in islice(todo, 1):
+                    window.append(pool.submit(fn, i))
+                yield got
         finally:
-            for f in pending:
+            for f in window:
                 f.cancel()
 
     def close(self) -> None:

@@ -309,13 +309,17 @@ def _integers(body: bytes, s: _Streams) -> np.ndarray:
     if (sizes[const] != 0).any():
         raise NativeFormatError("a constant block with data")
     data = np.frombuffer(b"".join(pieces), dtype=np.uint8)
-    ints = _varints(data) if len(data) else np.zeros(0, dtype=np.int64)
-    # each stream's varints: as many as its encoding needs, and none reaching the next
+    last = data < 0x80
+    stops = None if last.all() else np.flatnonzero(last)  # each varint's last byte
+    ints = _varints(data, stops) if len(data) else np.zeros(0, dtype=np.int64)
+    # each stream's varints: as many as its encoding needs, and none reaching the next (a
+    # search per stream among the varints' ends, not a pass over every byte)
     ends = np.cumsum(sizes)
-    term = np.zeros(len(data) + 1, dtype=np.int64)
-    np.cumsum(data < 0x80, out=term[1:])
     need = np.where(kind == DELTA_CONST, 1, np.where(const, 0, s.rows - 1))
-    got = term[ends] - term[ends - sizes]
+    if stops is None:  # one byte each
+        got = sizes
+    else:
+        got = np.searchsorted(stops, ends) - np.searchsorted(stops, ends - sizes)
     cut = data[ends[sizes > 0] - 1] >= 0x80  # a stream's last varint runs on
     if (got != need).any() or cut.any():
         raise NativeFormatError("a block whose varints do not match its rows")
@@ -355,12 +359,12 @@ def _run_sums(x: np.ndarray, start: np.ndarray) -> np.ndarray:
     return np.cumsum(x, out=x)
 
 
-def _varints(data: np.ndarray) -> np.ndarray:
-    """Every zig-zag varint of ``data`` (which ends on a varint's last byte), in order."""
-    last = data < 0x80
-    if last.all():  # one byte each: small steps
+def _varints(data: np.ndarray, stops: np.ndarray | None) -> np.ndarray:
+    """Every zig-zag varint of ``data`` (which ends on a varint's last byte), in order;
+    ``stops``: where each varint ends (None: every byte is a varint)."""
+    if stops is None:  # one byte each: small steps
         return _unzigzag(data.astype(np.uint64))
-    ends = np.flatnonzero(last)
+    ends = stops
     if not len(ends) or ends[-1] != len(data) - 1:
         raise NativeFormatError("varints cut short")
     begins = np.empty_like(ends)

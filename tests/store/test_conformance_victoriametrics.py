@@ -197,3 +197,26 @@ def test_rollups_in_the_first_layout_are_moved_on_compact(empty) -> None:
     after = empty.read_window(**span)
     pd.testing.assert_frame_equal(after[kept.columns], first, check_dtype=False)
     assert empty.migrate_first_layout() == 0  # nothing left to move
+def test_many_small_native_reads_at_once_equal_one_json_read(loaded) -> None:
+    """A tiny ``max_points`` cuts the reads into dozens of native exports, four asked at once
+    and decoded while the next are asked (``PromApi.imap``, at most ``IN_FLIGHT`` per
+    thread): raw samples and hourly windows (kept rollups and the hour under way) equal, to
+    the bit, the same reads through the JSON query API in one thread."""
+    base = loaded.http.base
+    many = VictoriaMetricsStore(base, clock=_clock, concurrency=4, max_points=400)
+    json_ = VictoriaMetricsStore(base, clock=_clock, concurrency=1)
+    json_.api.native = False
+    try:
+        for read, requests in (
+            (lambda s: s.read_samples(start=T0, end=T0 + HOURS * 3600), 40),
+            (lambda s: s.read_window(start=T0, end=T0 + HOURS * 3600, resolution_s=3600), 5),
+            (lambda s: s.read_window(start=T0, end=T0 + 2.5 * 3600, resolution_s=3600), 5),
+        ):
+            before = many.api.queries
+            got, want = read(many), read(json_)
+            assert many.api.queries - before >= requests  # more than are asked at once
+            assert len(got) and many.api.native
+            pd.testing.assert_frame_equal(got, want, check_exact=True)
+    finally:
+        many.close()
+        json_.close()
