@@ -39,8 +39,11 @@ def seen(api: PromApi, names: Sequence[str], since: float, now: float) -> pd.Dat
     at = math.ceil((now + 1) / FINE_STEP_S) * FINE_STEP_S  # a whole step after every sample
     if d.tfuncs:
         sel = selector(list(names))
-        last = api.query(f"max by ({GPU_BY}) (tlast_over_time({sel}[{d.range(at - since)}]))", at)
-        first = api.query(f"min by ({GPU_BY}) (tfirst_over_time({sel}[{d.range(at - since)}]))", at)
+        span = d.range(at - since)
+        exprs = [f"max by ({GPU_BY}) (tlast_over_time({sel}[{span}]))",
+                 f"min by ({GPU_BY}) (tfirst_over_time({sel}[{span}]))"]  # fmt: skip
+        # both at once: each is a scan of the span's raw samples on the server
+        last, first = api.map(lambda e: api.query(e, at), exprs)
         return rows(last, first)
     n = max(1, math.ceil((at - since) / DAY_S))
     days = _periods(api, names, [at], n * DAY_S, DAY_S)

@@ -54,7 +54,7 @@ from gpuwarden.store._remote import (
     token_header,
 )
 from gpuwarden.store._schema import ROLLUP_FIELDS, ROLLUP_RESOLUTIONS, SAMPLE_FIELDS
-from gpuwarden.telemetry import FIELDS_BY_NAME
+from gpuwarden.telemetry import FIELDS_BY_NAME, mig_parent
 
 SCHEMES = {
     "prometheus": ("http", 9090),
@@ -468,7 +468,9 @@ class PrometheusStore:
         by ts; ``latest``: each GPU's newest; ``changes``: only the state changes (filtered
         here, after the read). A few ``uuids`` are selected on the server."""
         few = uuids is not None and 0 < len(set(uuids)) <= _FEW_UUIDS
-        only = [matcher("uuid", sorted(set(uuids or ())))] if few else []
+        # the series carry the GPU's (a MIG instance's parent's) UUID; verdicts_frame keeps
+        # the instances asked for
+        only = [matcher("UUID", sorted({mig_parent(u) or u for u in uuids or ()}))] if few else []
         raws = self._records(_series.VERDICT, start, end, only)
         out = _prom_records.verdicts_frame(raws, uuids=uuids, latest=latest)
         return state_changes(out) if changes and not latest else out

@@ -30,6 +30,7 @@ from gpuwarden.reports import FactSources, build_facts
 from gpuwarden.reports.model import Facts
 from gpuwarden.scheduler.state import JobRow, NodeRow, SchedulerDB, TaskRow
 from gpuwarden.store import open_store
+from gpuwarden.store.base import WritableStore
 from gpuwarden.store.sqlite import SqliteStore
 from gpuwarden.telemetry import Assignment, Batch, Event, Failure, GpuId, Sample
 
@@ -44,6 +45,15 @@ def gid(host: str, idx: int) -> GpuId:
 
 
 def build_store(path: Path) -> str:
+    for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        leftover.unlink(missing_ok=True)
+    with SqliteStore(path) as store:
+        fill(store)
+    return f"sqlite:///{path}"
+
+
+def fill(store: WritableStore) -> None:
+    """Write the known week into ``store``."""
     rows = []
     for host, (model, util, power) in HOSTS.items():
         for idx in (0, 1):
@@ -76,20 +86,16 @@ def build_store(path: Path) -> str:
         Verdict(SINCE + 150 * H, b1, risk, 0.77, since=SINCE + 150 * H, changed_from=ok,
                 reasons=("SBE rate rising",), action=AT_RISK_ACTION, threshold=0.7),
     ]  # fmt: skip
-    for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
-        leftover.unlink(missing_ok=True)
-    with SqliteStore(path) as store:
-        store.write_frame(frame)
-        store.write_events(events)
-        store.write_failures([Failure(SINCE + 72 * H, a0, "xid", xid=79),
-                              Failure(SINCE + 100 * H, b0, "xid", xid=48)])  # fmt: skip
-        store.write_verdicts(verdicts)
-        # Kubernetes: namespace ml-train holds both gpu-a01 GPUs from +1 h to +100 h
-        for at, ns, pod in ((SINCE + H, "ml-train", "trainer-0"), (SINCE + 100 * H, "", "")):
-            batch = Batch(at, samples=tuple(Sample(at, g, {"gpu_util_pct": 80.0}) for g in (a0, a1)),
-                          assignments=tuple(Assignment(at, g, ns, pod, "main" if ns else "") for g in (a0, a1)))  # fmt: skip
-            store.write_batch(batch)
-    return f"sqlite:///{path}"
+    store.write_frame(frame)
+    store.write_events(events)
+    store.write_failures([Failure(SINCE + 72 * H, a0, "xid", xid=79),
+                          Failure(SINCE + 100 * H, b0, "xid", xid=48)])  # fmt: skip
+    store.write_verdicts(verdicts)
+    # Kubernetes: namespace ml-train holds both gpu-a01 GPUs from +1 h to +100 h
+    for at, ns, pod in ((SINCE + H, "ml-train", "trainer-0"), (SINCE + 100 * H, "", "")):
+        batch = Batch(at, samples=tuple(Sample(at, g, {"gpu_util_pct": 80.0}) for g in (a0, a1)),
+                      assignments=tuple(Assignment(at, g, ns, pod, "main" if ns else "") for g in (a0, a1)))  # fmt: skip
+        store.write_batch(batch)
 
 
 def build_scheduler(path: Path) -> str:

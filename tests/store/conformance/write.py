@@ -96,6 +96,11 @@ def test_verdict_changes_leave_out_the_heartbeats_that_repeat_a_state(empty: Sto
         (B.uuid, 3.5 * h, "unhealthy"), (A.uuid, 4 * h, "at-risk"), (A.uuid, 5 * h, "ok"),
     ]  # fmt: skip
     assert late.iloc[1]["risk"] == 0.85
+    few = empty.read_verdicts(uuids=[B.uuid])  # a few GPUs: selected on a TSDB's server
+    assert list(zip(few["uuid"], few["ts"] - T0, strict=True)) == [
+        (B.uuid, 2.5 * h),
+        (B.uuid, 3.5 * h),
+    ]
     newest = empty.read_verdicts(latest=True, changes=True)  # latest: changes plays no part
     assert sorted(zip(newest["uuid"], newest["ts"] - T0, strict=True)) == sorted(
         [(A.uuid, 5 * h), (B.uuid, 3.5 * h)]
