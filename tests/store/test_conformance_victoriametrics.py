@@ -197,6 +197,8 @@ def test_rollups_in_the_first_layout_are_moved_on_compact(empty) -> None:
     after = empty.read_window(**span)
     pd.testing.assert_frame_equal(after[kept.columns], first, check_dtype=False)
     assert empty.migrate_first_layout() == 0  # nothing left to move
+
+
 def test_many_small_native_reads_at_once_equal_one_json_read(loaded) -> None:
     """A tiny ``max_points`` cuts the reads into dozens of native exports, four asked at once
     and decoded while the next are asked (``PromApi.imap``, at most ``IN_FLIGHT`` per
