@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from gpuwarden.reports import _sched, _spot
-from gpuwarden.scheduler.state import JobRow, NodeRow, SchedulerDB, TaskRow
+from gpuwarden.scheduler.state import JobRow, NodeRow, SchedulerDB, TaskRow, checkpoint_reason
 
 SINCE = 1_763_942_400.0  # Monday 2025-11-24 00:00 UTC
 UNTIL = SINCE + 7 * 86400
@@ -60,7 +60,7 @@ def build(path: Path, gpus: int, reclaim_every_h: float, seed: int = 1) -> dict[
                 if interruptible:
                     for k in range(1, int(hours)):
                         db.audit(t + k * H + 5, "agent", "checkpoint", job_id=job,
-                                 reason=f"attempt 1 checkpointed at {t + k * H:.3f}")  # fmt: skip
+                                 reason=checkpoint_reason(1, t + k * H))  # fmt: skip
                         counts["checkpoints"] += 1
                 t += hours * H
         order = sorted(spot)

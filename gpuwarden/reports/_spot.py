@@ -15,16 +15,14 @@
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from pathlib import Path
 
 from gpuwarden.errors import InputError
 from gpuwarden.reports._capacity import match_prices, price_file
 from gpuwarden.reports.model import Absent, Spot, SpotModel
-from gpuwarden.scheduler.state import AuditRow, SchedulerDB, TaskRow
+from gpuwarden.scheduler.state import AuditRow, SchedulerDB, TaskRow, checkpoint_of
 
-_CHECKPOINT_AT = re.compile(r"attempt (\d+) checkpointed at ([0-9.]+)")
 _ALL_ROWS = 1_000_000
 
 
@@ -77,9 +75,9 @@ def spot(
         tasks_of[t.job_id].append(t)
     saved_at: dict[tuple[str, int], list[float]] = defaultdict(list)  # (job, attempt) -> times
     for c in checkpoints:
-        m = _CHECKPOINT_AT.search(c.reason)
-        if c.job_id is not None and m is not None:
-            saved_at[(c.job_id, int(m.group(1)))].append(float(m.group(2)))
+        point = checkpoint_of(c.reason)
+        if c.job_id is not None and point is not None:
+            saved_at[(c.job_id, point[0])].append(point[1])
     lost = sum(_lost_gpu_h(e, tasks_of[str(e.job_id)], saved_at) for e in evictions)
     prices, source = price_file(prices_path)
     by_model, saved, on_demand = [], 0.0, 0.0

@@ -32,7 +32,7 @@ from gpuwarden.scheduler._service_types import quota_of
 from gpuwarden.scheduler.jobs import Decision
 from gpuwarden.scheduler.resources import GPU_MEMORY_MIB, CostClass, GpuSpec, NodeSpec, SharingMode
 from gpuwarden.scheduler.scheduler import Scheduler
-from gpuwarden.scheduler.state import JobRow, NodeRow, SchedulerDB, TaskRow
+from gpuwarden.scheduler.state import JobRow, NodeRow, SchedulerDB, TaskRow, checkpoint_reason
 
 logger = logging.getLogger("gpuwarden.scheduler.service")
 
@@ -212,7 +212,7 @@ class JobLifecycle:
         if self.scheduler is not None and row.job_id in self.scheduler.placements:
             self.scheduler.note_checkpoint(row.job_id, at)
         self.db.audit(now, actor, "checkpoint", job_id=row.job_id, tenant=row.tenant,
-                      reason=f"attempt {row.attempt} checkpointed at {at:.3f}")  # fmt: skip
+                      reason=checkpoint_reason(row.attempt, at))  # fmt: skip
 
     def _tenant_of(self, job_id: str) -> str | None:
         row = self.db.job(job_id)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -137,6 +138,20 @@ class TaskRow:
     hook_sent: bool = False
     started_at: float | None = None
     ended_at: float | None = None
+
+
+def checkpoint_reason(attempt: int, at: float) -> str:
+    """The ``reason`` of a ``checkpoint`` audit row: which attempt saved its work, and when."""
+    return f"attempt {attempt} checkpointed at {at:.3f}"
+
+
+_CHECKPOINT_REASON = re.compile(r"attempt (\d+) checkpointed at ([0-9.]+)")
+
+
+def checkpoint_of(reason: str) -> tuple[int, float] | None:
+    """(attempt, time) from a ``checkpoint_reason``; None for any other text."""
+    m = _CHECKPOINT_REASON.search(reason)
+    return None if m is None else (int(m.group(1)), float(m.group(2)))
 
 
 @dataclass(frozen=True)
@@ -555,6 +570,6 @@ class SchedulerDB:
 
 
 __all__ = [
-    "SCHEMA_VERSION", "AuditRow", "JobRow", "NodeRow", "ReclaimRow", "SchedulerDB", "SleepRow",
+    "SCHEMA_VERSION", "AuditRow", "checkpoint_of", "checkpoint_reason", "JobRow", "NodeRow", "ReclaimRow", "SchedulerDB", "SleepRow",
     "TaskRow",
 ]  # fmt: skip

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import fake_nvml  # this directory's: the fixture layout the recording is for
 import pynvml
 
 #: The NVML module asked (tests swap in the fake); errors and structures are pynvml's own.
@@ -33,12 +34,8 @@ _ERROR_NAMES = {
     for name in dir(pynvml)
     if name.startswith("NVML_ERROR_") and isinstance(getattr(pynvml, name), int)
 }
-_NVLINK_COUNTERS = {
-    "replay": "NVML_NVLINK_ERROR_DL_REPLAY",
-    "recovery": "NVML_NVLINK_ERROR_DL_RECOVERY",
-    "crc_flit": "NVML_NVLINK_ERROR_DL_CRC_FLIT",
-    "crc_data": "NVML_NVLINK_ERROR_DL_CRC_DATA",
-}
+#: NVLink error counters by the fake's fixture key (its map, the other way round).
+_NVLINK_COUNTERS = {key: counter for counter, key in fake_nvml._NVLINK_COUNTERS.items()}
 
 
 def error_name(exc: pynvml.NVMLError) -> str:
@@ -112,11 +109,7 @@ def _nvlink(handle: Any) -> Any:
         if not state:
             down.append(link)
         for key, counter in _NVLINK_COUNTERS.items():
-            count = ask(
-                lambda n=link, c=counter: NV.nvmlDeviceGetNvLinkErrorCounter(
-                    handle, n, getattr(NV, c)
-                )
-            )
+            count = ask(lambda n=link, c=counter: NV.nvmlDeviceGetNvLinkErrorCounter(handle, n, c))
             if isinstance(count, int) and count:
                 errors.setdefault(key, {})[str(link)] = count
     if links == 0:

@@ -15,7 +15,7 @@ from gpuwarden.reports.pseudonym import Pseudonyms
 from gpuwarden.reports.render import blocks, markdown
 from gpuwarden.reports.templates import summary
 from gpuwarden.reports.writer import Prose
-from gpuwarden.scheduler.state import JobRow, NodeRow, SchedulerDB, TaskRow
+from gpuwarden.scheduler.state import JobRow, NodeRow, SchedulerDB, TaskRow, checkpoint_reason
 
 H = 3600.0
 RECLAIM = SINCE + 50 * H
@@ -53,7 +53,7 @@ def spot_scheduler(path) -> str:
     why = "node gpu-b02 reclaimed (spot reclaim), 120 s notice"
     db.audit(SINCE - 5 * H, "agent", "reclaim", node="gpu-b02", reason=why)  # before the week
     db.audit(SINCE + 48 * H + 10, "agent", "checkpoint", job_id="t1", tenant="alice",
-             reason=f"attempt 1 checkpointed at {SINCE + 48 * H:.3f}")  # fmt: skip
+             reason=checkpoint_reason(1, SINCE + 48 * H))  # fmt: skip
     db.audit(RECLAIM, "admin", "reclaim", node="gpu-b02", reason=why)
     db.audit(RECLAIM, "admin", "preempt", job_id="t1", tenant="alice", reason=why)
     db.audit(SINCE + 60 * H, "scheduler", "preempt", job_id="c1", tenant="alice", reason="priority")
