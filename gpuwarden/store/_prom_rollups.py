@@ -47,6 +47,9 @@ ROLLUP = "gpuwarden_rollups"
 FIRST = "gpuwarden_rollup"
 FIRST_FIELD_LABEL = "field"
 UNTIL = "gpuwarden_rollup_until"
+#: The scrape interval (s) of the raw samples rolled up, written beside ``UNTIL``: whether
+#: listing the GPUs from the rollups costs the server less than scanning the raw samples.
+INTERVAL = "gpuwarden_rollup_interval"
 #: The resolution kept as series (5-minute windows are short: they are rolled up when read).
 RESOLUTION = 3600
 #: The label naming the fields of a rollup series, in the order of their offsets.
@@ -88,11 +91,17 @@ def holding(fields: Sequence[str]) -> str:
     return f"{FIELDS_LABEL}=~{quote(f'(.*,)?({alternatives})(,.*)?')}"
 
 
-def until(api: PromApi, at: float, lookback_s: float) -> float | None:
-    """The end of the hours rolled up, as of ``at``; None when nothing was."""
-    sel = selector([UNTIL], [matcher("resolution", [str(RESOLUTION)])])
-    got = api.query(f"max(last_over_time({sel}[{api.dialect.range(lookback_s)}]))", at)
-    return float(got[0].values[-1]) if got and len(got[0].values) else None
+def until(api: PromApi, at: float, lookback_s: float) -> tuple[float | None, float | None]:
+    """The end of the hours rolled up, as of ``at``, and the scrape interval of the samples
+    rolled up last; None when nothing was (or, for the interval, before it was kept)."""
+
+    def newest(name: str) -> float | None:
+        sel = selector([name], [matcher("resolution", [str(RESOLUTION)])])
+        got = api.query(f"max(last_over_time({sel}[{api.dialect.range(lookback_s)}]))", at)
+        return float(got[0].values[-1]) if got and len(got[0].values) else None
+
+    end, interval = api.map(newest, [UNTIL, INTERVAL])
+    return end, interval
 
 
 def series(frame: pd.DataFrame, inventory: pd.DataFrame, fields: list[str]) -> list[Series]:
@@ -168,20 +177,24 @@ def unpack_ms(ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (ms - k) / 1000.0, k
 
 
-def marker(end: float) -> Series:
-    """``gpuwarden_rollup_until`` saying the hours before ``end`` are rolled up."""
-    labels = {"__name__": UNTIL, "resolution": str(RESOLUTION)}
-    return Series(labels, np.array([int(round(end * 1000))]), np.array([float(end)]))
+def markers(end: float, interval_s: float | None) -> list[Series]:
+    """``gpuwarden_rollup_until`` saying the hours before ``end`` are rolled up, and
+    ``gpuwarden_rollup_interval`` the scrape interval of their raw samples, when known."""
+    at = np.array([int(round(end * 1000))])
+    kept = [(UNTIL, float(end))] + ([] if interval_s is None else [(INTERVAL, float(interval_s))])
+    return [Series({"__name__": n, "resolution": str(RESOLUTION)}, at, np.array([v]))
+            for n, v in kept]  # fmt: skip
 
 
 __all__ = [
     "FIELDS_LABEL",
     "FIRST",
+    "INTERVAL",
     "first_layout",
     "RESOLUTION",
     "ROLLUP",
     "UNTIL",
-    "marker",
+    "markers",
     "series",
     "unpack_ms",
     "until",

@@ -135,7 +135,7 @@ class PrometheusStore:
         self._written_from = math.inf
         #: how far back a caller needs the GPU list to reach (``reach_back``)
         self._reach_from = math.inf
-        self._until: float | None = None
+        self._until: tuple[float | None, float | None] = (None, None)
         self._until_at = -math.inf
         self._lock = threading.RLock()
         #: reads the kept rollups beside the live ones (``_rolled``)
@@ -192,7 +192,11 @@ class PrometheusStore:
             since = oldest if full else min(self._inv_to - 600, self._written_from)
             self._inv_full = now if full else self._inv_full
             self._written_from = math.inf
-            fresh = _prom_inventory.seen(self.api, PRESENCE, since, now)
+            rolled, interval = self._rollup_marks()
+            fresh = _prom_inventory.seen(
+                self.api, PRESENCE, since, now, rolled=rolled,
+                interval_s=interval if self._interval_s is None else self._interval_s,
+            )  # fmt: skip
             self._inv = _prom_inventory.merge(self._inv, fresh)
             self._inv_at, self._inv_to = now, now
             return self._inv
@@ -385,6 +389,11 @@ class PrometheusStore:
     def rolled_until(self) -> float | None:
         """The end of the hours kept as rollup series (``_prom_rollups``), None when none are;
         asked again every ``refresh_s``."""
+        return self._rollup_marks()[0]
+
+    def _rollup_marks(self) -> tuple[float | None, float | None]:
+        """``rolled_until()`` and the scrape interval of the samples rolled up (None when
+        not kept)."""
         with self._lock:
             now = self.clock()
             if now - self._until_at >= self.refresh_s:

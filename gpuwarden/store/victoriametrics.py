@@ -276,7 +276,7 @@ class VictoriaMetricsStore(PrometheusStore):
                 )
                 frame = _with(frame, window.bucketed(raw, bitmasks, ROLLED), bitmasks)
             frame = frame[frame["ts"] < b]
-            done = [_prom_rollups.marker(b)] if b > (until or -math.inf) else []
+            done = _prom_rollups.markers(b, interval) if b > (until or -math.inf) else []
             self._send([*_prom_rollups.series(frame, target.gpus, fields), *done])
         self._dirty_from = math.inf
         with self._lock:
@@ -319,13 +319,15 @@ class VictoriaMetricsStore(PrometheusStore):
         end: float,
         *,
         gpus: pd.DataFrame | None = None,
+        interval_s: float | None = None,
         progress: bool = False,
     ) -> int:
         """Keep hourly rollups made elsewhere (another store's ``read_window`` at 3600 s: ts
         the hour, identity, ``ROLLUP_FIELDS``) as ``compact`` keeps its own, and mark the hours
         before ``end`` rolled up: moving a SQLite history here without the server rolling up
         every raw hour again. ``gpus``: that store's ``gpus()``, for the labels the frame lacks
-        (rack). Returns the rows kept."""
+        (rack); ``interval_s``: the scrape interval of the samples rolled up, when known (it
+        decides how the GPUs are listed: ``_prom_inventory``). Returns the rows kept."""
         if not frame.empty and float(frame["ts"].max()) >= end:
             raise InputError(f"write_rollups: rollups at or after end {end!r}")
         fields = [f for f in ROLLUP_FIELDS if f in frame.columns]
@@ -336,7 +338,7 @@ class VictoriaMetricsStore(PrometheusStore):
             "" if gpus is None else ids["uuid"].map(gpus.set_index("uuid")["rack"]).fillna("")
         )
         series = _prom_rollups.series(frame, ids, fields)
-        self._send([*series, _prom_rollups.marker(float(end))], progress=progress)
+        self._send([*series, *_prom_rollups.markers(float(end), interval_s)], progress=progress)
         with self._lock:
             self._until_at = -math.inf
         return len(frame)
