@@ -13,7 +13,8 @@ The server has no table of GPUs: they are the label sets of the series that say 
                       15-second scrapes a three-week listing reads 60 times fewer points.
                       MIG instances are not rolled up: their raw series are read whole.
     Prometheus        a day at a time first (``count_over_time``, one point per GPU and day,
-                      cheap), then an hour at a time in the first and the last day each GPU
+                      cheap; the newest day alone, then as many days a query as the point
+                      budget holds for the GPUs seen so far), then an hour at a time in the first and the last day each GPU
                       reported, then, in its first and last hour, a five-minute subquery over
                       ``timestamp()``: the last sample exactly, the first to five minutes. A
                       subquery over the whole span steps through every minute of it and takes
@@ -30,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from gpuwarden.store import _prom_records, _prom_rollups, _series
-from gpuwarden.store._promapi import MAX_STEPS, PromApi, time_spans
+from gpuwarden.store._promapi import MAX_STEPS, PromApi
 from gpuwarden.store._promql import GPU_BY, Dialect, matcher, quote, selector
 
 GPU_COLUMNS = ["hostname", "gpu", "uuid", "pci_bus_id", "model", "rack", "first_ts", "last_ts"]
@@ -206,17 +207,22 @@ def _periods(
 ) -> dict[str, list[float]]:
     """GPU (its labels, as a key) -> the ends of the periods ``width_s`` long, in the
     ``span_s`` before each of ``ends``, with a sample in them; ``gpus``: how many series
-    to expect (0: unknown), so that a query asks for at most ``api.max_points`` points (a
-    step for all of them at least: the list of GPUs is not cut by host)."""
-    d = api.dialect
-    steps = max(1, min(MAX_STEPS, api.max_points // gpus)) if gpus else MAX_STEPS
-    count = "count_over_time({}[" + d.range(width_s) + "])"
+    to expect (0: unknown, counted from the answers), so that a query asks for at most
+    ``api.max_points`` points (a step for all of them at least: the list of GPUs is not cut
+    by host). Each span is read from its end back: when the GPUs are not known yet, the
+    newest period first, then as many as the budget holds for the GPUs seen so far."""
+    count = "count_over_time({}[" + api.dialect.range(width_s) + "])"
     expr = f"max by ({GPU_BY}) ({_tagged(names, count)})"
     out: dict[str, list[float]] = {}
     for end in sorted(set(ends)):
-        for a, b in time_spans(end - span_s, end, steps * width_s):
-            for r in api.query_range(expr, a + width_s, b, width_s):
+        start, hi, known = end - span_s, end, gpus
+        while hi > start + 1e-6:
+            steps = max(1, min(MAX_STEPS, api.max_points // known)) if known else 1
+            lo = max(start, hi - steps * width_s)
+            got = api.query_range(expr, lo + width_s, hi, width_s)
+            for r in got:
                 out.setdefault(_key(r.labels), []).extend(r.ts.tolist())
+            known, hi = max(known, len(got)), lo
     return out
 
 

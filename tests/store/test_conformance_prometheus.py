@@ -75,7 +75,11 @@ def test_a_small_point_budget_chunks_the_read_and_reads_the_same(
         whole_before = unchunked.api.queries
         want = unchunked.read_window(start=T0, end=T0 + HOURS * 3600, resolution_s=resolution_s)
         whole_queries = unchunked.api.queries - whole_before
-        chunked.gpus()
+        # the list of GPUs keeps to the budget too, but for one point per GPU at least
+        chunked.api.largest = 0
+        listed = chunked.gpus()
+        pd.testing.assert_frame_equal(listed, unchunked.gpus(), check_exact=True)
+        assert 0 < chunked.api.largest <= max(budget, len(listed))
         before = chunked.api.queries
         chunked.api.largest = 0
         got = chunked.read_window(start=T0, end=T0 + HOURS * 3600, resolution_s=resolution_s)
