@@ -41,10 +41,10 @@ HOUR_S = 3600.0
 FINE_STEP_S = 300
 #: VictoriaMetrics lists GPUs from rollup series when they cover at least this much.
 MIN_ROLLED_S = 6 * HOUR_S
-#: ... when the raw samples are at most this far apart. The server's cost of a listing is
-#: per series more than per sample at long intervals: at 900 s (10,000 GPUs, a week), the raw
-#: scan took 1.4-1.8 s and the rollups' way 1.9 s; at 30 s (1,000 GPUs, 3 days), 0.70 server CPU
-#: s against 0.32 (/work/scratch/inv30.py; docs/benchmarks.md).
+#: ... when the raw samples are at most this far apart. At long intervals the server's cost
+#: is per series more than per sample (``bench/bench_listing.py``, server CPU s, raw against
+#: rollups): 10,000 GPUs x 7 days at 900 s, 2.0-2.4 against 2.5; 1,000 x 3 days at 30 s,
+#: 0.74-0.78 against 0.37-0.38; 1,000 x 7 days at 15 s, 3.3-3.7 against 0.48.
 ROLLED_MAX_INTERVAL_S = 120.0
 #: A per-hour edge query matches its GPUs' UUIDs up to this many, else reads the whole hour.
 MAX_MATCHED = 256
