@@ -41,6 +41,8 @@ MAX_SCAN = 3_000_000
 #: GPUs from which a raw read is split across ``PromApi.concurrency`` queries at least.
 MIN_SPLIT_GPUS = 128
 _ID = [c for c in FRAME_ID_COLUMNS if c != "ts"]
+#: The most cells (columns x buckets x GPUs) a read fills in place (``_Long.on_grid``): 4 GB.
+MAX_GRID_CELLS = 500_000_000
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,34 @@ class _Long:
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self._cells: set[tuple[int, int]] = set()
         self.once = True
+        #: ``on_grid``: (first bucket, bucket length, buckets), the cells (column x slot, a
+        #: slot one per bucket and GPU in output order) and which slots hold a point
+        self._grid: tuple[float, float, int] | None = None
+        self._by_column: np.ndarray | None = None
+        self._present: np.ndarray | None = None
+        self._order_of = np.empty(0, dtype=np.int64)
+
+    def _order(self) -> tuple[pd.DataFrame, np.ndarray]:
+        """The GPUs in output order (hostname, gpu, uuid; index: their slot in ``target``),
+        and each slot's place in it."""
+        gpus = self.target.gpus
+        rank = gpus.reset_index(drop=True).sort_values(["hostname", "gpu", "uuid"], kind="stable")
+        order_of = np.empty(len(gpus), dtype=np.int64)
+        order_of[rank.index.to_numpy()] = np.arange(len(gpus))
+        return rank, order_of
+
+    def on_grid(self, start: float, end: float, step: float) -> bool:
+        """Put the points ``add_packed`` is given straight into the frame's cells, one row per
+        bucket of ``step`` in ``[start, end)`` and GPU, instead of keeping them until
+        ``wide``: a week of a fleet's rollups is tens of millions of points, and each pass
+        over them as arrays costs more in fresh memory (page faults) than in arithmetic.
+        False (nothing changed) when the grid would be more than ``MAX_GRID_CELLS``."""
+        first = math.floor(start / step) * step
+        buckets = max(1, math.ceil((end - first) / step))
+        if buckets * len(self.target.gpus) * len(self.columns) > MAX_GRID_CELLS:
+            return False
+        self._grid = (first, step, buckets)
+        return True
 
     def _note(self, g: int, columns: Iterable[int]) -> None:
         for c in columns:
@@ -164,7 +194,28 @@ class _Long:
         values = flat.values
         if not keep.all():  # (the usual read keeps every point: no copies then)
             series, c, hours, values = series[keep], c[keep], hours[keep], values[keep]
-        self.parts.append((g_of[series], c, hours, values))
+        if self._grid is None:
+            self.parts.append((g_of[series], c, hours, values))
+            return
+        first, step, buckets = self._grid
+        bucket = np.floor((hours - first) / step).astype(np.int64)
+        inside = (bucket >= 0) & (bucket < buckets)
+        if not inside.all():
+            series, c, bucket, values = series[inside], c[inside], bucket[inside], values[inside]
+        n = len(self.target.gpus)
+        if self._by_column is None:
+            self._order_of = self._order()[1]
+            self._by_column = np.full((len(self.columns), buckets * n), np.nan)
+            self._present = np.zeros(buckets * n, dtype=bool)
+        assert self._present is not None
+        slot = bucket * n + self._order_of[g_of[series]]
+        self._present[slot] = True
+        cells = self._by_column.reshape(-1)
+        cell = c * (buckets * n) + slot
+        if self.once:
+            cells[cell] = values
+        else:  # a GPU's field in two series: the larger, as ``wide`` combines them
+            np.fmax.at(cells, cell, values)
 
     def wide(self, means: set[str], step: float | None = None) -> pd.DataFrame:
         """One row per (uuid, ts) of the selected GPUs, identity from the inventory, sorted
@@ -172,6 +223,8 @@ class _Long:
         ``means``, else the larger). ``step``: the times are buckets this long."""
         gpus = self.target.gpus
         columns, where = self.columns, self.where
+        if self._grid is not None:
+            return self._grid_frame(means)
         parts = [p for p in self.parts if len(p[2])]
         if not parts:
             return empty(columns)
@@ -180,14 +233,11 @@ class _Long:
         ts = np.concatenate([p[2] for p in parts])
         values = np.concatenate([p[3] for p in parts])
         # rows: one per (GPU, time), in time order, then the GPUs' slot order
-        rank = gpus.reset_index(drop=True).sort_values(["hostname", "gpu", "uuid"], kind="stable")
-        order_of = np.empty(len(gpus), dtype=np.int64)
-        order_of[rank.index.to_numpy()] = np.arange(len(gpus))
+        rank, order_of = self._order()
         r = order_of[g]
         row, key_ts, key_rank = _rows(ts, r, len(gpus), step)
         # a column of the grid is one contiguous array: the screen and the frame read them so
         by_column = np.full((len(columns), len(key_ts)), np.nan)
-        grid = by_column.T  # rows x columns, as the screen indexes it
         cell = c * len(key_ts) + row  # into by_column
         cells = by_column.reshape(-1)  # a view: indexing it is many times faster than .flat
         if self.once:  # one series per GPU and column
@@ -204,14 +254,37 @@ class _Long:
             top = combined[~combined["mean"]].groupby("cell")["v"].max()
             for part in (avg, top):
                 cells[part.index.to_numpy()] = part.to_numpy()
-        at = rank.index.to_numpy()[key_rank]  # the inventory row of each output row
-        _screen(grid, columns, gpus["model"].to_numpy()[at])
-        data: dict[str, Any] = {"ts": key_ts.astype(np.float64)}
-        for col in _ID:
-            data[col] = _taken(gpus.index if col == "uuid" else gpus[col], at, whole=col == "gpu")
-        for j, name in enumerate(columns):
-            data[name] = by_column[j]
-        return pd.DataFrame(data)
+        return self._frame(by_column, key_ts, rank.index.to_numpy()[key_rank])
+
+    def _grid_frame(self, means: set[str]) -> pd.DataFrame:
+        """``wide`` of the points put in the grid (``on_grid``): the buckets and GPUs with a
+        point, each column's cells as they are (no copy when every slot has one)."""
+        if means & set(self.columns):
+            raise ValueError("a grid combines cells by their larger value, not by a mean")
+        if self._by_column is None or self._present is None or self._grid is None:
+            return empty(self.columns)
+        first, step, _ = self._grid
+        n = len(self.target.gpus)
+        taken = np.flatnonzero(self._present)
+        by_column = (
+            self._by_column if len(taken) == len(self._present) else self._by_column[:, taken]
+        )
+        rank = self._order()[0]
+        return self._frame(by_column, first + (taken // n) * step, rank.index.to_numpy()[taken % n])
+
+    def _frame(self, by_column: np.ndarray, ts: np.ndarray, at: np.ndarray) -> pd.DataFrame:
+        """The wide frame: ``by_column`` (a row per column) its readings, ``ts`` and ``at``
+        (each row's inventory row) its rows; readings no GPU gives made missing
+        (``_screen``). The readings stay one block, as they are (pandas would copy columns
+        given one by one into one)."""
+        gpus, columns = self.target.gpus, self.columns
+        _screen(by_column.T, columns, gpus["model"].to_numpy()[at])
+        frame = pd.DataFrame(by_column.T, columns=columns, copy=False)
+        frame.insert(0, "ts", np.asarray(ts, dtype=np.float64))
+        for j, col in enumerate(_ID, start=1):
+            frame.insert(j, col, _taken(gpus.index if col == "uuid" else gpus[col], at,
+                                        whole=col == "gpu"))  # fmt: skip
+        return frame
 
 
 def _taken(column: pd.Index | pd.Series, at: np.ndarray, *, whole: bool) -> Any:
@@ -324,6 +397,8 @@ def raw(
     groups = target.groups(per_group)
     work = [(alt, a, b) for alt in groups for a, b in time_spans(start, end, span)]
     out = _Long(fields, target)
+    if rolled is not None and float(rolled[1]) == _prom_rollups.RESOLUTION:
+        out.on_grid(start, end, float(rolled[1]))
 
     def one(item: tuple[list[list[str]], float, float]) -> list[Flat]:
         alternatives, a, b = item
