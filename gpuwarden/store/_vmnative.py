@@ -401,9 +401,12 @@ _PAIRS = [
 
 def _pack7(words: np.ndarray) -> np.ndarray:
     """Eight 7-bit groups, one in each byte of ``words``, packed into 56 bits: neighbours
-    joined in pairs, then pairs of pairs, then halves."""
+    joined in pairs, then pairs of pairs, then halves (in place: one temporary a step)."""
     for low, high, shift in _PAIRS:
-        words = (words & low) | ((words & high) >> shift)
+        upper = words & high
+        upper >>= shift
+        words &= low
+        words |= upper
     return words
 
 
