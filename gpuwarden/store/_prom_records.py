@@ -44,8 +44,11 @@ def frame_of(
     return out
 
 
-def _by_time(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame.sort_values(["ts", "hostname", "gpu"], kind="stable").reset_index(drop=True)
+def _by_time(frame: pd.DataFrame, *then: str) -> pd.DataFrame:
+    """By time, host and GPU, then ``then`` (records of one GPU at one time come from answers
+    in whatever order they arrived: the order is the same from one read to the next)."""
+    keys = ["ts", "hostname", "gpu", *then]
+    return frame.sort_values(keys, kind="stable").reset_index(drop=True)
 
 
 def event_rows(raws: Iterable[Raw]) -> list[EventRow]:
@@ -61,7 +64,8 @@ def event_rows(raws: Iterable[Raw]) -> list[EventRow]:
 def events_frame(
     rows: Iterable[EventRow], *, uuids: Sequence[str] | None, kinds: Sequence[str] | None
 ) -> pd.DataFrame:
-    """ts, hostname, gpu, uuid, kind, code (Int64), detail; by ts."""
+    """ts, hostname, gpu, uuid, kind, code (Int64), detail; by ts, host, GPU, then the
+    record."""
     out = frame_of(
         [(t, g.hostname, g.index, g.uuid, k, c, d) for t, g, k, c, d in rows],
         ["ts", "hostname", "gpu", "uuid", "kind", "code", "detail"],
@@ -71,7 +75,7 @@ def events_frame(
         out = out[out["uuid"].isin(list(uuids))]
     if kinds is not None:
         out = out[out["kind"].isin(list(kinds))]
-    return _by_time(out)
+    return _by_time(out, "uuid", "kind", "code", "detail")
 
 
 def _float(text: str | None) -> float:
