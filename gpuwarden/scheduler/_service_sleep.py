@@ -60,6 +60,7 @@ class ServiceSleep:
         #: what the database holds, node -> row (awake nodes have none)
         self._saved = {r.node: r for r in lifecycle.db.sleep_rows()}
         self._logged = 0  # actions of the controller's log already saved
+        self._hold = lifecycle.db.sleep_hold()  # the queue's hold on draining, as saved
         for r in self._saved.values():
             if r.woken_at is not None:
                 self._woken[r.node] = r.woken_at
@@ -76,6 +77,8 @@ class ServiceSleep:
             return None
         if self.ctl is None:
             self.ctl = SleepController(s, self.policy, wake=self._wake, sleep=self._orders.add)
+            if self._hold is not None:
+                self.ctl.hold_until = self._hold
             for r in self._saved.values():  # as the last run left them
                 if r.node in s.cluster.index:
                     self.ctl.state[r.node] = NodeSleep(r.state)
@@ -113,6 +116,9 @@ class ServiceSleep:
                 basis[n] = f"measured {measured:.0%}, allocated {float(used[i]):.0%}"
         ctl.step(now, share, basis)
         ctl.need(now, ctl.s.pending)
+        if ctl.hold_until != (self._hold if self._hold is not None else -float("inf")):
+            self._hold = ctl.hold_until
+            self.lifecycle.db.put_sleep_hold(ctl.hold_until)
         if len(ctl.log) != self._logged:  # every change of state is an action in the log
             self._logged = len(ctl.log)
             self._save()

@@ -151,7 +151,8 @@ class SleepController:
         self.state: dict[str, NodeSleep] = dict.fromkeys(scheduler.cluster.names, NodeSleep.AWAKE)
         self.ready_at: dict[str, float] = {}
         self.log: list[SleepAction] = []
-        self._hold_until = -float("inf")  # the queue woke nodes: drain nothing until then
+        #: the queue woke nodes: drain nothing until then (kept by the service over restarts)
+        self.hold_until = -float("inf")
 
     # ---- reading -----------------------------------------------------------------------
 
@@ -188,7 +189,7 @@ class SleepController:
                     self._set(node, NodeSleep.ASLEEP, now, "sleep", "drained", done)
             elif st is NodeSleep.ASLEEP and not inside:
                 self._start_wake(node, now, "window over", done)
-        if not inside or now < self._hold_until:
+        if not inside or now < self.hold_until:
             return done
         spare = sum(self._idle_gpus(n) for n, st in self.state.items() if st is NodeSleep.AWAKE)
         calm = sorted(
@@ -238,7 +239,7 @@ class SleepController:
                 else:
                     self._start_wake(node, now, why, done)
                     room[node] = self._gpus(node) - gpus
-                self._hold_until = now + self.policy.min_awake_s
+                self.hold_until = now + self.policy.min_awake_s
                 break
         return done
 

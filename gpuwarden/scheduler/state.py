@@ -38,7 +38,7 @@ from gpuwarden.errors import SchemaError, StoreError
 
 logger = logging.getLogger("gpuwarden.scheduler.state")
 
-SCHEMA_VERSION = 3  # 2: nodes.lost_at; 3: the sleep and reclaims tables
+SCHEMA_VERSION = 4  # 2: nodes.lost_at; 3: the sleep and reclaims tables; 4: sleep_hold
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -90,6 +90,9 @@ CREATE TABLE IF NOT EXISTS sleep (
 );
 CREATE TABLE IF NOT EXISTS reclaims (
     node TEXT PRIMARY KEY, deadline REAL NOT NULL, reason TEXT NOT NULL, at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sleep_hold (
+    id INTEGER PRIMARY KEY CHECK (id = 1), until REAL NOT NULL
 );
 """
 
@@ -536,6 +539,14 @@ class SchedulerDB:
             "SELECT node, state, ready_at, woken_at, order_pending FROM sleep ORDER BY node"
         )
         return [SleepRow(r[0], r[1], r[2], r[3], bool(r[4])) for r in rows]
+
+    def put_sleep_hold(self, until: float) -> None:
+        """No node is drained for sleep before ``until``: the queue woke nodes (one row)."""
+        self.conn.execute("INSERT OR REPLACE INTO sleep_hold (id, until) VALUES (1, ?)", (until,))
+
+    def sleep_hold(self) -> float | None:
+        row = self.conn.execute("SELECT until FROM sleep_hold WHERE id = 1").fetchone()
+        return None if row is None else float(row[0])
 
     def put_reclaim(self, row: ReclaimRow) -> None:
         self.conn.execute(

@@ -225,3 +225,48 @@ def test_the_reclaim_command_closes_the_node_and_a_tenant_may_not(tmp_path):
     finally:
         server.stop()
         db.close()
+
+
+def test_a_restart_keeps_the_queues_hold_on_draining(tmp_path):
+    # the queue woke a node: for min_awake_s no node is drained, after a restart too (the
+    # restarted service would otherwise put the node it had just woken back to sleep)
+    clock = Clock()
+    clock.t = MON_0300 - 3600 - 30  # Monday 01:59:30, before the window
+    svc = SchedulerService(SchedulerDB(tmp_path / "s.db"), clock=clock, sleep=SLEEP)
+    agents = {n: PlayAgent(svc, n) for n in ("n1", "n2")}
+    submit(svc, gpus_per_task=2)
+    for a in agents.values():
+        a.sync()
+    clock.t += 30
+    svc.tick()  # 02:00: the idle node is put to sleep
+    (asleep,) = [n for n, (_, s) in states(svc).items() if s == "asleep"]
+    agents[asleep].sync()
+    job = submit(svc, gpus_per_task=2)  # the other node is full: the queue wakes it
+    assert states(svc)[asleep] == ("ok", "waking")
+    held = svc.db.sleep_hold()
+    assert held == clock.t + SLEEP.min_awake_s
+    clock.t += SLEEP.cold_start_s
+    for a in agents.values():
+        a.sync()
+    svc.tick()
+    agents[asleep].sync()
+    assert svc.db.job(job).placement[0]["node"] == asleep
+    (key,) = [k for k in agents[asleep].tasks if k[0] == job]
+    agents[asleep].exit(key, 0)
+    agents[asleep].sync()
+    svc.tick()
+    assert states(svc)[asleep] == ("ok", "awake") and svc.db.job(job).state == "succeeded"
+    svc.db.close()
+
+    svc = SchedulerService(SchedulerDB(tmp_path / "s.db"), clock=clock, sleep=SLEEP)
+    for a in agents.values():
+        a.svc = svc
+        a.sync()
+    svc.tick()  # idle in the window, but within the hold
+    assert states(svc)[asleep] == ("ok", "awake")
+    clock.t = held + 1
+    for a in agents.values():
+        a.sync()
+    svc.tick()
+    assert states(svc)[asleep][1] in ("draining", "asleep")
+    svc.db.close()

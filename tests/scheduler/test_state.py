@@ -102,8 +102,9 @@ def test_a_version_1_file_gains_the_lost_mark(tmp_path):
     old.commit()
     old.close()
     db = SchedulerDB(path)
-    assert db.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert db.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     assert db.sleep_rows() == [] and db.reclaims() == []  # the tables a version 3 file adds
+    assert db.sleep_hold() is None  # and version 4's
     assert db.node("n1") == NodeRow("n1", 8000, 1024, [], 5.0, 3, None)
     assert db.silent_nodes(6.0) == [("n1", 5.0)] and db.silent_nodes(5.0) == []
     db.set_node_lost("n1", 9.0)
