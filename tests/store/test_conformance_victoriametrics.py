@@ -132,7 +132,11 @@ def test_usage_has_its_own_rollup_series_and_the_earlier_layout_stays_readable(
 
     assert set(_prom_rollups.USAGE) == set(USAGE_FIELDS)
     assert [sorted(g) for g in _prom_rollups.groups(list(USAGE_FIELDS))] == [sorted(USAGE_FIELDS)]
-    earlier = (_prom_rollups.HEALTH + _prom_rollups.USAGE,)  # health and use, then the rest
+    # health (as it was: with the 8 fields scoring does not read) and use, then the rest
+    moved = ("power_violation_us", "pcie_link_gen", "gpu_temp_c_max", "power_w_max",
+             "remapped_rows_pending", "remapped_rows_failure", "retired_pages_pending",
+             "dcgm_health")  # fmt: skip
+    earlier = (_prom_rollups.HEALTH + moved + _prom_rollups.USAGE,)
     monkeypatch.setattr(_prom_rollups, "GROUPS", earlier)
     load_writable(empty)  # compacted in the earlier layout
     span = {"start": T0, "end": T0 + 2 * 3600, "resolution_s": 3600,
