@@ -42,7 +42,7 @@ from gpuwarden.store import (
     window,
 )
 from gpuwarden.store._frames import check_fields
-from gpuwarden.store._promapi import DEFAULT_MAX_POINTS, PromApi, time_spans
+from gpuwarden.store._promapi import DEFAULT_MAX_POINTS, MAX_STEPS, PromApi, time_spans
 from gpuwarden.store._promql import matcher, selector
 from gpuwarden.store._remote import (
     DEFAULT_RETRIES,
@@ -425,15 +425,45 @@ class PrometheusStore:
         if hi <= lo:
             return []
         d = self.api.dialect
-        spans = time_spans(lo, hi, RECORD_SPAN_S)
-        parts = self.api.map(
-            lambda s: self.api.query(d.window(selector([name], list(matchers)), s[1] - s[0]), s[1]),
-            spans,
-        )
+        sel = selector([name], list(matchers))
+        spans = self._record_spans(sel, lo, hi)
+        parts = self.api.map(lambda s: self.api.query(d.window(sel, s[1] - s[0]), s[1]), spans)
         out = []
         for r in (r for p in parts for r in p):
             keep = (r.ts >= lo) & (r.ts < hi)
             out.append(r if keep.all() else _series.Raw(r.labels, r.ts[keep], r.values[keep]))
+        return out
+
+    def _record_spans(self, sel: str, lo: float, hi: float) -> list[tuple[float, float]]:
+        """``[lo, hi)`` cut into spans of at most a day, each holding at most
+        ``api.max_points`` of ``sel``'s samples where an hour does: the records per hour are
+        counted first (one query, a point per hour), and whole hours packed into spans."""
+        spans = time_spans(lo, hi, RECORD_SPAN_S)
+        hours = math.ceil((hi - lo) / 3600.0)
+        if hours <= 1 or hours > MAX_STEPS:
+            return spans
+        window = self.api.dialect.window(sel, 3600.0)
+        got = self.api.query_range(
+            f"sum(count_over_time({window}))", lo + 3600.0, lo + hours * 3600.0, 3600.0
+        )
+        if not got:
+            return spans
+        per_hour = np.zeros(hours)
+        hour = np.rint((got[0].ts - lo) / 3600.0).astype(np.int64) - 1  # the hour ending there
+        ok = (hour >= 0) & (hour < hours)
+        per_hour[hour[ok]] = got[0].values[ok]
+        if per_hour.sum() <= self.api.max_points:
+            return spans
+        out: list[tuple[float, float]] = []
+        a, held = lo, 0.0
+        for k in range(hours):
+            start, stop = lo + k * 3600.0, min(hi, lo + (k + 1) * 3600.0)
+            n = float(per_hour[k])
+            if start > a and (held + n > self.api.max_points or stop - a > RECORD_SPAN_S):
+                out.append((a, start))
+                a, held = start, 0.0
+            held += n
+        out.append((a, hi))
         return out
 
     def read_events(

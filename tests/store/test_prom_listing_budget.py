@@ -1,6 +1,7 @@
-"""The list of GPUs on a real Prometheus 2.42 keeps to the point budget: its day pass reads the
-newest day alone, then as many days a query as the budget holds for the GPUs seen, and lists
-the same GPUs, first and last times as one unbudgeted pass."""
+"""The list of GPUs and the records on a real Prometheus 2.42 keep to the point budget: the
+list's day pass reads the newest day alone, then as many days a query as the budget holds for
+the GPUs seen; records are counted per hour first and read in spans of whole hours the budget
+holds. Both give what one unbudgeted read gives."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from tsdb_servers import history_series, start_prometheus_with
 
 from gpuwarden.store.prometheus import PrometheusStore
+from gpuwarden.telemetry import Event, GpuId
 
 pytestmark = pytest.mark.integration
 
@@ -53,3 +55,31 @@ def test_the_gpu_list_keeps_to_the_point_budget(tmp_path) -> None:
         got.loc[got["gpu"].eq(1) & got["hostname"].eq("node0"), "last_ts"].item() < END - 3 * 86400
     )
     assert 0 < largest <= BUDGET < whole_largest  # one unbudgeted day pass holds 6 x 6 points
+
+
+def events() -> list[Event]:
+    """40 Xids an hour on one GPU for 30 hours (1,200 events), codes cycling."""
+    gpu = GpuId("node0", 0, "GPU-00000000-0000-0000-0000-000000000000", "00000000:11:00.0",
+                "H100", "r1")  # fmt: skip
+    start = END - 30 * H
+    return [Event(start + k * 90.0, gpu, "xid", (13, 31, 43, 48)[k % 4]) for k in range(1200)]
+
+
+def test_records_keep_to_the_point_budget(tmp_path) -> None:
+    prom = start_prometheus_with(tmp_path / "prom", history_series([fleet()], events()))
+    clock = lambda: END + 60.0  # noqa: E731
+    try:
+        with (PrometheusStore(prom.url, clock=clock, max_points=10**9) as whole,
+              PrometheusStore(prom.url, clock=clock, max_points=100) as small):  # fmt: skip
+            span = {"start": END - 2 * 86400, "end": END}
+            want = whole.read_events(**span)
+            small.api.largest = 0
+            before = small.api.queries
+            got = small.read_events(**span)
+            largest, queries = small.api.largest, small.api.queries - before
+    finally:
+        prom.stop()
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    assert len(got) == 1200
+    assert 0 < largest <= 100  # 40 an hour: two hours a query
+    assert queries >= 12  # 30 hours of records in spans of two, and the count
