@@ -9,6 +9,7 @@ put together into the wide frame every store returns.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -118,11 +119,11 @@ class _Long:
         self._grid: tuple[float, float, int] | None = None
         self._by_column: np.ndarray | None = None
         self._present: np.ndarray | None = None
-        self._order_of = np.empty(0, dtype=np.int64)
 
+    @functools.cached_property
     def _order(self) -> tuple[pd.DataFrame, np.ndarray]:
         """The GPUs in output order (hostname, gpu, uuid; index: their slot in ``target``),
-        and each slot's place in it."""
+        and each slot's place in it (sorted once: the grid needs it per answer and at the end)."""
         gpus = self.target.gpus
         rank = gpus.reset_index(drop=True).sort_values(["hostname", "gpu", "uuid"], kind="stable")
         order_of = np.empty(len(gpus), dtype=np.int64)
@@ -204,11 +205,10 @@ class _Long:
             series, c, bucket, values = series[inside], c[inside], bucket[inside], values[inside]
         n = len(self.target.gpus)
         if self._by_column is None:
-            self._order_of = self._order()[1]
             self._by_column = np.full((len(self.columns), buckets * n), np.nan)
             self._present = np.zeros(buckets * n, dtype=bool)
         assert self._present is not None
-        slot = bucket * n + self._order_of[g_of[series]]
+        slot = bucket * n + self._order[1][g_of[series]]
         self._present[slot] = True
         cells = self._by_column.reshape(-1)
         cell = c * (buckets * n) + slot
@@ -233,7 +233,7 @@ class _Long:
         ts = np.concatenate([p[2] for p in parts])
         values = np.concatenate([p[3] for p in parts])
         # rows: one per (GPU, time), in time order, then the GPUs' slot order
-        rank, order_of = self._order()
+        rank, order_of = self._order
         r = order_of[g]
         row, key_ts, key_rank = _rows(ts, r, len(gpus), step)
         # a column of the grid is one contiguous array: the screen and the frame read them so
@@ -269,7 +269,7 @@ class _Long:
         by_column = (
             self._by_column if len(taken) == len(self._present) else self._by_column[:, taken]
         )
-        rank = self._order()[0]
+        rank = self._order[0]
         return self._frame(by_column, first + (taken // n) * step, rank.index.to_numpy()[taken % n])
 
     def _frame(self, by_column: np.ndarray, ts: np.ndarray, at: np.ndarray) -> pd.DataFrame:
