@@ -60,6 +60,7 @@ from tsdb_servers import (  # noqa: E402
     start_victoriametrics,
 )
 
+from gpuwarden import tuning  # noqa: E402
 from gpuwarden.config import load_settings  # noqa: E402
 from gpuwarden.models.artifact import load_model  # noqa: E402
 from gpuwarden.models.history import panel_of, read_history  # noqa: E402
@@ -71,7 +72,6 @@ from gpuwarden.store.prometheus import PrometheusStore  # noqa: E402
 from gpuwarden.store.sqlite import SqliteStore  # noqa: E402
 from gpuwarden.store.victoriametrics import VictoriaMetricsStore  # noqa: E402
 from gpuwarden.telemetry import FRAME_ID_COLUMNS, Event, Failure, GpuId  # noqa: E402
-from gpuwarden.tuning import apply_huge_pages, huge_pages_said  # noqa: E402
 
 
 def simulate(gpus: int, days: float, step_s: int, end: float) -> Fleet:
@@ -262,8 +262,7 @@ def main() -> None:
     )  # fmt: skip
     args = ap.parse_args()
     backends = args.backends.split(",")
-    huge = apply_huge_pages(str(load_settings().get("numpy_huge_pages")))  # as the CLI does
-    print(f"numpy huge-page advice: {huge_pages_said(huge)}")
+    print(tuning.apply(load_settings()))  # as the CLI does
     work = args.reuse or args.workdir or Path(tempfile.mkdtemp(prefix="gpuwarden-bench-backends-"))
     work.mkdir(parents=True, exist_ok=True)
     end = float(np.floor(time.time() / 3600) * 3600)  # near now: any retention keeps it

@@ -41,11 +41,11 @@ from typing import Any
 import numpy as np
 from bench_score import build
 
+from gpuwarden import tuning
 from gpuwarden.config import load_settings
 from gpuwarden.reports import Facts, build_facts
 from gpuwarden.reports._usage import USAGE_FIELDS
 from gpuwarden.store.sqlite import SqliteStore
-from gpuwarden.tuning import apply_huge_pages, huge_pages_said
 
 
 def main() -> None:
@@ -75,8 +75,7 @@ def main() -> None:
         "serve --verdicts and report --verdicts), e.g. a copy given --add-verdicts",
     )  # fmt: skip
     args = ap.parse_args()
-    huge = apply_huge_pages(str(load_settings().get("numpy_huge_pages")))  # as the CLI does
-    print(f"numpy huge-page advice: {huge_pages_said(huge)}")
+    print(tuning.apply(load_settings()))  # as the CLI does
     if args.reuse:
         if args.add_verdicts:
             add_verdicts(args.reuse)

@@ -60,9 +60,9 @@ def main(ctx: click.Context, config_path: str | None, verbose: int) -> None:
             from gpuwarden.models.rules import use_link_rules
 
             use_link_rules(link_rules)
-        from gpuwarden.tuning import apply_huge_pages
+        from gpuwarden import tuning
 
-        apply_huge_pages(str(ctx.obj.get("numpy_huge_pages") or "auto"))
+        tuning.apply(ctx.obj)
 
 
 @main.command()

@@ -73,6 +73,13 @@ SETTINGS: tuple[Setting, ...] = (
         "off. $NUMPY_MADVISE_HUGEPAGE wins. docs/scale.md#tuning.",
     ),
     Setting(
+        "arrow_memory_pool",
+        "auto",
+        "pyarrow's memory pool (pandas' string columns): auto (the C library's allocator where "
+        "the kernel's THP defrag stalls on huge-page advice), system, mimalloc or jemalloc. "
+        "$ARROW_DEFAULT_MEMORY_POOL wins. docs/scale.md#tuning.",
+    ),
+    Setting(
         "link_rules",
         "on",
         "The link rules beside the model: on, off, or name=value pairs (nvlink=off,pcie_hours=4). "

@@ -1,6 +1,11 @@
-"""numpy's huge-page advice, as gpuwarden sets it at start (gpuwarden/tuning.py)."""
+"""numpy's huge-page advice and pyarrow's memory pool, as gpuwarden sets them at start
+(gpuwarden/tuning.py)."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -8,7 +13,13 @@ from numpy._core import multiarray
 
 from gpuwarden.cli import main
 from gpuwarden.errors import ConfigError
-from gpuwarden.tuning import apply_huge_pages, defrag_mode, want_huge_pages
+from gpuwarden.tuning import (
+    apply_arrow_pool,
+    apply_huge_pages,
+    defrag_mode,
+    want_arrow_pool,
+    want_huge_pages,
+)
 
 #: /sys/kernel/mm/transparent_hugepage/defrag as kernels print it, the mode in brackets
 MADVISE = "always defer defer+madvise [madvise] never\n"
@@ -66,7 +77,7 @@ def test_applied_to_numpy_unless_its_own_variable_is_set(tmp_path, monkeypatch):
     assert multiarray._get_madvise_hugepage() is True
 
 
-def test_the_cli_applies_the_setting_and_refuses_a_bad_one(monkeypatch):
+def test_the_cli_applies_the_setting_and_refuses_a_bad_one(monkeypatch, arrow_pool):
     monkeypatch.setenv("GPUWARDEN_NUMPY_HUGE_PAGES", "off")
     result = CliRunner().invoke(main, ["fields"])
     assert result.exit_code == 0, result.output
@@ -74,3 +85,71 @@ def test_the_cli_applies_the_setting_and_refuses_a_bad_one(monkeypatch):
     monkeypatch.setenv("GPUWARDEN_NUMPY_HUGE_PAGES", "always")
     result = CliRunner().invoke(main, ["fields"])
     assert result.exit_code != 0 and "numpy_huge_pages must be one of" in result.output
+
+
+# -- pyarrow's memory pool ------------------------------------------------------------------
+
+
+@pytest.fixture
+def arrow_pool(monkeypatch):
+    """pyarrow's default pool and ARROW_DEFAULT_MEMORY_POOL restored after the test."""
+    import pyarrow as pa
+
+    before = pa.default_memory_pool()
+    monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
+    yield pa
+    pa.set_memory_pool(before)
+
+
+@pytest.mark.parametrize(
+    ("setting", "mode", "want"),
+    [("auto", "madvise", "system"), ("auto", "defer+madvise", "system"), ("auto", "never", None),
+     ("auto", None, None), ("", "madvise", "system"), ("mimalloc", "madvise", "mimalloc"),
+     ("System", "never", "system")],
+)  # fmt: skip
+def test_auto_takes_the_c_librarys_allocator_only_where_the_kernel_stalls(setting, mode, want):
+    assert want_arrow_pool(setting, mode) == want
+
+
+def test_a_bad_pool_names_the_setting():
+    with pytest.raises(ConfigError, match="arrow_memory_pool must be one of auto, system"):
+        want_arrow_pool("tcmalloc", "madvise")
+
+
+def test_the_pool_is_swapped_in_once_pyarrow_is_loaded(tmp_path, arrow_pool, monkeypatch):
+    pa = arrow_pool
+    pa.set_memory_pool(pa.mimalloc_memory_pool())
+    assert apply_arrow_pool("auto", defrag_path=defrag(tmp_path, NEVER)) is None
+    assert pa.default_memory_pool().backend_name == "mimalloc"  # left as it was
+    assert apply_arrow_pool("auto", defrag_path=defrag(tmp_path, MADVISE)) == "system"
+    assert pa.default_memory_pool().backend_name == "system"
+    # pyarrow's own variable wins
+    monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "mimalloc")
+    pa.set_memory_pool(pa.mimalloc_memory_pool())
+    assert apply_arrow_pool("system", defrag_path=defrag(tmp_path, MADVISE)) is None
+    assert pa.default_memory_pool().backend_name == "mimalloc"
+
+
+def test_before_pyarrow_loads_only_its_variable_is_set(tmp_path):
+    """A command that never loads pandas pays no pyarrow import; pyarrow then takes the pool
+    from its variable when it first allocates."""
+    path = defrag(tmp_path, MADVISE)
+    code = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from gpuwarden.tuning import apply_arrow_pool\n"
+        f"print(apply_arrow_pool('auto', defrag_path=Path({str(path)!r})))\n"
+        "print('pyarrow' in sys.modules, os.environ['ARROW_DEFAULT_MEMORY_POOL'])\n"
+        "import pyarrow as pa\n"
+        "print(pa.default_memory_pool().backend_name)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=True).stdout.split()  # fmt: skip
+    assert out == ["system", "False", "system", "system"]
+
+
+def test_the_cli_refuses_a_bad_pool(monkeypatch, arrow_pool):
+    monkeypatch.setenv("GPUWARDEN_ARROW_MEMORY_POOL", "tcmalloc")
+    result = CliRunner().invoke(main, ["fields"])
+    assert result.exit_code != 0 and "arrow_memory_pool must be one of" in result.output
