@@ -256,7 +256,7 @@ def screen(batch: Batch) -> Batch:
 
 def check_columns(
     values: Mapping[str, np.ndarray],
-    models: np.ndarray,
+    models: np.ndarray | None,
     *,
     coded: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
@@ -264,14 +264,18 @@ def check_columns(
     row). Returns, for each column with an impossible reading, an int8 array: 0 possible (or
     NaN), else 1 + the index of the reason in ``telemetry.REJECT_REASONS``. Nothing is changed.
     ``coded``: the boards already as (names, index of each row's), for callers that have them
-    (finding them in millions of rows costs more than the checks)."""
+    (finding them in millions of rows costs more than the checks; ``models`` is then unused)."""
     if coded is None:
+        if models is None:
+            raise ValueError("check_columns needs the boards: models or coded")
         names, row_model = np.unique(np.asarray(models, dtype=str), return_inverse=True)
     else:
         names, row_model = coded
     out: dict[str, np.ndarray] = {}
     for name, col in values.items():
         f = FIELDS_BY_NAME[name]
+        if _all_possible(f, col, names):
+            continue
         read = ~np.isnan(col)
         code = np.zeros(len(col), dtype=np.int8)
         code[read & np.isfinite(col) & (col >= BLANK_FROM[f.dcgm_type])] = 1
@@ -287,6 +291,22 @@ def check_columns(
         if code.any():
             out[name] = code
     return out
+
+
+def _all_possible(f: Field, col: np.ndarray, names: np.ndarray) -> bool:
+    """True when no reading of ``col`` can be impossible for any board of ``names``, seen
+    from its smallest and largest reading alone (two passes, no temporaries): the common case
+    that ``check_columns`` then skips; False means look closer."""
+    b = f.bounds
+    if b.allowed or not len(col):
+        return not len(col)
+    if f.sensor == "hbm" and not all(has_memory_sensor(m) for m in names):
+        return False
+    low, high = np.fmin.reduce(col), np.fmax.reduce(col)  # NaN only if every cell is
+    if np.isnan(low):
+        return True
+    hi = min(_high(f, m) for m in names) if b.per_tdp and len(names) else b.hi
+    return bool(low >= b.lo and high <= hi and high < BLANK_FROM[f.dcgm_type])
 
 
 # -- which GPU, when ---------------------------------------------------------------------------

@@ -211,6 +211,27 @@ def test_columns_are_judged_as_single_readings_are() -> None:
     assert values["gpu_temp_c"][4] == 2.0**63  # nothing changed in place
 
 
+def test_a_column_with_one_impossible_reading_among_possible_ones_is_found() -> None:
+    """``check_columns`` skips a column whose smallest and largest readings are possible on
+    every board: one impossible reading anywhere, for any board, must still be seen."""
+    models = np.array(["Tesla T4", "NVIDIA H100 80GB HBM3", "", "NVIDIA L4"] * 5)
+    odd = [0.0, 74.0, -20.0, 600.0, 2.0**63, 2147483632.0, 1e6, -1.0, 5000.0, 99.0, math.inf]
+    for f in FIELDS:
+        b = f.bounds
+        plain = next((v for v in (b.lo, 1.0, 0.0) if all(reason(f, v, m) is None for m in models
+                                                          if f.sensor != "hbm")), b.lo)  # fmt: skip
+        for at in (0, 1, 7, 19):
+            for v in odd:
+                col = np.full(len(models), plain)
+                col[::3] = np.nan
+                col[at] = v
+                code = check_columns({f.name: col}, models).get(f.name)
+                got = [None if code is None or c == 0 else REJECT_REASONS[c - 1]
+                       for c in (code if code is not None else [0] * len(col))]  # fmt: skip
+                want = [reason(f, x, m) for x, m in zip(col, models, strict=True)]
+                assert got == want, (f.name, at, v)
+
+
 def test_non_negative_is_the_default_bounds() -> None:
     assert F["energy_mj"].bounds == NON_NEGATIVE and F["energy_mj"].sensor == ""
 

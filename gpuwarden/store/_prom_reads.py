@@ -278,7 +278,8 @@ class _Long:
         (``_screen``). The readings stay one block, as they are (pandas would copy columns
         given one by one into one)."""
         gpus, columns = self.target.gpus, self.columns
-        _screen(by_column.T, columns, gpus["model"].to_numpy()[at])
+        model_at, models = pd.factorize(gpus["model"])  # the inventory's, then each row's
+        _screen(by_column.T, columns, (np.asarray(models, dtype=str), model_at[at]))
         frame = pd.DataFrame(by_column.T, columns=columns, copy=False)
         frame.insert(0, "ts", np.asarray(ts, dtype=np.float64))
         for j, col in enumerate(_ID, start=1):
@@ -322,13 +323,12 @@ def _rows(
     return row, ts_s[new], r_s[new]
 
 
-def _screen(grid: np.ndarray, columns: Sequence[str], models: np.ndarray) -> None:
+def _screen(grid: np.ndarray, columns: Sequence[str], coded: tuple[np.ndarray, np.ndarray]) -> None:
     """Readings no GPU gives (a DCGM sentinel, out of range: ``readings.check_columns``) made
     missing in place, as ingest and the collectors leave them out: a store written by
     dcgm-exporter or anything else holds what it was sent. A rollup column is judged as its
-    field (a sentinel in an hour makes its peak, and its mean, impossible too)."""
-    row_model, names = pd.factorize(models)
-    coded = (np.asarray(names, dtype=str), row_model)
+    field (a sentinel in an hour makes its peak, and its mean, impossible too). ``coded``:
+    the boards (names, and each row's index into them)."""
     plain: dict[str, int] = {}
     peaks: dict[str, int] = {}
     for j, name in enumerate(columns):
@@ -337,7 +337,7 @@ def _screen(grid: np.ndarray, columns: Sequence[str], models: np.ndarray) -> Non
             (plain if base == name else peaks)[base] = j
     for group in (plain, peaks):
         if group:
-            bad = check_columns({n: grid[:, j] for n, j in group.items()}, models, coded=coded)
+            bad = check_columns({n: grid[:, j] for n, j in group.items()}, None, coded=coded)
             for n, codes in bad.items():
                 grid[codes != 0, group[n]] = np.nan
 
