@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from gpuwarden.readings import check_columns
 from gpuwarden.store import _prom_rollups, window
-from gpuwarden.store._prom_rollups import FIELDS_LABEL, holding, unpack_ms
+from gpuwarden.store._prom_rollups import FIELDS_LABEL, holding, split_ms
 from gpuwarden.store._promapi import MAX_STEPS, Flat, PromApi, chunks, time_spans
 from gpuwarden.store._promql import (
     BITMASK_BITS,
@@ -169,7 +169,7 @@ class _Long:
     def add_packed(self, flat: Flat, lo: float, hi: float) -> None:
         """Every rollup series of ``flat`` (``_prom_rollups``: one per GPU, each sample's
         column its offset into the hour), hours in ``[lo, hi)``."""
-        hours, k = unpack_ms(flat.ts)
+        hour_ms, k = split_ms(flat.milliseconds())
         series = np.repeat(np.arange(len(flat.labels)), flat.counts)
         width = max((len(lab.get(FIELDS_LABEL, "").split(",")) for lab in flat.labels), default=0)
         g_of = np.full(len(flat.labels), -1, dtype=np.int64)
@@ -191,15 +191,20 @@ class _Long:
             self._note(g, table[table >= 0].tolist())
         kk = np.where((k >= 0) & (k < width), k, width)  # past a series' fields: none
         c = lookup[series, kk]
-        keep = (g_of[series] >= 0) & (c >= 0) & (hours >= lo) & (hours < hi)
+        # (hours in ms against seconds: exact, both well inside float64's integers)
+        keep = (g_of[series] >= 0) & (c >= 0) & (hour_ms >= lo * 1000) & (hour_ms < hi * 1000)
         values = flat.values
         if not keep.all():  # (the usual read keeps every point: no copies then)
-            series, c, hours, values = series[keep], c[keep], hours[keep], values[keep]
+            series, c, hour_ms, values = series[keep], c[keep], hour_ms[keep], values[keep]
         if self._grid is None:
-            self.parts.append((g_of[series], c, hours, values))
+            self.parts.append((g_of[series], c, hour_ms / 1000.0, values))
             return
         first, step, buckets = self._grid
-        bucket = np.floor((hours - first) / step).astype(np.int64)
+        if float(first * 1000).is_integer() and float(step * 1000).is_integer():
+            bucket = hour_ms - int(first * 1000)
+            bucket //= int(step * 1000)
+        else:
+            bucket = np.floor((hour_ms / 1000.0 - first) / step).astype(np.int64)
         inside = (bucket >= 0) & (bucket < buckets)
         if not inside.all():
             series, c, bucket, values = series[inside], c[inside], bucket[inside], values[inside]

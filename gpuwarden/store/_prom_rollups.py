@@ -173,9 +173,14 @@ def first_layout(flat: Flat) -> tuple[pd.DataFrame, pd.DataFrame]:
 def unpack_ms(ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The hour (s) of each sample of a ``ROLLUP`` series and its offset into it (ms): the
     index of its field in the series' ``fields``."""
-    ms = np.rint(np.asarray(ts, dtype=np.float64) * 1000).astype(np.int64)
+    hour_ms, k = split_ms(np.rint(np.asarray(ts, dtype=np.float64) * 1000).astype(np.int64))
+    return hour_ms / 1000.0, k
+
+
+def split_ms(ms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``unpack_ms`` of times in int64 milliseconds: the hour (ms) and the offset (ms)."""
     k = ms % (RESOLUTION * 1000)
-    return (ms - k) / 1000.0, k
+    return ms - k, k
 
 
 def markers(end: float, interval_s: float | None) -> list[Series]:
@@ -197,6 +202,7 @@ __all__ = [
     "UNTIL",
     "markers",
     "series",
+    "split_ms",
     "unpack_ms",
     "until",
 ]

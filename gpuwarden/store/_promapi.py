@@ -211,12 +211,20 @@ _METRIC = b'{"metric":'
 
 @dataclass(frozen=True)
 class Flat:
-    """A query's answer: each series' labels and point count, every point in one array."""
+    """A query's answer: each series' labels and point count, every point in one array;
+    ``ts_ms``: the times as int64 milliseconds too, where they came so (native export)."""
 
     labels: list[dict[str, str]]
     counts: np.ndarray
     ts: np.ndarray
     values: np.ndarray
+    ts_ms: np.ndarray | None = None
+
+    def milliseconds(self) -> np.ndarray:
+        """The times as int64 milliseconds."""
+        if self.ts_ms is not None:
+            return self.ts_ms
+        return np.rint(np.asarray(self.ts, dtype=np.float64) * 1000).astype(np.int64)
 
     @classmethod
     def of(cls, raws: list[Raw]) -> Flat:

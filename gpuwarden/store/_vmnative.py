@@ -117,7 +117,7 @@ def decode(body: bytes, start_ms: int, end_ms: int) -> Decoded:
     counts = np.bincount(point_sid, minlength=len(names))
     present = np.flatnonzero(counts)
     labels = _labels([names[i] for i in present.tolist()])
-    flat = Flat(labels, counts[present].astype(np.int64), ts_ms / 1000.0, values)
+    flat = Flat(labels, counts[present].astype(np.int64), ts_ms / 1000.0, values, ts_ms)
     return Decoded(flat, repeats, int(rows.sum()))
 
 
