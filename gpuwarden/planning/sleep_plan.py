@@ -65,27 +65,12 @@ def sleep_plan(
     power = power or PowerModel()
     nh = node_hours(hourly)
     kwh_total = float(nh["power_w"].sum()) / 1000.0 if len(nh) else 0.0
-    asleep = np.zeros(len(nh), dtype=bool)
-    inside_hours = 0
-    for ts, idx in nh.groupby("ts", sort=True).groups.items():
-        if not policy.window.contains(float(ts)):
-            continue
-        inside_hours += 1
-        rows = nh.loc[idx]
-        measured = rows["util"].notna() & rows["power_w"].notna()
-        calm = rows[(rows["util"] < policy.below) & measured].sort_values(
-            ["util", "hostname"], ascending=[True, True]
-        )
-        kept = 0
-        keep: set[int] = set()
-        for i in calm.index[::-1]:  # the busiest calm nodes stay awake for the headroom
-            if kept >= policy.headroom_gpus:
-                break
-            keep.add(i)
-            kept += int(calm.at[i, "gpus"])
-        for i in calm.index:
-            if i not in keep:
-                asleep[nh.index.get_loc(i)] = True
+    # the window, asked once per distinct hour, not once per node-hour
+    hours_seen, hour_of = np.unique(nh["ts"].to_numpy(dtype=np.float64), return_inverse=True)
+    inside = np.array([policy.window.contains(float(t)) for t in hours_seen], dtype=bool)
+    in_window_row = inside[hour_of] if len(nh) else np.zeros(0, dtype=bool)
+    asleep = _asleep(nh, in_window_row, hour_of, policy)
+    inside_hours = int(inside.sum())  # the distinct hours with readings, in the window
     saved_w = np.where(asleep, nh["power_w"] + power.base_w - power.sleep_w, 0.0)
     nh = nh.assign(asleep=asleep, saved_kwh=saved_w / 1000.0)
     hours = (
@@ -98,7 +83,7 @@ def sleep_plan(
         .reset_index()
     )
     hours["gpu_kwh"] = hours["gpu_kwh"] / 1000.0
-    in_window = nh[[policy.window.contains(float(t)) for t in nh["ts"]]] if len(nh) else nh
+    in_window = nh[in_window_row]
     nodes = (
         nh.groupby("hostname", sort=True)
         .agg(gpus=("gpus", "max"), hours_asleep=("asleep", "sum"), kwh_saved=("saved_kwh", "sum"))
@@ -114,6 +99,33 @@ def sleep_plan(
     nodes = nodes.sort_values(["kwh_saved", "hostname"], ascending=[False, True])
     return SleepPlan(hours, nodes.reset_index(drop=True), kwh_total,
                      float(nh["saved_kwh"].sum()) if len(nh) else 0.0, inside_hours)  # fmt: skip
+
+
+def _asleep(
+    nh: pd.DataFrame, in_window: np.ndarray, hour_of: np.ndarray, policy: SleepPolicy
+) -> np.ndarray:
+    """Per node-hour of ``nh``: asleep under ``policy``. In each hour of the window the calm
+    nodes (measured, utilisation below ``below``) sleep, except the busiest of them, kept
+    awake from the busiest down while the GPUs kept so far are fewer than ``headroom_gpus``:
+    for all hours at once, a node stays awake when the calm GPUs busier than it, in its
+    hour, are fewer than the headroom."""
+    util = nh["util"].to_numpy(dtype=np.float64)
+    measured = ~np.isnan(util) & nh["power_w"].notna().to_numpy()
+    calm = np.flatnonzero(in_window & measured & (util < policy.below))
+    asleep = np.zeros(len(nh), dtype=bool)
+    if not len(calm):
+        return asleep
+    host_rank = pd.factorize(nh["hostname"].astype(str), sort=True)[0]
+    # calm node-hours by hour, then from the busiest down (utilisation, then hostname, both
+    # descending: the reverse of the calmest-first order)
+    order = calm[np.lexsort((-host_rank[calm], -util[calm], hour_of[calm]))]
+    gpus = nh["gpus"].to_numpy(dtype=np.int64)[order]
+    hour = hour_of[order]
+    starts = np.flatnonzero(np.r_[True, hour[1:] != hour[:-1]])
+    busier = np.cumsum(gpus) - gpus  # the GPUs before each, in its hour only
+    busier -= np.repeat(busier[starts], np.diff(np.r_[starts, len(order)]))
+    asleep[order[busier >= policy.headroom_gpus]] = True
+    return asleep
 
 
 def wake_time(policy: SleepPolicy) -> str:

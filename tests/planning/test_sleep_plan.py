@@ -52,3 +52,71 @@ def test_no_window_hour_saves_nothing_and_the_wake_time_wraps():
     assert plan.window_hours == 0 and plan.kwh_saved == 0.0
     late = SleepPolicy(window=SleepWindow("22:00", "00:02"), cold_start_s=300)
     assert wake_time(late) == "23:57"
+
+
+def _replayed(nh: pd.DataFrame, policy: SleepPolicy) -> np.ndarray:
+    """The policy replayed the plain way, node by node and hour by hour: the calmest first,
+    the busiest calm nodes kept awake until the headroom is met."""
+    asleep = np.zeros(len(nh), dtype=bool)
+    for ts, rows in nh.groupby("ts", sort=True):
+        if not policy.window.contains(float(ts)):
+            continue
+        measured = rows["util"].notna() & rows["power_w"].notna()
+        calm = rows[(rows["util"] < policy.below) & measured]
+        calm = calm.sort_values(["util", "hostname"])
+        kept = 0
+        for i in calm.index[::-1]:
+            if kept >= policy.headroom_gpus:
+                asleep[nh.index.get_loc(i)] = True
+            else:
+                kept += int(calm.at[i, "gpus"])
+    return asleep
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_hour_is_replayed_as_node_by_node(seed):
+    """Nodes of 1-8 GPUs, utilisations on a coarse grid (ties between nodes), some hours
+    unmeasured, a headroom from none to more than the calm GPUs: the plan sleeps exactly the
+    node-hours the plain replay does."""
+    from gpuwarden.planning.sleep_plan import node_hours
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for n in range(40):
+        node, gpus = f"n{rng.integers(0, 99):02d}x{n}", int(rng.integers(1, 9))
+        for h in range(30):
+            util = float(rng.choice([0.0, 5.0, 10.0, 20.0, 60.0]))
+            for g in range(gpus):
+                gone = rng.random() < 0.05
+                rows.append({"ts": MON_0000 + h * 3600, "hostname": node, "uuid": f"{node}-{g}",
+                             "gpu_util_pct": np.nan if gone else util,
+                             "power_w": np.nan if gone and rng.random() < 0.5 else 300.0})  # fmt: skip
+    frame = pd.DataFrame(rows).sample(frac=1.0, random_state=seed)
+    policy = SleepPolicy(
+        window=SleepWindow("01:00", "05:00", weekends=False), below=0.15,
+        headroom_gpus=int(rng.choice([0, 1, 8, 30, 400])),
+    )  # fmt: skip
+    plan = sleep_plan(frame, policy)
+    want = _replayed(node_hours(frame), policy)
+    got = plan.nodes.set_index("hostname")["hours_asleep"]
+    nh = node_hours(frame).assign(asleep=want)
+    assert got.sort_index().tolist() == nh.groupby("hostname")["asleep"].sum().sort_index().tolist()
+    assert plan.hours["nodes_asleep"].tolist() == nh.groupby("ts")["asleep"].sum().tolist()
+    assert plan.window_hours == 8  # 01:00-05:00 on the Monday and the Tuesday
+
+
+def test_a_nodes_gpus_are_its_distinct_gpus_in_the_hour():
+    """Counted as ``nunique`` counts them: a GPU read twice in an hour once, a row without
+    a GPU not at all."""
+    from gpuwarden.planning.sleep_plan import node_hours
+
+    frame = hourly({"a": 5.0, "b": 50.0}, hours=3, gpus=4)
+    frame = pd.concat([frame, frame.iloc[:5]], ignore_index=True)  # read twice
+    frame.loc[len(frame)] = {"ts": MON_0000, "hostname": "b", "uuid": None, "gpu_util_pct": 1.0,
+                             "power_w": 1.0}  # fmt: skip
+    frame.loc[len(frame)] = {"ts": MON_0000 + 7200, "hostname": "c", "uuid": None,
+                             "gpu_util_pct": 1.0, "power_w": 1.0}  # fmt: skip
+    got = node_hours(frame).set_index(["hostname", "ts"])["gpus"]
+    want = frame.groupby(["hostname", "ts"])["uuid"].nunique()
+    assert got.tolist() == want.tolist() and got.index.equals(want.index)
+    assert got.loc[("c", MON_0000 + 7200)] == 0
