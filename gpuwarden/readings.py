@@ -298,8 +298,10 @@ def _all_possible(f: Field, col: np.ndarray, names: np.ndarray) -> bool:
     from its smallest and largest reading alone (two passes, no temporaries): the common case
     that ``check_columns`` then skips; False means look closer."""
     b = f.bounds
-    if b.allowed or not len(col):
-        return not len(col)
+    if not len(col):
+        return True
+    if b.allowed:  # a set of values: judged cell by cell
+        return False
     if f.sensor == "hbm" and not all(has_memory_sensor(m) for m in names):
         return False
     low, high = np.fmin.reduce(col), np.fmax.reduce(col)  # NaN only if every cell is

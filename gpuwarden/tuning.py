@@ -14,10 +14,10 @@ first, in the faulting process' own time: the first grid of a 2,048-GPU week too
 result changes, only where memory comes from.
 
 **pyarrow's memory pool.** pandas keeps string columns in pyarrow, whose default allocator
-(mimalloc, since pyarrow 17 or so) reserves its arenas a GiB at a time with the same advice: the
-report's read of a 10,000-GPU week from VictoriaMetrics spent 1.7-2.5 s in the kernel for 1.5-2 s
-of its own work, against 0.2-0.4 s through the C library's allocator. The setting
-``arrow_memory_pool``:
+(mimalloc, in the pyarrow 26 measured here) reserves its arenas a GiB at a time with the same
+advice: the report's read of a 10,000-GPU week from VictoriaMetrics spent 1.7-2.5 s in the
+kernel for 1.5-2 s of its own work, against 0.2-0.4 s through the C library's allocator. The
+setting ``arrow_memory_pool``:
 
 - ``auto`` (default): the C library's allocator (``system``) where ``defrag`` stalls,
   pyarrow's default elsewhere;
