@@ -6,6 +6,7 @@ every way its blocks keep numbers; errors are one line and retried."""
 from __future__ import annotations
 
 import json
+import math
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -77,10 +78,13 @@ def vm(tmp_path_factory):
     server.stop()
 
 
-def _apis(url: str, **kwargs) -> tuple[NativeApi, PromApi]:
-    return NativeApi(RemoteHttp(url, what="VictoriaMetrics", **kwargs)), PromApi(
-        RemoteHttp(url, what="VictoriaMetrics")
-    )
+def _apis(url: str, *, decode_all: bool = True, **kwargs) -> tuple[NativeApi, PromApi]:
+    """A native reader and a query reader of ``url``; ``decode_all``: the native one decodes
+    however few of its blocks' points a window holds (the tests of the decoder)."""
+    native = NativeApi(RemoteHttp(url, what="VictoriaMetrics", **kwargs))
+    if decode_all:
+        native.QUERY_OVERREAD = math.inf
+    return native, PromApi(RemoteHttp(url, what="VictoriaMetrics"))
 
 
 def _by_series(flat: Flat) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -321,7 +325,7 @@ def test_decode_refuses_a_body_cut_anywhere(vm, cut: int) -> None:
 def test_a_window_that_brings_whole_blocks_many_times_over_goes_to_queries(vm) -> None:
     """Ten minutes of the gauge (40 samples) come in blocks of 8,192: such short windows are
     asked of the query API afterwards, which cuts the blocks on the server."""
-    native, query = _apis(vm.url)
+    native, query = _apis(vm.url, decode_all=False)
     lo = T0 / 1000 + 86_400
     (first,) = native.select_flat(["native_gauge"], lo, lo + 600)
     assert native.short_s == 600 and len(first.values) == 40
@@ -329,6 +333,57 @@ def test_a_window_that_brings_whole_blocks_many_times_over_goes_to_queries(vm) -
     (again,) = native.select_flat(["native_gauge"], lo + 600, lo + 1200)
     (want,) = query.select_flat(["native_gauge"], lo + 600, lo + 1200)
     assert again.values.tobytes() == want.values.tobytes() and len(again.values) == 40
-    assert native.queries == exports + 1 + 2  # one query (and the dialect's two), no export
+    assert native.queries == exports + 1  # one query, no export (the first read was queried too)
     native.select_flat(["native_gauge"], lo, lo + 86_400)  # a day: whole blocks pay
     assert native.short_s == 600
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi"),
+    [
+        (T0 - 60_000, T0 + N_LONG * 15_000 + 60_000),  # everything
+        (T0 + 3_600_000, T0 + 7_200_000 + 1),  # an hour inside blocks
+        (T0 + 100_000_000, T0 + 200_000_000),  # across block boundaries
+        (T0 - 10_000_000, T0 - 1),  # before everything
+    ],
+)
+def test_the_estimate_from_block_headers_is_near_what_the_window_holds(vm, lo, hi) -> None:
+    """The evenly stepped blocks (the steady, zeros and ramp series, and the gauge's) are
+    estimated from their headers to within a point a block; the irregular ones (the counter,
+    the short series: fewer than ``ESTIMATE_SAMPLE``, so all of them sampled) exactly."""
+    for match in ('{case=~"gauge|steady|zeros|ramp"}', '{case=~"counter|short"}', '{case!=""}'):
+        body = _export(vm.url, match, lo, hi)
+        whole = _vmnative.decode(body, lo, hi)
+        blocks = len(_vmnative._frame(body)[1])
+        held = len(whole.flat.ts)
+        slack = 0 if match == '{case=~"counter|short"}' else blocks
+        assert abs(whole.estimate - held) <= slack, (match, whole.estimate, held)
+
+
+def test_a_window_holding_a_sliver_of_its_blocks_is_asked_of_the_query_api(vm) -> None:
+    """An hour of the gauge (240 samples) in blocks of 8,192: the headers say so, nothing is
+    decoded, and the same points come from a query (which the server cuts); a window that
+    holds most of its blocks is decoded here."""
+    native, query = _apis(vm.url, decode_all=False)
+    lo = T0 / 1000 + 3600
+    calls: list[bool] = []
+    real = _vmnative.decode
+
+    def spy(body, start_ms, end_ms, **kwargs):
+        got = real(body, start_ms, end_ms, **kwargs)
+        calls.append(got.skipped)
+        return got
+
+    import gpuwarden.store.victoriametrics as vm_module
+
+    original, vm_module.decode = vm_module.decode, spy
+    try:
+        (mine,) = native.select_flat(["native_gauge"], lo, lo + 3600)
+        (whole,) = native.select_flat(["native_gauge"], T0 / 1000, T0 / 1000 + 86_400 * 4)
+    finally:
+        vm_module.decode = original
+    assert calls == [True, False]
+    (want,) = query.select_flat(["native_gauge"], lo, lo + 3600)
+    assert mine.ts.tobytes() == want.ts.tobytes() and len(mine.ts) == 240
+    assert mine.values.tobytes() == want.values.tobytes()
+    assert len(whole.ts) == N_LONG and native.short_s == 0.0
