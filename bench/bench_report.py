@@ -246,8 +246,9 @@ def from_workdir(work: Path, repeat: int, verdicts: Path | None = None) -> None:
             print(f"  {call:<32}{n:>6}{wall:>8.2f}{cpu:>7.2f}{server:>13.2f}")
     a = results["SQLite"][0]
     for name, (b, _, _) in results.items():
-        same = _headline(a) == _headline(b)
-        print(f"{name}: {_headline(b)}{'' if same else '  DIFFERS from SQLite'}")
+        differ = _differing(a, b)
+        print(f"{name}: {_headline(b)}; "
+              f"{'every section as SQLite' if not differ else 'DIFFERS from SQLite in ' + ', '.join(differ)}")  # fmt: skip
 
 
 def hourly_verdicts(gpus: Any, start: float, end: float, seed: int = 5) -> Iterator[list[Any]]:
@@ -306,6 +307,12 @@ def add_verdicts(work: Path) -> None:
         if vm is not None:
             vm.stop()
     (work / "meta.json").write_text(json.dumps({**meta, "verdicts": n}))
+
+
+def _differing(a: Facts, b: Facts) -> list[str]:
+    """The sections of two facts documents that differ (when they were made left out)."""
+    x, y = a.model_dump(exclude={"generated"}), b.model_dump(exclude={"generated"})
+    return [k for k in x if x[k] != y[k]]
 
 
 def _headline(f: Facts) -> tuple[Any, ...]:

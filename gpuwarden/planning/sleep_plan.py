@@ -101,6 +101,10 @@ def sleep_plan(
                      float(nh["saved_kwh"].sum()) if len(nh) else 0.0, inside_hours)  # fmt: skip
 
 
+#: decimals of a node's mean utilisation (0..1) that rank it for sleep
+TIE_DIGITS = 9
+
+
 def _asleep(
     nh: pd.DataFrame, in_window: np.ndarray, hour_of: np.ndarray, policy: SleepPolicy
 ) -> np.ndarray:
@@ -109,7 +113,9 @@ def _asleep(
     awake from the busiest down while the GPUs kept so far are fewer than ``headroom_gpus``:
     for all hours at once, a node stays awake when the calm GPUs busier than it, in its
     hour, are fewer than the headroom."""
-    util = nh["util"].to_numpy(dtype=np.float64)
+    # equal to a billionth is equal: a TSDB keeps about 12 significant digits of a rollup's
+    # mean (VictoriaMetrics' decimals), SQLite all 17, and a tie must break the same way on both
+    util = nh["util"].to_numpy(dtype=np.float64).round(TIE_DIGITS)
     measured = ~np.isnan(util) & nh["power_w"].notna().to_numpy()
     calm = np.flatnonzero(in_window & measured & (util < policy.below))
     asleep = np.zeros(len(nh), dtype=bool)

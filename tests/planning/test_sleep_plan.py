@@ -120,3 +120,16 @@ def test_a_nodes_gpus_are_its_distinct_gpus_in_the_hour():
     want = frame.groupby(["hostname", "ts"])["uuid"].nunique()
     assert got.tolist() == want.tolist() and got.index.equals(want.index)
     assert got.loc[("c", MON_0000 + 7200)] == 0
+
+
+def test_a_tie_breaks_the_same_way_when_a_store_keeps_fewer_digits():
+    """Two calm nodes at the same mean utilisation and headroom for one of them: the tie goes
+    by hostname (the later one stays awake), also when a store hands back one node's mean a
+    few units off in the 13th digit, as VictoriaMetrics' decimal rollups do."""
+    exact = hourly({"n1": 10.0 / 3.0, "n2": 10.0 / 3.0})
+    noisy = exact.copy()
+    noisy.loc[noisy["hostname"] == "n1", "gpu_util_pct"] += 3e-11  # n1 now "busier"
+    for frame in (exact, noisy):
+        plan = sleep_plan(frame, SleepPolicy(headroom_gpus=8))
+        asleep = plan.nodes.set_index("hostname")["hours_asleep"].to_dict()
+        assert asleep == {"n1": 4, "n2": 0}
