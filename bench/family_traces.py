@@ -1,0 +1,102 @@
+r"""Did the family's catchable failures leave any trace a day before they failed? (issue 17)
+
+    .venv/bin/python bench/family_traces.py                        # held-out members, 32 nodes, 60 days
+    .venv/bin/python bench/family_traces.py --seeds 100,101 --nodes 8 --days 97
+
+"Catchable" (``gpuwarden evaluate``) counts a failure whose precursor began at least 24 h
+before it. That does not say the precursor showed by then: a faint precursor under a field the
+GPU model does not report could leave nothing to see. This reads the simulator's ground truth
+for the fleets ``bench_model.py`` judges the model on (each held-out family member as drawn and
+link-focused, scored over the same 60 days; the failures are drawn without simulating
+telemetry, in seconds) and counts, for each catchable HBM, PCIe and NVLink failure, the
+precursor's events in fields its GPU model reports before 24 h ahead: single-bit errors,
+remapped rows, double-bit errors and their Xids for HBM; replays (unless the model hides
+``pcie_replay_total``) and a lower link width for PCIe; CRC, replay and recovery errors (those
+reported) and NVLink Xids for NVLink. Cooling failures are left out (a temperature rise, not a
+count). A failure with none could be caught a day ahead by no detector but by chance; the
+events of the others still have to stand out from the benign noise, which this does not judge.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+import numpy as np
+
+from gpuwarden.models.make_default import LINK_KINDS
+from gpuwarden.models.simdata import held_out_spec
+from gpuwarden.sim import calib as C
+from gpuwarden.sim.family import HELD_OUT_SEEDS, draw_family
+from gpuwarden.sim.fleet import Fleet
+
+DAY_S = 86400.0
+#: the simulator's per-board event series (``sim/_life.py``) and the field each one feeds;
+#: None: a field no family member hides
+EVENTS: dict[str, tuple[tuple[str, str | None], ...]] = {
+    C.HBM: (("sbe", None), ("remap_c", None), ("dbe", None)),
+    C.PCIE: (("replay", "pcie_replay_total"),),
+    C.NVLINK: (
+        ("nvl_flit", None),
+        ("nvl_data", "nvlink_crc_data_errors_total"),
+        ("nvl_replay", "nvlink_replay_errors_total"),
+        ("nvl_rec", "nvlink_recovery_errors_total"),
+    ),
+}
+
+
+def traces(fleet: Fleet, hidden: dict[str, tuple[str, ...]], first: float, days: float):
+    """(GPU UUID, failure time, kind, events before 24 h ahead) of each catchable failure with
+    counted events that fails in ``[first, first + days)``."""
+    fleet.planned_failures()
+    eng = fleet._eng  # the simulator's ground truth: each board's life, precursor included
+    ctx = eng.ctx
+    for life in eng.lives:
+        if life.kind not in EVENTS or not first <= life.fail_ts < first + days * DAY_S:
+            continue
+        start = life.precursor_start_ts
+        if start is None or start > life.fail_ts - DAY_S:
+            continue  # not catchable
+        cut = life.fail_ts - DAY_S
+        gone = set(hidden.get(life.gpu.model, ()))
+        n = sum(1 for x in life.xids if x.ts < cut)
+        for name, field in EVENTS[life.kind]:
+            if field in gone or name not in (life.events or {}):
+                continue
+            steps, counts = life.events[name]
+            n += int(counts[ctx.start_ts + steps * float(ctx.step_s) < cut].sum())
+        if life.width_drop_step is not None:
+            n += int(ctx.start_ts + life.width_drop_step * ctx.step_s < cut)
+        yield life.gpu.uuid, life.fail_ts, life.kind, n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--seeds", default=",".join(map(str, HELD_OUT_SEEDS)))
+    ap.add_argument("--nodes", type=int, default=32)
+    ap.add_argument("--days", type=float, default=60.0)
+    args = ap.parse_args()
+    held, first = held_out_spec(days=args.days)
+    pooled: dict[tuple[str, str], list[int]] = {}
+    for seed in (int(s) for s in args.seeds.split(",")):
+        draw = draw_family(seed, nodes=args.nodes, days=args.days + 7, start_ts=held.start_ts)
+        hidden = dict(draw.hidden)
+        for label, spec in (("as drawn", draw.spec), ("link-focused", replace(draw.spec, kinds=LINK_KINDS))):  # fmt: skip
+            for _, _, kind, n in traces(Fleet(spec), hidden, first, args.days):
+                pooled.setdefault((label, kind), []).append(n)
+    print(f"family members {args.seeds}, {args.nodes} nodes, {args.days:g} days scored")
+    print(
+        "| fleets | mode | catchable | no trace 24 h ahead | 1-2 events | events p10 / p25 / median |"
+    )
+    print("|---|---|---:|---:|---:|---:|")
+    for (label, kind), counts in sorted(pooled.items()):
+        n = np.array(counts)
+        q = " / ".join(f"{v:g}" for v in np.percentile(n, [10, 25, 50]).round())
+        print(f"| {label} | {kind} | {len(n)} | {(n == 0).sum()} | {((n > 0) & (n <= 2)).sum()} "
+              f"| {q} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
