@@ -53,7 +53,7 @@ from gpuwarden.models.simdata import (
     held_out_spec,
     simulate_panel,
 )
-from gpuwarden.sim.family import HELD_OUT_SEEDS, TRAIN_SEEDS, draw_family
+from gpuwarden.sim.family import HELD_OUT_SEEDS, TRAIN_SEEDS, VALIDATION_SEEDS, draw_family
 
 TARGETS = "targets: each mode >= 75% and all >= 90% of catchable, <= 1 false flag, PR-AUC >= 0.9"
 
@@ -262,6 +262,8 @@ def main() -> None:
     fam_seeds = [int(x) for x in args.family_seeds.split(",") if x.strip()]
     if set(fam_seeds) & set(TRAIN_SEEDS):
         ap.error("--family-seeds: those are the family's training fleets")
+    if set(fam_seeds) & set(VALIDATION_SEEDS):
+        ap.error("--family-seeds: those chose the threshold (sim.family.VALIDATION_SEEDS)")
     if runs:
         print(pooled_table(runs))
         print(robust_table("default simulator, held out", {str(k): v for k, v in runs.items()}))

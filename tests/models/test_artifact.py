@@ -92,7 +92,14 @@ def test_the_shipped_default_model_loads_and_is_small():
     assert (DEFAULT_DIR / MODEL_FILE).stat().st_size < 2 * 1024 * 1024
     assert model.card["training_data"]["failures"] > 50
     assert {"validation", "held_out_family"} <= set(model.card["metrics"])
-    # the threshold comes from the validation fleet's operating curve, and the card says so
+    # the threshold comes from the validation fleets' operating curves, and the card says so
+    from gpuwarden.models.make_default import FAMILY_BUDGET, VALIDATION_BUDGET
+
     choice = model.card["threshold_choice"]
-    assert model.threshold == choice["threshold"] and "validation fleet" in choice["rule"]
-    assert any(c["threshold"] == model.threshold for c in choice["curve"])
+    assert model.threshold == choice["threshold"] and "validation fleets" in choice["rule"]
+    (d,) = [c for c in choice["curve"] if c["threshold"] == model.threshold]
+    (f,) = [c for c in choice["family_curve"] if c["threshold"] == model.threshold]
+    assert (
+        d["false_flags_per_1000"] <= VALIDATION_BUDGET
+        and f["false_flags_per_1000"] <= FAMILY_BUDGET
+    )

@@ -1,9 +1,9 @@
 """The shipped model on the two link failures issue 17 found it blind to (constructed panels):
 a PCIe link that trains down from x16 to x8, and one GPU's NVLink CRC errors growing
 exponentially while its node's other GPUs see none. Both must raise the risk well above the
-GPU's own before and name the right signal. Neither reaches the shipped threshold on the
-model's risk alone (docs/models.md, "Link failures"); the link rules beside the model flag both,
-and no healthy GPU of the node."""
+GPU's own before and name the right signal. A width drop without replays, and the NVLink case,
+stay under the shipped threshold on the model's risk alone (docs/models.md, "Link failures");
+the link rules beside the model flag both, and no healthy GPU of the node."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_a_link_trained_down_to_x8_raises_the_risk_and_says_so():
 
 def test_one_gpus_nvlink_crc_growing_exponentially_raises_the_risk_and_says_so():
     before, day, later = _trajectory({"nvlink_crc_flit_errors_total": _crc}, "GPU-5")
-    assert later["risk"] > 3 * before["risk"] and later["risk"] > 3 * day["risk"]
+    assert day["risk"] > 3 * before["risk"] and later["risk"] > max(3 * before["risk"], day["risk"])
     assert "NVLink CRC errors" in day["reasons"]  # "started in the last day after 6 days..."
     assert "x this GPU's own rate" in later["reasons"]
 
@@ -73,7 +73,7 @@ def test_the_pcie_link_rule_flags_a_width_drop_without_replays_after_two_hours()
     values = {"pcie_link_width": _width}
     assert _score(values, ONSET + 1)["state"].eq(OK).all()  # one hour may be a retrain
     rows = _score(values, ONSET + 3)
-    assert rows.loc["GPU-3", "risk"] < 0.65  # the model alone does not flag it
+    assert rows.loc["GPU-3", "risk"] < load_model().threshold  # the model alone does not flag it
     assert rows.loc["GPU-3", "state"] == AT_RISK
     assert "PCIe link running at x8 of x16 for 3 h (link rule)" in rows.loc["GPU-3", "reasons"]
     assert rows.drop("GPU-3")["state"].eq(OK).all()
@@ -85,7 +85,7 @@ def test_the_nvlink_rule_flags_one_gpus_growing_crc_errors_within_a_day():
     values = {"nvlink_crc_flit_errors_total": _crc}
     assert _score(values, ONSET - 2)["state"].eq(OK).all()
     rows = _score(values, ONSET + 24)
-    assert rows.loc["GPU-5", "risk"] < 0.65
+    assert rows.loc["GPU-5", "risk"] < load_model().threshold
     assert rows.loc["GPU-5", "state"] == AT_RISK
     assert "NVLink CRC errors in 24 of the last 24 h" in rows.loc["GPU-5", "reasons"]
     assert "(link rule)" in rows.loc["GPU-5", "reasons"]

@@ -45,7 +45,8 @@ def test_draws_stay_inside_the_committed_ranges_and_differ_by_seed():
     assert len({d.spec.step_s for d in draws}) == len(F.STEP_CHOICES_S)
     assert F.draw_family(7) == F.draw_family(7)
     assert len({d.describe()["precursor_magnitude"] for d in draws}) == len(draws)
-    assert not set(F.TRAIN_SEEDS) & set(F.HELD_OUT_SEEDS)
+    roles = (set(F.TRAIN_SEEDS), set(F.VALIDATION_SEEDS), set(F.HELD_OUT_SEEDS))
+    assert sum(map(len, roles)) == len(set().union(*roles)), "a seed has two roles"
 
 
 def test_knobs_are_checked():
