@@ -1,0 +1,223 @@
+"""Candidate models side by side, on fleets that choose and fleets that judge (issue 17).
+
+    .venv/bin/python bench/bench_candidates.py choose shipped=-,B=/tmp/mB --out /tmp/cand
+    .venv/bin/python bench/bench_candidates.py judge shipped=-,B=/tmp/mB --out /tmp/cand
+
+Each fleet is simulated once and scored by every model (``-`` is the shipped one) at risk
+thresholds ``THRESHOLDS``, on one score and on two hourly scores in a row; hard signals and
+the link rules flag as in ``gpuwarden score``. Per fleet, the catchable failures caught >= 24 h
+ahead by mode, the false flags (30-day outcome) and PR-AUC over the ground-truth bound go to
+``OUT/<fleets>/<family>/<fleet>.json``; a fleet already there is not run again, so a run can be
+stopped and resumed, or extended with another model in another folder.
+
+- ``choose``: the default simulator's validation fleet (seed 2) and the family's
+  ``VALIDATION_SEEDS``, as ``make model`` chooses the threshold; prints which threshold
+  ``make_default.choose_threshold``'s rule gives each model on these thresholds.
+- ``judge``: seed 3 and the family's ``HELD_OUT_SEEDS`` and ``FRESH_SEEDS``, which choose
+  nothing.
+
+Then ``pooled OUT choose|judge [MEMBERS]`` prints the pooled figures (optionally of some family
+members only, e.g. ``4001,4002,4003``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpuwarden import tuning
+from gpuwarden.config import load_settings
+
+THRESHOLDS = (0.4, 0.45, 0.5, 0.55, 0.6, 0.62, 0.65, 0.7, 0.75, 0.8)
+#: members drawn for a fresh judgement in wave 9 (2026-12-04); never trained or chosen on
+FRESH_SEEDS = (4001, 4002, 4003)
+DAYS = 60.0
+
+
+def _fleets(which: str) -> dict[str, list[tuple[str, Any, list[Any], float]]]:
+    from gpuwarden.models.make_default import LINK_KINDS
+    from gpuwarden.models.simdata import HideField, held_out_spec
+    from gpuwarden.sim.family import HELD_OUT_SEEDS, VALIDATION_SEEDS, draw_family
+
+    held, first = held_out_spec(days=DAYS)
+
+    def family(seeds: tuple[int, ...], nodes: int) -> list[tuple[str, Any, list[Any], float]]:
+        out = []
+        for seed in seeds:
+            draw = draw_family(seed, nodes=nodes, days=DAYS + 7, start_ts=held.start_ts)
+            hides = [HideField(m, f) for m, f in draw.hidden]
+            out += [
+                (f"{seed}-drawn", draw.spec, hides, first),
+                (f"{seed}-link", replace(draw.spec, kinds=LINK_KINDS), hides, first),
+            ]
+        return out
+
+    def default(seed: int) -> list[tuple[str, Any, list[Any], float]]:
+        spec, f0 = held_out_spec(nodes=128, days=DAYS, seed=seed)
+        return [(f"seed{seed}", spec, [], f0)]
+
+    if which == "choose":
+        return {"default": default(2), "family": family(VALIDATION_SEEDS, 16)}
+    return {"default": default(3), "family": family(HELD_OUT_SEEDS + FRESH_SEEDS, 32)}
+
+
+def _figures(ds: Any, fails: pd.DataFrame, flag: np.ndarray, sudden: tuple[str, ...]) -> dict:
+    from gpuwarden.models import _metrics as M
+    from gpuwarden.models.evaluate import LEAD_S
+
+    ft = M.failure_table(ds.meta, flag, fails, horizon_s=7 * 86400, lead_s=LEAD_S)
+    keep = ~ft["fail_kind"].isin(sudden).to_numpy()
+    slow = ft[keep].assign(catchable=M.catchable(ft)[keep])
+    modes = {
+        str(kind): [len(g), int(g["caught"].sum())]
+        for kind, g in slow[slow["catchable"]].groupby("fail_kind")
+    }
+    on, days = M.false_flag_days(ds.meta, flag)
+    return {"modes": modes, "ff_days": int(on), "gpu_days": float(days)}
+
+
+def run(which: str, models_arg: str, out: Path) -> None:
+    from tqdm import tqdm
+
+    from gpuwarden.models.artifact import load_model
+    from gpuwarden.models.evaluate import evaluate_dataset, failures_of, sudden_kinds
+    from gpuwarden.models.labels import build_dataset, scoring_indices
+    from gpuwarden.models.rules import LinkRules, hard_signal
+    from gpuwarden.models.simdata import simulate_panel
+
+    models = {}
+    for item in models_arg.split(","):
+        name, _, path = item.partition("=")
+        models[name] = load_model(None if path in ("", "-") else path)
+    sudden = sudden_kinds()
+    groups = _fleets(which)
+    todo = [(fam, *f) for fam, fleets in groups.items() for f in fleets]
+    for fam, name, spec, hides, f0 in tqdm(todo, desc=f"{which} fleets", unit="fleet"):
+        path = out / which / fam / f"{name}.json"
+        if path.exists():
+            continue
+        t0 = time.time()
+        sim = simulate_panel(spec, transforms=hides)
+        fails = failures_of(sim.panel)
+        ds = build_dataset(
+            sim.panel,
+            scoring_indices(sim.panel, step_h=1, start=f0),
+            horizon_s=7 * 86400,
+            drop_unknown=False,
+        )
+        hard = hard_signal(ds.X) | LinkRules.in_force().flag(ds.X)
+        key = ds.meta["key"].astype(str).to_numpy()
+        order = np.lexsort((ds.meta["at"].to_numpy(), key))
+        same_prev = np.r_[False, key[order][1:] == key[order][:-1]]
+        res: dict[str, Any] = {}
+        for mname, model in models.items():
+            raw = model.risk(ds.X)
+            s = raw[order]
+            two = np.empty_like(raw)  # the lower of this hour's score and the one before
+            two[order] = np.minimum(s, np.where(same_prev, np.r_[0.0, s[:-1]], 0.0))
+            for n, arr in ((1, raw), (2, two)):
+                for t in THRESHOLDS:
+                    res[f"{mname}|{n}|{t}"] = _figures(ds, fails, (arr >= t) | hard, sudden)
+            ev = evaluate_dataset(ds, fails, model, horizon_s=model.horizon_s)
+            res[f"{mname}|prauc"] = ev.summary.get("pr_auc_vs_bound")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(res))
+        tqdm.write(f"{which} {fam} {name}: {time.time() - t0:.0f} s")
+    pooled(out, which, None)
+
+
+def pooled(out: Path, which: str, members: list[str] | None) -> pd.DataFrame:
+    """Pool the per-fleet figures per (family, model, scores in a row, threshold) and print
+    them; for ``choose``, the threshold the shipped rule gives each model."""
+    from gpuwarden.models.make_default import FAMILY_BUDGET, VALIDATION_BUDGET
+
+    rows = []
+    for fam_dir in sorted((out / which).iterdir()):
+        acc: dict[str, dict[str, Any]] = defaultdict(
+            lambda: {"modes": defaultdict(lambda: [0, 0]), "ff": 0, "days": 0.0, "pr": []}
+        )
+        for f in sorted(fam_dir.glob("*.json")):
+            if members and f.stem.split("-")[0] not in members:
+                continue
+            d = json.loads(f.read_text())
+            for k, v in d.items():
+                if k.endswith("|prauc"):
+                    continue
+                a = acc[k]
+                for m, (c, k_) in v["modes"].items():
+                    a["modes"][m][0] += c
+                    a["modes"][m][1] += k_
+                a["ff"] += v["ff_days"]
+                a["days"] += v["gpu_days"]
+                p = d.get(f"{k.split('|')[0]}|prauc")
+                if p is not None:
+                    a["pr"].append(p)
+        for k, a in acc.items():
+            model, n, t = k.split("|")
+            c = sum(x[0] for x in a["modes"].values())
+            caught = sum(x[1] for x in a["modes"].values())
+            row = {
+                "family": fam_dir.name,
+                "model": model,
+                "in_a_row": int(n),
+                "threshold": float(t),
+                "catchable": c,
+                "caught": caught,
+                "false_flags_per_1000": a["ff"] / a["days"] * 1000 if a["days"] else np.nan,
+                "pr_auc_vs_bound": float(np.mean(a["pr"])) if a["pr"] else np.nan,
+            }
+            for mode, (cc, kk) in sorted(a["modes"].items()):
+                row[mode.split("_")[0]] = f"{kk}/{cc}"
+            rows.append(row)
+    df = pd.DataFrame(rows).sort_values(["model", "in_a_row", "threshold", "family"])
+    with pd.option_context("display.width", 250, "display.max_rows", 1000):
+        print(df.round(3).to_string(index=False))
+    if which == "choose" and {"default", "family"} <= set(df["family"]):
+        one = df[df["in_a_row"] == 1]
+        for model, g in one.groupby("model"):
+            piv = g.pivot_table(
+                index="threshold", columns="family", values=["caught", "false_flags_per_1000"]
+            )
+            ok = piv[
+                (piv[("false_flags_per_1000", "default")] <= VALIDATION_BUDGET)
+                & (piv[("false_flags_per_1000", "family")] <= FAMILY_BUDGET)
+            ]
+            total = ok[("caught", "default")] + ok[("caught", "family")]
+            if len(total):
+                best = total[total == total.max()].index.max()
+                print(f"{model}: the rule chooses {best:g} ({int(total.max())} caught)")
+            else:
+                print(f"{model}: no threshold within both budgets")
+    return df
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("fleets", choices=("choose", "judge", "pooled"))
+    ap.add_argument("models", help="NAME=DIR,... (DIR '-': the shipped model); for pooled: OUT")
+    ap.add_argument("which", nargs="?", help="pooled: choose or judge")
+    ap.add_argument("members", nargs="?", help="pooled: family members, comma-separated")
+    ap.add_argument("--out", type=Path, default=Path("/tmp/gpuwarden-bench-candidates"))
+    args = ap.parse_args()
+    tuning.apply(load_settings())
+    if args.fleets == "pooled":
+        if args.which not in ("choose", "judge"):
+            ap.error("pooled OUT choose|judge [MEMBERS]")
+        members = args.members.split(",") if args.members else None
+        pooled(Path(args.models), args.which, members)
+    else:
+        run(args.fleets, args.models, args.out)
+
+
+if __name__ == "__main__":
+    main()
