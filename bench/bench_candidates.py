@@ -26,7 +26,6 @@ import argparse
 import json
 import time
 from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,22 +42,23 @@ DAYS = 60.0
 
 
 def _fleets(which: str) -> dict[str, list[tuple[str, Any, list[Any], float]]]:
-    from gpuwarden.models.make_default import LINK_KINDS
+    """(name, spec, transforms, first scoring time) per family of fleets."""
+    from gpuwarden.models.make_default import family_variants
     from gpuwarden.models.simdata import HideField, held_out_spec
-    from gpuwarden.sim.family import HELD_OUT_SEEDS, VALIDATION_SEEDS, draw_family
+    from gpuwarden.sim.family import HELD_OUT_SEEDS, VALIDATION_SEEDS
 
     held, first = held_out_spec(days=DAYS)
 
     def family(seeds: tuple[int, ...], nodes: int) -> list[tuple[str, Any, list[Any], float]]:
-        out = []
-        for seed in seeds:
-            draw = draw_family(seed, nodes=nodes, days=DAYS + 7, start_ts=held.start_ts)
-            hides = [HideField(m, f) for m, f in draw.hidden]
-            out += [
-                (f"{seed}-drawn", draw.spec, hides, first),
-                (f"{seed}-link", replace(draw.spec, kinds=LINK_KINDS), hides, first),
-            ]
-        return out
+        return [
+            (
+                label.replace(" as drawn", "-drawn").replace(" link-focused", "-link"),
+                d.spec,
+                [HideField(m, f) for m, f in d.hidden],
+                first,
+            )
+            for label, d in family_variants(seeds, nodes, DAYS + 7, held.start_ts)
+        ]
 
     def default(seed: int) -> list[tuple[str, Any, list[Any], float]]:
         spec, f0 = held_out_spec(nodes=128, days=DAYS, seed=seed)

@@ -45,7 +45,7 @@ import numpy as np
 from gpuwarden.models.artifact import load_model
 from gpuwarden.models.evaluate import Evaluation, evaluate_dataset, failures_of
 from gpuwarden.models.labels import build_dataset, scoring_indices
-from gpuwarden.models.make_default import LINK_KINDS
+from gpuwarden.models.make_default import family_variants
 from gpuwarden.models.simdata import (
     DropSamples,
     HideField,
@@ -53,7 +53,7 @@ from gpuwarden.models.simdata import (
     held_out_spec,
     simulate_panel,
 )
-from gpuwarden.sim.family import HELD_OUT_SEEDS, TRAIN_SEEDS, VALIDATION_SEEDS, draw_family
+from gpuwarden.sim.family import HELD_OUT_SEEDS, TRAIN_SEEDS, VALIDATION_SEEDS
 
 TARGETS = "targets: each mode >= 75% and all >= 90% of catchable, <= 1 false flag, PR-AUC >= 0.9"
 
@@ -123,21 +123,17 @@ def family_runs(seeds, nodes: int, days: float, model) -> dict[str, Evaluation]:
     the default held-out fleets."""
     runs: dict[str, Evaluation] = {}
     held, first = held_out_spec(days=days)
-    for seed in seeds:
-        draw = draw_family(seed, nodes=nodes, days=days + 7, start_ts=held.start_ts)
+    for key, draw in family_variants(tuple(seeds), nodes, days + 7, held.start_ts):
+        t0 = time.time()
         hides = [HideField(m, f) for m, f in draw.hidden]
-        for label, spec in (
-            ("as drawn", draw.spec),
-            ("link-focused", replace(draw.spec, kinds=LINK_KINDS)),
-        ):
-            t0 = time.time()
-            runs[f"{seed} {label}"] = run(spec, first, model, transforms=hides)
-            d = draw.describe()
-            print(
-                f"family member {seed} ({label}; {d['precursor_shape']}, magnitude "
-                f"x{d['precursor_magnitude']}, step {d['step_s']} s; {time.time() - t0:.0f} s)",
-                flush=True,
-            )
+        runs[key] = run(draw.spec, first, model, transforms=hides)
+        seed, label = key.split(" ", 1)
+        d = draw.describe()
+        print(
+            f"family member {seed} ({label}; {d['precursor_shape']}, magnitude "
+            f"x{d['precursor_magnitude']}, step {d['step_s']} s; {time.time() - t0:.0f} s)",
+            flush=True,
+        )
     return runs
 
 

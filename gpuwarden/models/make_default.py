@@ -180,16 +180,22 @@ def choose_threshold(default: dict[str, Any], family: list[dict[str, Any]]) -> d
     }
 
 
-def validation_family(nodes: int, days: float, start_ts: float) -> list[Any]:
-    """The family members that choose the threshold, as drawn and link-focused."""
+def family_variants(
+    seeds: tuple[int, ...], nodes: int, days: float, start_ts: float
+) -> list[tuple[str, Any]]:
+    """Each family member as drawn and link-focused (``LINK_KINDS``): (label, draw), label
+    ``"<seed> as drawn"`` or ``"<seed> link-focused"``. ``days`` includes the history."""
     from dataclasses import replace
 
     from gpuwarden.sim.family import draw_family
 
     out = []
-    for seed in VALIDATION_SEEDS:
-        draw = draw_family(seed, nodes=nodes, days=days + 7, start_ts=start_ts)
-        out += [draw, replace(draw, spec=replace(draw.spec, kinds=LINK_KINDS))]
+    for seed in seeds:
+        draw = draw_family(seed, nodes=nodes, days=days, start_ts=start_ts)
+        out += [
+            (f"{seed} as drawn", draw),
+            (f"{seed} link-focused", replace(draw, spec=replace(draw.spec, kinds=LINK_KINDS))),
+        ]
     return out
 
 
@@ -259,10 +265,13 @@ def main(argv: list[str] | None = None) -> None:
 
     held, first = held_out_spec(nodes=args.nodes, days=args.eval_days)
     ev, (ds, fails) = held_out(model, simulate_panel(held, progress=args.progress), first)
+    variants = family_variants(
+        VALIDATION_SEEDS, max(1, args.nodes // 8), args.eval_days + 7, held.start_ts
+    )
     family = [
         held_out(model, family_panel(d), first)[0].summary
-        for d in tqdm(
-            validation_family(max(1, args.nodes // 8), args.eval_days, held.start_ts),
+        for _, d in tqdm(
+            variants,
             desc="validation family",
             unit="fleet",
             disable=not args.progress,
