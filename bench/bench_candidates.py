@@ -52,7 +52,7 @@ def _fleets(which: str) -> dict[str, list[tuple[str, Any, list[Any], float]]]:
     def family(seeds: tuple[int, ...], nodes: int) -> list[tuple[str, Any, list[Any], float]]:
         return [
             (
-                label.replace(" as drawn", "-drawn").replace(" link-focused", "-link"),
+                label.replace(" ", "-"),  # "1001-as-drawn": the seed before the first dash
                 d.spec,
                 [HideField(m, f) for m, f in d.hidden],
                 first,
