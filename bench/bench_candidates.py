@@ -137,7 +137,7 @@ def run(which: str, models_arg: str, out: Path) -> None:
 def pooled(out: Path, which: str, members: list[str] | None) -> pd.DataFrame:
     """Pool the per-fleet figures per (family, model, scores in a row, threshold) and print
     them; for ``choose``, the threshold the shipped rule gives each model."""
-    from gpuwarden.models.make_default import FAMILY_BUDGET, VALIDATION_BUDGET
+    from gpuwarden.models.make_default import pick_threshold
 
     rows = []
     for fam_dir in sorted((out / which).iterdir()):
@@ -181,21 +181,12 @@ def pooled(out: Path, which: str, members: list[str] | None) -> pd.DataFrame:
     with pd.option_context("display.width", 250, "display.max_rows", 1000):
         print(df.round(3).to_string(index=False))
     if which == "choose" and {"default", "family"} <= set(df["family"]):
-        one = df[df["in_a_row"] == 1]
-        for model, g in one.groupby("model"):
-            piv = g.pivot_table(
-                index="threshold", columns="family", values=["caught", "false_flags_per_1000"]
+        for model, g in df[df["in_a_row"] == 1].groupby("model"):
+            d, f = (
+                g[g["family"] == fam].sort_values("threshold").to_dict("records")
+                for fam in ("default", "family")
             )
-            ok = piv[
-                (piv[("false_flags_per_1000", "default")] <= VALIDATION_BUDGET)
-                & (piv[("false_flags_per_1000", "family")] <= FAMILY_BUDGET)
-            ]
-            total = ok[("caught", "default")] + ok[("caught", "family")]
-            if len(total):
-                best = total[total == total.max()].index.max()
-                print(f"{model}: the rule chooses {best:g} ({int(total.max())} caught)")
-            else:
-                print(f"{model}: no threshold within both budgets")
+            print(f"{model}: the rule chooses {pick_threshold(d, f):g}")
     return df
 
 

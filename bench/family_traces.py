@@ -20,14 +20,13 @@ events of the others still have to stand out from the benign noise, which this d
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 
 import numpy as np
 
-from gpuwarden.models.make_default import LINK_KINDS
+from gpuwarden.models.make_default import family_variants
 from gpuwarden.models.simdata import held_out_spec
 from gpuwarden.sim import calib as C
-from gpuwarden.sim.family import HELD_OUT_SEEDS, draw_family
+from gpuwarden.sim.family import HELD_OUT_SEEDS
 from gpuwarden.sim.fleet import Fleet
 
 DAY_S = 86400.0
@@ -80,12 +79,11 @@ def main() -> None:
     args = ap.parse_args()
     held, first = held_out_spec(days=args.days)
     pooled: dict[tuple[str, str], list[int]] = {}
-    for seed in (int(s) for s in args.seeds.split(",")):
-        draw = draw_family(seed, nodes=args.nodes, days=args.days + 7, start_ts=held.start_ts)
-        hidden = dict(draw.hidden)
-        for label, spec in (("as drawn", draw.spec), ("link-focused", replace(draw.spec, kinds=LINK_KINDS))):  # fmt: skip
-            for _, _, kind, n in traces(Fleet(spec), hidden, first, args.days):
-                pooled.setdefault((label, kind), []).append(n)
+    seeds = tuple(int(s) for s in args.seeds.split(","))
+    for key, draw in family_variants(seeds, args.nodes, args.days + 7, held.start_ts):
+        label = key.split(" ", 1)[1]
+        for _, _, kind, n in traces(Fleet(draw.spec), dict(draw.hidden), first, args.days):
+            pooled.setdefault((label, kind), []).append(n)
     print(f"family members {args.seeds}, {args.nodes} nodes, {args.days:g} days scored")
     print(
         "| fleets | mode | catchable | no trace 24 h ahead | 1-2 events | events p10 / p25 / median |"

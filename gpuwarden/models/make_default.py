@@ -149,6 +149,20 @@ def pooled_curve(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def pick_threshold(default: list[dict[str, Any]], family: list[dict[str, Any]]) -> float:
+    """``choose_threshold``'s rule on two pooled curves at the same thresholds (each point:
+    ``threshold``, ``caught``, ``false_flags_per_1000``)."""
+    if [d["threshold"] for d in default] != [f["threshold"] for f in family]:
+        raise ValueError("operating curves at different thresholds")
+    ok = [
+        (d["caught"] + f["caught"], d["threshold"])
+        for d, f in zip(default, family, strict=True)
+        if d["false_flags_per_1000"] <= VALIDATION_BUDGET
+        and f["false_flags_per_1000"] <= FAMILY_BUDGET
+    ]
+    return float(max(ok)[1] if ok else max(c["threshold"] for c in default))
+
+
 def choose_threshold(default: dict[str, Any], family: list[dict[str, Any]]) -> dict[str, Any]:
     """The threshold from the validation fleets' operating curves (``gpuwarden evaluate``'s
     summaries): the default simulator's (seed 2) and the family's ``VALIDATION_SEEDS``.
@@ -161,13 +175,7 @@ def choose_threshold(default: dict[str, Any], family: list[dict[str, Any]]) -> d
     if not family:
         raise ValueError("no family validation fleet")
     d_curve, f_curve = pooled_curve([default]), pooled_curve(family)
-    ok = [
-        (d["caught"] + f["caught"], d["threshold"])
-        for d, f in zip(d_curve, f_curve, strict=True)
-        if d["false_flags_per_1000"] <= VALIDATION_BUDGET
-        and f["false_flags_per_1000"] <= FAMILY_BUDGET
-    ]
-    chosen = max(ok)[1] if ok else max(c["threshold"] for c in d_curve)
+    chosen = pick_threshold(d_curve, f_curve)
     return {
         "threshold": float(chosen),
         "rule": f"the most catchable failures caught >= 24 h ahead over the validation fleets "
