@@ -6,6 +6,13 @@ follow ``classes_``). ``fit(X, y, sample_time=...)`` trains a clone of ``estimat
 earliest ``1 - calibration_share`` of the scoring times and fits the probability calibration
 (isotonic or sigmoid, on the frozen trees) on the later block, so the calibrated risk is checked
 against a period the trees never saw and 0.7 means a 70% chance of failing within the horizon.
+
+Isotonic calibration is a step function: every score within one of its blocks gets the same
+probability, so it throws away the trees' ranking inside a block (a wide block near the
+threshold puts healthy and failing GPUs on the same value). ``centred_isotonic`` keeps the
+steps' values but interpolates between the blocks' centres instead (centred isotonic
+regression, Oron and Flournoy, 2017): still monotone and calibrated, and strictly increasing
+between the lowest and the highest block, so the risk keeps the trees' order.
 """
 
 from __future__ import annotations
@@ -36,6 +43,31 @@ def default_trees(random_state: int = 0) -> HistGradientBoostingClassifier:
     )
 
 
+def centred_isotonic(calibrator) -> np.ndarray | None:
+    """(2, k) array: the trees' score at each isotonic block's centre, and the block's
+    probability; None when ``calibrator`` (a fitted binary ``CalibratedClassifierCV``) is
+    not isotonic. A block is a run of equal probabilities; scikit-learn keeps its first and
+    last score, and the centre is their midpoint. The lowest and highest scores seen keep
+    the end blocks' values, so scores beyond them are clipped as before."""
+    iso = calibrator.calibrated_classifiers_[0].calibrators[0]
+    if not hasattr(iso, "X_thresholds_"):
+        return None
+    x = np.asarray(iso.X_thresholds_, dtype=np.float64)
+    y = np.asarray(iso.y_thresholds_, dtype=np.float64)
+    starts = np.flatnonzero(np.r_[True, y[1:] != y[:-1]])
+    ends = np.r_[starts[1:], len(y)] - 1
+    cx = np.r_[x[0], (x[starts] + x[ends]) / 2, x[-1]]
+    cy = np.r_[y[0], y[starts], y[-1]]
+    return np.vstack([cx, cy])
+
+
+def _raw_score(trees, X: np.ndarray) -> np.ndarray:
+    """The score ``CalibratedClassifierCV`` calibrates: the decision function if any."""
+    if hasattr(trees, "decision_function"):
+        return np.asarray(trees.decision_function(X), dtype=np.float64).reshape(-1)
+    return np.asarray(trees.predict_proba(X), dtype=np.float64)[:, 1]
+
+
 class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
     """Trees fit on an early time block, probabilities calibrated on the later block.
 
@@ -58,6 +90,7 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
         negative_subsample: float = 1.0,
         exclude: tuple[str, ...] = (),
         random_state: int = 0,
+        centred: bool = True,
     ):
         self.estimator = estimator
         self.method = method
@@ -65,6 +98,7 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
         self.negative_subsample = negative_subsample
         self.exclude = exclude
         self.random_state = random_state
+        self.centred = centred
 
     def fit(self, X, y, *, sample_time=None, sample_weight=None):
         """Fit on rows ordered in time by ``sample_time`` (Unix s; default: row order).
@@ -127,6 +161,7 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
         cal = CalibratedClassifierCV(FrozenEstimator(self.estimator_), method=self.method)
         # unweighted: the calibration block says how often a score comes true, row for row
         self.calibrator_ = cal.fit(Xa[late][:, self.used_features_], y[late])
+        self.centres_ = centred_isotonic(self.calibrator_) if self.centred else None
         self.classes_ = self.calibrator_.classes_
         self.split_time_ = float(split)
         negatives = Xa[y == self.classes_[0]]
@@ -155,7 +190,12 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
 
     def predict_proba(self, X) -> np.ndarray:
         """Calibrated probabilities, columns in ``classes_`` order."""
-        return self.calibrator_.predict_proba(self._check(X))
+        Xa = self._check(X)
+        centres = getattr(self, "centres_", None)  # models saved before it: the steps
+        if centres is None:
+            return self.calibrator_.predict_proba(Xa)
+        p = np.interp(_raw_score(self.estimator_, Xa), centres[0], centres[1])
+        return np.column_stack([1.0 - p, p])
 
     def predict(self, X) -> np.ndarray:
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]

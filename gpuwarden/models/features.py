@@ -87,6 +87,14 @@ _BASE: tuple[Feature, ...] = (
     _f("pcie_replay_rise_24h", "pcie", "log ratio", "Replay rate, last day vs 6 days before."),
     _f("pcie_replay_trend_24h", "pcie", "log/h", "Slope of log(1 + hourly replays), last day."),
     _f("pcie_replay_active_hours_24h", "pcie", "h", "Hours of the last day with replays."),
+    _f("pcie_replay_active_hours_7d", "pcie", "h", "Hours of the last week with replays."),
+    _f("pcie_replay_accel_6h", "pcie", "log ratio", "Replay rate, last 6 h vs the last day."),
+    _f(
+        "pcie_replay_peak_share_24h",
+        "pcie",
+        "fraction",
+        "Busiest hour's share of the day's replays.",
+    ),
     _f("pcie_width_deficit_1h", "pcie", "fraction", "Lanes missing from the link, last hour."),
     _f("pcie_width_low_hours_24h", "pcie", "h", "Hours of the last day below full width."),
     _f("nvlink_crc_per_min_1h", "nvlink", "errors/min", "NVLink CRC errors/min, last hour."),
@@ -97,6 +105,10 @@ _BASE: tuple[Feature, ...] = (
     _f("nvlink_replay_per_min_24h", "nvlink", "errors/min", "NVLink replays/min, last day."),
     _f("nvlink_recovery_24h", "nvlink", "events", "NVLink link recoveries, last day."),
     _f("nvlink_active_hours_24h", "nvlink", "h", "Hours of the last day with CRC errors."),
+    _f("nvlink_crc_accel_6h", "nvlink", "log ratio", "NVLink CRC rate, last 6 h vs the last day."),
+    _f(
+        "nvlink_crc_peak_share_24h", "nvlink", "fraction", "Busiest hour's share of the day's CRCs."
+    ),
     _f("xid74_7d", "nvlink", "events", "Xid 74 (NVLink error) in 7 days."),
     _f("xid_hw_24h", "xid", "events", "Hardware-class Xids, last day."),
     _f("xid_hw_7d", "xid", "events", "Hardware-class Xids, last week."),
@@ -221,10 +233,7 @@ def _memory(p: HourlyPanel, w: Windows, out: dict[str, np.ndarray]) -> None:
     out["sbe_trend_3d"] = w.slope(np.log1p(p.inc["sbe"]), H72)
     out["sbe_active_hours_24h"] = w.count_where(p.inc["sbe"], p.inc["sbe"] > 0, H24)
     out["sbe_active_hours_7d"] = w.count_where(p.inc["sbe"], p.inc["sbe"] > 0, D7)
-    day_total = w.sums(p.inc["sbe"], (H24,))[H24][0]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        share = w.peak(p.inc["sbe"], H24) / day_total
-    out["sbe_peak_share_24h"] = np.where(day_total > 0, share, np.nan)
+    out["sbe_peak_share_24h"] = _peak_share(w, p.inc["sbe"])
     for name, key, wins in (
         ("dbe", "dbe", (H24, D7)),
         ("remap_correctable", "remap_c", (H24, D7)),
@@ -264,6 +273,15 @@ def _mean_before(w: Windows, a: np.ndarray) -> np.ndarray:
         return np.where(k > 0, s / k, np.nan)
 
 
+def _peak_share(w: Windows, a: np.ndarray) -> np.ndarray:
+    """The busiest hour's share of the last day's count: near 1 for one burst, low when steady
+    (NaN on a day without any)."""
+    day_total = w.sums(a, (H24,))[H24][0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = w.peak(a, H24) / day_total
+    return np.where(day_total > 0, share, np.nan)
+
+
 def _thermal(p: HourlyPanel, w: Windows, out: dict[str, np.ndarray]) -> None:
     mem, spread = p.gauge["mem_temp_c"], p.gauge["spread_c"]
     m = w.means(mem, (H1, H24))
@@ -289,7 +307,7 @@ def _thermal(p: HourlyPanel, w: Windows, out: dict[str, np.ndarray]) -> None:
 
 
 def _pcie(p: HourlyPanel, w: Windows, out: dict[str, np.ndarray]) -> None:
-    r = w.rates(p.inc["replay"], (H1, H24, D7), 1 / 60)
+    r = w.rates(p.inc["replay"], (H1, H6, H24, D7), 1 / 60)
     out["pcie_replay_per_min_1h"], out["pcie_replay_per_min_24h"] = r[H1], r[H24]
     out["pcie_replay_per_min_7d"] = r[D7]
     gen = np.rint(w.last(p.gauge["pcie_link_gen_max"]))
@@ -302,13 +320,18 @@ def _pcie(p: HourlyPanel, w: Windows, out: dict[str, np.ndarray]) -> None:
     out["pcie_replay_rise_24h"] = log_rise(r[H24], _rate_before(w, p.inc["replay"], 1 / 60))
     out["pcie_replay_trend_24h"] = w.slope(np.log1p(p.inc["replay"]), H24)
     out["pcie_replay_active_hours_24h"] = w.count_where(p.inc["replay"], p.inc["replay"] > 0, H24)
+    out["pcie_replay_active_hours_7d"] = w.count_where(p.inc["replay"], p.inc["replay"] > 0, D7)
+    # a burst that has passed (accel < 0, one busy hour) against a steady climb; the share
+    # is scale-free, the acceleration (rates per minute, as the rise) only near it
+    out["pcie_replay_accel_6h"] = log_rise(r[H6], r[H24])
+    out["pcie_replay_peak_share_24h"] = _peak_share(w, p.inc["replay"])
     width, wmax = p.gauge["pcie_link_width"], p.gauge["pcie_link_width_max"]
     out["pcie_width_deficit_1h"] = 1.0 - w.last(width) / w.last(wmax)
     out["pcie_width_low_hours_24h"] = w.count_where(width, width < wmax - 0.5, H24)
 
 
 def _nvlink(p: HourlyPanel, w: Windows, out: dict[str, np.ndarray]) -> None:
-    r = w.rates(p.inc["nvl_crc"], (H1, H24, D7), 1 / 60)
+    r = w.rates(p.inc["nvl_crc"], (H1, H6, H24, D7), 1 / 60)
     out["nvlink_crc_per_min_1h"], out["nvlink_crc_per_min_24h"] = r[H1], r[H24]
     out["nvlink_crc_per_min_7d"] = r[D7]
     out["nvlink_crc_rise_24h"] = log_rise(r[H24], _rate_before(w, p.inc["nvl_crc"], 1 / 60))
@@ -317,6 +340,8 @@ def _nvlink(p: HourlyPanel, w: Windows, out: dict[str, np.ndarray]) -> None:
     s, k = w.sums(p.inc["nvl_recovery"], (H24,))[H24]
     out["nvlink_recovery_24h"] = np.where(k > 0, s, np.nan)
     out["nvlink_active_hours_24h"] = w.count_where(p.inc["nvl_crc"], p.inc["nvl_crc"] > 0, H24)
+    out["nvlink_crc_accel_6h"] = log_rise(r[H6], r[H24])
+    out["nvlink_crc_peak_share_24h"] = _peak_share(w, p.inc["nvl_crc"])
     out["xid74_7d"] = w.sums(p.events["xid74"], (D7,))[D7][0]
 
 

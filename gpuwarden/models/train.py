@@ -224,7 +224,8 @@ def fit_on_rows(
         ds,
         options=o,
         estimator="HistGradientBoostingClassifier (class_weight=balanced) + "
-        f"{o.method} calibration on a later time block",
+        f"{'centred isotonic' if o.method == 'isotonic' else o.method} calibration "
+        "on a later time block",
         source=source,
         started=started,
     )

@@ -47,7 +47,7 @@ from sklearn.frozen import FrozenEstimator
 
 from gpuwarden.errors import InputError
 from gpuwarden.models.artifact import CARD_FILE, DEFAULT_DIR, MODEL_FILE, RiskModel, load_model
-from gpuwarden.models.estimator import TimeSplitCalibratedClassifier
+from gpuwarden.models.estimator import TimeSplitCalibratedClassifier, centred_isotonic
 from gpuwarden.models.features import FEATURE_NAMES
 from gpuwarden.models.labels import Dataset
 from gpuwarden.models.panel import HourlyPanel
@@ -215,6 +215,7 @@ def _assemble(
     est.used_features_ = base.used_features_.copy()
     est.estimator_ = trees
     est.calibrator_ = calibrator
+    est.centres_ = centred_isotonic(calibrator) if est.centred else None
     est.classes_ = calibrator.classes_
     est.split_time_ = split
     Xa = ds.X.to_numpy(np.float64)

@@ -87,6 +87,40 @@ def test_a_counter_starting_from_nothing_is_new_and_a_steady_one_is_not():
     assert np.isnan(short["pcie_replay_new_24h"].iloc[0])
 
 
+def _burst_or_climb(scale: float) -> pd.DataFrame:
+    """GPU 0: one busy hour 12 h ago, quiet since; GPU 1: a steady climb over the last day."""
+
+    def counter(ts, g):
+        h = (ts - T0) / 3600.0
+        if g == 0:
+            per_h = np.where((h >= HOURS - 13) & (h < HOURS - 12), 600.0, 1.0)
+        else:
+            per_h = np.where(h >= HOURS - 24, 1.0 + (h - (HOURS - 24)) * 2.0, 1.0)
+        return np.cumsum(per_h * scale * 300 / 3600)
+
+    values = {"pcie_replay_total": counter, "nvlink_crc_flit_errors_total": counter}
+    return _last(make_frame(HOURS, GPUS[:2], values=values))
+
+
+def test_a_burst_that_has_passed_reads_apart_from_a_climb():
+    base, scaled = _burst_or_climb(1.0), _burst_or_climb(100.0)
+    for prefix in ("pcie_replay", "nvlink_crc"):
+        burst, climb = base.loc["GPU-0"], base.loc["GPU-1"]
+        # the burst: one hour holds most of the day, the last 6 h are quieter than the day
+        assert burst[f"{prefix}_peak_share_24h"] > 0.8
+        assert burst[f"{prefix}_accel_6h"] < -0.3
+        # the climb: no hour stands out, the last 6 h are the busiest
+        assert climb[f"{prefix}_peak_share_24h"] < 0.1
+        assert climb[f"{prefix}_accel_6h"] > 0.05
+        # the peak share is scale-free; the acceleration (log1p of rates per minute, as the
+        # rise over the week) keeps its sign and grows with the scale
+        col = f"{prefix}_peak_share_24h"
+        np.testing.assert_allclose(scaled[col], base[col], rtol=1e-6, err_msg=col)
+        col = f"{prefix}_accel_6h"
+        assert scaled.loc["GPU-0", col] < burst[col] and scaled.loc["GPU-1", col] > climb[col]
+    assert base.loc["GPU-0", "pcie_replay_active_hours_7d"] == 168
+
+
 def test_gaps_are_counted_and_never_read_as_zeros():
     frame = make_frame(HOURS, GPUS[:2], values={"pcie_replay_total": _growing(1.0)})
     ts = frame["ts"].to_numpy()

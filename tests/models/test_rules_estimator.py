@@ -140,3 +140,43 @@ def test_excluded_features_are_never_read_by_the_trees():
         TimeSplitCalibratedClassifier(exclude=("nope",)).fit(X, y, sample_time=t)
     with pytest.raises(ValueError, match="DataFrame"):
         TimeSplitCalibratedClassifier(exclude=("a",)).fit(X.to_numpy(), y, sample_time=t)
+
+
+def test_centred_calibration_keeps_the_trees_order_and_the_steps_values():
+    X, y, t = _data()
+    centred = _small().fit(X, y, sample_time=t)
+    steps = clone(centred).set_params(centred=False).fit(X, y, sample_time=t)
+    assert steps.centres_ is None
+    raw = centred.estimator_.decision_function(X.to_numpy()[:, :3])
+    p, q = centred.predict_proba(X)[:, 1], steps.predict_proba(X)[:, 1]
+    lo, hi = centred.centres_[0, 1], centred.centres_[0, -2]  # first and last block centres
+    inside = (raw > lo) & (raw < hi)
+    # the steps tie many scores; centred, distinct scores between the end blocks stay distinct
+    assert np.unique(q[inside]).size < np.unique(raw[inside]).size // 4
+    assert np.unique(p[inside]).size == np.unique(raw[inside]).size
+    order = np.argsort(raw)
+    assert (np.diff(p[order]) >= 0).all()
+    # at each block's centre the risk is the block's own calibrated rate
+    cx = centred.centres_[0, 1:-1]
+    at = steps.calibrator_.calibrated_classifiers_[0].calibrators[0].predict(cx)
+    np.testing.assert_allclose(np.interp(cx, *centred.centres_), at)
+    # and it stays a calibrated probability: the mean risk is the later block's rate, +-
+    late = t >= centred.split_time_
+    assert abs(p[late].mean() - y[late].mean()) < 0.03
+
+
+def test_a_model_saved_before_centring_keeps_its_steps():
+    X, y, t = _data()
+    est = _small().fit(X, y, sample_time=t)
+    del est.centres_  # what a model file from before centring holds
+    np.testing.assert_allclose(
+        est.predict_proba(X), est.calibrator_.predict_proba(X.to_numpy()[:, :3])
+    )
+
+
+def test_sigmoid_calibration_is_never_centred():
+    X, y, t = _data()
+    est = TimeSplitCalibratedClassifier(
+        HistGradientBoostingClassifier(max_iter=20), method="sigmoid"
+    ).fit(X, y, sample_time=t)
+    assert est.centres_ is None
