@@ -10,9 +10,10 @@ against a period the trees never saw and 0.7 means a 70% chance of failing withi
 Isotonic calibration is a step function: every score within one of its blocks gets the same
 probability, so it throws away the trees' ranking inside a block (a wide block near the
 threshold puts healthy and failing GPUs on the same value). ``centred_isotonic`` keeps the
-steps' values but interpolates between the blocks' centres instead (centred isotonic
-regression, Oron and Flournoy, 2017): still monotone and calibrated, and strictly increasing
-between the lowest and the highest block, so the risk keeps the trees' order.
+steps' values but interpolates between the blocks' centres instead (after centred isotonic
+regression, Oron and Flournoy, 2017; the centre here is the midpoint of a block's scores):
+still monotone and calibrated, and strictly increasing between the lowest and the highest
+block, so the risk keeps the trees' order.
 """
 
 from __future__ import annotations
