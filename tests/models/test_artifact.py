@@ -103,3 +103,6 @@ def test_the_shipped_default_model_loads_and_is_small():
         d["false_flags_per_1000"] <= VALIDATION_BUDGET
         and f["false_flags_per_1000"] <= FAMILY_BUDGET
     )
+    # the shipped calibration is centred: it keeps the trees' order inside a step
+    assert model.estimator.centres_ is not None
+    assert "centred isotonic" in model.card["estimator"]
