@@ -97,7 +97,8 @@ def _model(path: str | None):
     type=click.Choice(["isotonic", "sigmoid"]),
     default="isotonic",
     show_default=True,
-    help="Probability calibration on the later time block.",
+    help="Probability calibration on the later time block (isotonic is centred between its "
+    "steps, so the risk keeps the trees' order).",
 )
 @click.option(
     "--from-shipped/--from-scratch",
