@@ -161,9 +161,7 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
         self.estimator_ = base.fit(Xa[early][:, self.used_features_], y[early], **fit_kw)
         cal = CalibratedClassifierCV(FrozenEstimator(self.estimator_), method=self.method)
         # unweighted: the calibration block says how often a score comes true, row for row
-        self.calibrator_ = cal.fit(Xa[late][:, self.used_features_], y[late])
-        self.centres_ = centred_isotonic(self.calibrator_) if self.centred else None
-        self.classes_ = self.calibrator_.classes_
+        self.set_calibrator(cal.fit(Xa[late][:, self.used_features_], y[late]))
         self.split_time_ = float(split)
         negatives = Xa[y == self.classes_[0]]
         with warnings.catch_warnings():
@@ -172,6 +170,13 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
                 np.nanmedian(negatives, axis=0) if len(negatives) else np.full(Xa.shape[1], np.nan)
             )
         return self
+
+    def set_calibrator(self, calibrator) -> None:
+        """Use ``calibrator`` (a fitted ``CalibratedClassifierCV`` on ``estimator_``), centred
+        if ``centred`` and isotonic."""
+        self.calibrator_ = calibrator
+        self.centres_ = centred_isotonic(calibrator) if self.centred else None
+        self.classes_ = calibrator.classes_
 
     def _check(self, X) -> np.ndarray:
         check_is_fitted(self, "calibrator_")

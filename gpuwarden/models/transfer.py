@@ -47,7 +47,7 @@ from sklearn.frozen import FrozenEstimator
 
 from gpuwarden.errors import InputError
 from gpuwarden.models.artifact import CARD_FILE, DEFAULT_DIR, MODEL_FILE, RiskModel, load_model
-from gpuwarden.models.estimator import TimeSplitCalibratedClassifier, centred_isotonic
+from gpuwarden.models.estimator import TimeSplitCalibratedClassifier
 from gpuwarden.models.features import FEATURE_NAMES
 from gpuwarden.models.labels import Dataset
 from gpuwarden.models.panel import HourlyPanel
@@ -214,9 +214,7 @@ def _assemble(
     est.n_features_in_ = ds.X.shape[1]
     est.used_features_ = base.used_features_.copy()
     est.estimator_ = trees
-    est.calibrator_ = calibrator
-    est.centres_ = centred_isotonic(calibrator) if est.centred else None
-    est.classes_ = calibrator.classes_
+    est.set_calibrator(calibrator)
     est.split_time_ = split
     Xa = ds.X.to_numpy(np.float64)
     negatives = Xa[ds.y == 0]
