@@ -3,6 +3,7 @@ real server started and stopped through it."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -100,13 +101,20 @@ def test_the_command_serves_until_interrupted(tmp_path: Path):
         "--listen",
         f"127.0.0.1:{port}",
     ]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # its own process group: if the test fails, nothing it started outlives it
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
     try:
         wait_ready(proc, f"http://127.0.0.1:{port}", timeout_s=60)
         assert httpx.get(f"http://127.0.0.1:{port}/_stcore/health", timeout=5).text == "ok"
     finally:
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
     assert proc.returncode == 0, out.decode()
     assert f"Dashboard on http://127.0.0.1:{port}/" in out.decode()
     deadline = time.monotonic() + 10  # the streamlit child is gone with it
