@@ -15,8 +15,10 @@ stopped and resumed, or extended with another model in another folder.
   ``make_default.choose_threshold``'s rule gives each model on these thresholds.
 - ``judge``: seed 3 and the family's ``HELD_OUT_SEEDS`` and ``FRESH_SEEDS``, which choose
   nothing.
+- ``fresh``: seed 5 and ``FRESH_SEEDS_2`` (or ``--fresh-default N --fresh-family A,B``),
+  drawn in wave 12 for judgements on fleets that saw neither ``choose`` nor ``judge``.
 
-Then ``pooled OUT choose|judge [MEMBERS]`` prints the pooled figures (optionally of some family
+Then ``pooled OUT choose|judge|fresh [MEMBERS]`` (MEMBERS may name ``seed2`` too) prints the pooled figures (optionally of some family
 members only, e.g. ``4001,4002,4003``).
 """
 
@@ -38,10 +40,14 @@ from gpuwarden.config import load_settings
 THRESHOLDS = (0.4, 0.45, 0.5, 0.55, 0.6, 0.62, 0.65, 0.7, 0.75, 0.8)
 #: members drawn for a fresh judgement in wave 9 (2026-12-04); never trained or chosen on
 FRESH_SEEDS = (4001, 4002, 4003)
+#: ... and in wave 12 (2026-12-05), for ``fresh``: never trained, chosen or judged on before
+FRESH_SEEDS_2 = (5001, 5002, 5003)
 DAYS = 60.0
 
 
-def _fleets(which: str) -> dict[str, list[tuple[str, Any, list[Any], float]]]:
+def _fleets(
+    which: str, fresh: tuple[int, tuple[int, ...]] = (5, FRESH_SEEDS_2)
+) -> dict[str, list[tuple[str, Any, list[Any], float]]]:
     """(name, spec, transforms, first scoring time) per family of fleets."""
     from gpuwarden.models.make_default import family_variants
     from gpuwarden.models.simdata import HideField, held_out_spec
@@ -66,6 +72,8 @@ def _fleets(which: str) -> dict[str, list[tuple[str, Any, list[Any], float]]]:
 
     if which == "choose":
         return {"default": default(2), "family": family(VALIDATION_SEEDS, 16)}
+    if which == "fresh":
+        return {"default": default(fresh[0]), "family": family(fresh[1], 32)}
     return {"default": default(3), "family": family(HELD_OUT_SEEDS + FRESH_SEEDS, 32)}
 
 
@@ -84,7 +92,9 @@ def _figures(ds: Any, fails: pd.DataFrame, flag: np.ndarray, sudden: tuple[str, 
     return {"modes": modes, "ff_days": int(on), "gpu_days": float(days)}
 
 
-def run(which: str, models_arg: str, out: Path) -> None:
+def run(
+    which: str, models_arg: str, out: Path, fresh: tuple[int, tuple[int, ...]] = (5, FRESH_SEEDS_2)
+) -> None:
     from tqdm import tqdm
 
     from gpuwarden.models.artifact import load_model
@@ -98,7 +108,7 @@ def run(which: str, models_arg: str, out: Path) -> None:
         name, _, path = item.partition("=")
         models[name] = load_model(None if path in ("", "-") else path)
     sudden = sudden_kinds()
-    groups = _fleets(which)
+    groups = _fleets(which, fresh)
     todo = [(fam, *f) for fam, fleets in groups.items() for f in fleets]
     for fam, name, spec, hides, f0 in tqdm(todo, desc=f"{which} fleets", unit="fleet"):
         path = out / which / fam / f"{name}.json"
@@ -194,20 +204,32 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("fleets", choices=("choose", "judge", "pooled"))
+    ap.add_argument("fleets", choices=("choose", "judge", "fresh", "pooled"))
     ap.add_argument("models", help="NAME=DIR,... (DIR '-': the shipped model); for pooled: OUT")
-    ap.add_argument("which", nargs="?", help="pooled: choose or judge")
+    ap.add_argument("which", nargs="?", help="pooled: choose, judge or fresh")
     ap.add_argument("members", nargs="?", help="pooled: family members, comma-separated")
     ap.add_argument("--out", type=Path, default=Path("/tmp/gpuwarden-bench-candidates"))
+    ap.add_argument("--fresh-default", type=int, default=5, help="fresh: the default seed")
+    ap.add_argument(
+        "--fresh-family",
+        default=",".join(map(str, FRESH_SEEDS_2)),
+        help="fresh: family members, comma-separated (never trained, chosen or judged on)",
+    )
     args = ap.parse_args()
     tuning.apply(load_settings())
+    from gpuwarden.sim.family import HELD_OUT_SEEDS, TRAIN_SEEDS, VALIDATION_SEEDS
+
     if args.fleets == "pooled":
-        if args.which not in ("choose", "judge"):
-            ap.error("pooled OUT choose|judge [MEMBERS]")
+        if args.which not in ("choose", "judge", "fresh"):
+            ap.error("pooled OUT choose|judge|fresh [MEMBERS]")
         members = args.members.split(",") if args.members else None
         pooled(Path(args.models), args.which, members)
     else:
-        run(args.fleets, args.models, args.out)
+        family = tuple(int(x) for x in args.fresh_family.split(","))
+        used = set(HELD_OUT_SEEDS) | set(VALIDATION_SEEDS) | set(TRAIN_SEEDS) | set(FRESH_SEEDS)
+        if args.fleets == "fresh" and (set(family) & used or args.fresh_default in (1, 2, 3)):
+            ap.error("--fresh-*: a seed that trains, chooses or judges the model")
+        run(args.fleets, args.models, args.out, (args.fresh_default, family))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@
    GPUs, 97 days, seed 1) and members ``sim.family.TRAIN_SEEDS`` of the randomized family,
    as long, smaller; every third of those restricted to ``LINK_KINDS``: link and cooling
    failures with precursors and the sudden kinds other than HBM (the calibrated mix gives
-   NVLink 2% and cooling 5% of the failures with precursors);
+   NVLink 2% and cooling 5% of the failures with precursors); ``--lookalike-fleets N`` adds
+   the next N members with look-alikes and benign noise at the top of their ranges (an
+   experiment of wave 12, not in the shipped model);
 2. train and calibrate on them side by side (``train.train_on_panel``, default options;
    ``--scale-free`` keeps ``features.ABSOLUTE_FEATURES`` out of the trees);
 3. evaluate on the validation fleets, which it never saw: the default simulator's
@@ -46,7 +48,7 @@ from gpuwarden.models.simdata import (
     simulate_panel,
 )
 from gpuwarden.models.train import TrainOptions, train_on_panel
-from gpuwarden.sim.family import VALIDATION_SEEDS
+from gpuwarden.sim.family import VALIDATION_SEEDS, FamilyDraw
 
 #: False flags per 1,000 GPU-days (30-day outcome) the default validation fleet may show at
 #: the chosen threshold: half the target of 1, as the fleets the model is judged on differ.
@@ -69,39 +71,70 @@ LINK_KINDS = (
 )
 
 
+def lookalike_focused(draw: FamilyDraw) -> FamilyDraw:
+    """The member with its look-alike share and benign noise at the top of the family's
+    committed ranges: more boards that look like failing ones and never fail (hard negatives),
+    every other parameter as drawn."""
+    from dataclasses import replace
+
+    from gpuwarden.sim.family import LOOKALIKE_RANGE, NOISE_RANGE
+
+    spec = replace(
+        draw.spec, lookalike_fraction=LOOKALIKE_RANGE[1], background_noise=NOISE_RANGE[1]
+    )
+    return replace(draw, spec=spec)
+
+
 def training_fleets(
-    nodes: int, days: float, family_nodes: int, n_family: int, *, progress: bool
+    nodes: int,
+    days: float,
+    family_nodes: int,
+    n_family: int,
+    *,
+    progress: bool,
+    n_lookalike: int = 0,
 ) -> tuple[HourlyPanel, dict[str, Any], int]:
-    """The default fleet and ``n_family`` family members side by side: (panel, card source,
-    failures)."""
+    """The default fleet, ``n_family`` family members and ``n_lookalike`` look-alike-focused
+    ones (the next seeds) side by side: (panel, card source, failures)."""
     from dataclasses import replace
 
     from tqdm import tqdm
 
     from gpuwarden.sim.family import TRAIN_SEEDS, draw_family
 
-    if n_family > len(TRAIN_SEEDS):
-        raise SystemExit(f"--family-fleets: at most {len(TRAIN_SEEDS)}")
+    if n_family + n_lookalike > len(TRAIN_SEEDS):
+        raise SystemExit(f"--family-fleets + --lookalike-fleets: at most {len(TRAIN_SEEDS)}")
     spec = fleet_spec(nodes=nodes, days=days, seed=1)
     panels: list[HourlyPanel] = []
     names: list[str] = []
     members: list[dict[str, Any]] = []
     n_fail = 0
-    bar = tqdm(total=1 + n_family, desc="training fleets", unit="fleet", disable=not progress)
+    bar = tqdm(
+        total=1 + n_family + n_lookalike, desc="training fleets", unit="fleet", disable=not progress
+    )
     sim: SimPanel = simulate_panel(spec)
     panels.append(sim.panel)
     names.append("default")
     n_fail += len(sim.failures)
     bar.update()
-    for i, seed in enumerate(TRAIN_SEEDS[:n_family]):
+    for i, seed in enumerate(TRAIN_SEEDS[: n_family + n_lookalike]):
         draw = draw_family(seed, nodes=family_nodes, days=days, start_ts=spec.start_ts)
-        if i % 3 == 2:
+        if i >= n_family:
+            draw = lookalike_focused(draw)
+        elif i % 3 == 2:
             draw = replace(draw, spec=replace(draw.spec, kinds=LINK_KINDS))
         fam = family_panel(draw)
         panels.append(fam.panel)
         names.append(f"family{seed}")
         n_fail += len(fam.failures)
-        members.append({**draw.describe(), "kinds": list(draw.spec.kinds), "nodes": family_nodes})
+        members.append(
+            {
+                **draw.describe(),
+                "kinds": list(draw.spec.kinds),
+                "nodes": family_nodes,
+                "lookalike_focused": i >= n_family,
+            }
+        )
         bar.update()
     bar.close()
     source = {
@@ -241,6 +274,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--family-fleets", type=int, default=24, help="family members to train on")
     ap.add_argument("--family-nodes", type=int, default=8, help="nodes in each family fleet")
+    ap.add_argument(
+        "--lookalike-fleets",
+        type=int,
+        default=0,
+        help="further family members with look-alikes and benign noise at the top of their ranges",
+    )
     ap.add_argument("--no-progress", dest="progress", action="store_false")
     ap.add_argument("--trained", type=Path, default=None, help="reuse this model's trees")
     ap.add_argument(
@@ -256,10 +295,15 @@ def main(argv: list[str] | None = None) -> None:
         print(f"reusing the trees of {args.trained}", flush=True)
     else:
         panel, source, n_fail = training_fleets(
-            args.nodes, args.days, args.family_nodes, args.family_fleets, progress=args.progress
+            args.nodes,
+            args.days,
+            args.family_nodes,
+            args.family_fleets,
+            progress=args.progress,
+            n_lookalike=args.lookalike_fleets,
         )
         print(
-            f"simulated {1 + args.family_fleets} training fleets: {panel.shape[1]} GPU lives, "
+            f"simulated {1 + args.family_fleets + args.lookalike_fleets} training fleets: {panel.shape[1]} GPU lives, "
             f"{n_fail} failures ({time.time() - t0:.0f} s)",
             flush=True,
         )

@@ -94,9 +94,12 @@ def test_the_shipped_default_model_loads_and_is_small():
     assert {"validation", "held_out_family"} <= set(model.card["metrics"])
     # the threshold comes from the validation fleets' operating curves, and the card says so
     from gpuwarden.models.make_default import FAMILY_BUDGET, VALIDATION_BUDGET
+    from gpuwarden.sim.family import VALIDATION_SEEDS
 
     choice = model.card["threshold_choice"]
     assert model.threshold == choice["threshold"] and "validation fleets" in choice["rule"]
+    # ... chosen on today's validation members: `make model` rebuilds this card
+    assert f"family members {', '.join(map(str, VALIDATION_SEEDS))}," in choice["rule"]
     (d,) = [c for c in choice["curve"] if c["threshold"] == model.threshold]
     (f,) = [c for c in choice["family_curve"] if c["threshold"] == model.threshold]
     assert (

@@ -87,3 +87,24 @@ def test_link_focused_fleets_hold_link_failures_and_no_hbm():
     assert not {"hbm_degradation", "hbm_uncorrectable"} & set(kinds)
     links = kinds["pcie_degradation"] + kinds["nvlink_degradation"]
     assert links > sum(kinds.values()) / 2, kinds
+
+
+def test_lookalike_focused_members_hold_more_lookalikes_inside_the_committed_ranges():
+    """``make model --lookalike-fleets``: the member as drawn, with its look-alike share and
+    benign noise at the top of their ranges (hard negatives), nothing else changed."""
+    from gpuwarden.models.make_default import lookalike_focused
+
+    draw = F.draw_family(111, nodes=8, days=5)  # 64 GPUs, look-alike share 0.045 as drawn
+    hard = lookalike_focused(draw)
+    assert hard.spec.lookalike_fraction == F.LOOKALIKE_RANGE[1]
+    assert hard.spec.background_noise == F.NOISE_RANGE[1]
+    assert replace(hard.spec, lookalike_fraction=0.0, background_noise=1.0) == replace(
+        draw.spec, lookalike_fraction=0.0, background_noise=1.0
+    )
+    assert hard.hidden == draw.hidden
+    counts = []
+    for spec in (draw.spec, hard.spec):
+        fleet = Fleet(spec)
+        fleet.run()
+        counts.append(len(fleet.benign))
+    assert counts[0] <= 8 and counts[1] >= 10, counts  # expected 3 and 19 of 64
