@@ -18,8 +18,8 @@ stopped and resumed, or extended with another model in another folder.
 - ``fresh``: seed 5 and ``FRESH_SEEDS_2`` (or ``--fresh-default N --fresh-family A,B``),
   drawn in wave 12 for judgements on fleets that saw neither ``choose`` nor ``judge``.
 
-Then ``pooled OUT choose|judge|fresh [MEMBERS]`` (MEMBERS may name ``seed2`` too) prints the pooled figures (optionally of some family
-members only, e.g. ``4001,4002,4003``).
+Then ``pooled OUT choose|judge|fresh [MEMBERS]`` prints the pooled figures (optionally of some
+fleets only, e.g. ``4001,4002,4003`` or ``seed2,2001,2002``).
 """
 
 from __future__ import annotations
@@ -227,7 +227,7 @@ def main() -> None:
     else:
         family = tuple(int(x) for x in args.fresh_family.split(","))
         used = set(HELD_OUT_SEEDS) | set(VALIDATION_SEEDS) | set(TRAIN_SEEDS) | set(FRESH_SEEDS)
-        if args.fleets == "fresh" and (set(family) & used or args.fresh_default in (1, 2, 3)):
+        if args.fleets == "fresh" and (set(family) & used or args.fresh_default in (1, 2, 3, 4)):
             ap.error("--fresh-*: a seed that trains, chooses or judges the model")
         run(args.fleets, args.models, args.out, (args.fresh_default, family))
 

@@ -302,8 +302,9 @@ def main(argv: list[str] | None = None) -> None:
             progress=args.progress,
             n_lookalike=args.lookalike_fleets,
         )
+        fleets = 1 + args.family_fleets + args.lookalike_fleets
         print(
-            f"simulated {1 + args.family_fleets + args.lookalike_fleets} training fleets: {panel.shape[1]} GPU lives, "
+            f"simulated {fleets} training fleets: {panel.shape[1]} GPU lives, "
             f"{n_fail} failures ({time.time() - t0:.0f} s)",
             flush=True,
         )
