@@ -188,3 +188,45 @@ def test_partial_last_hour_is_scaled():
     panel = load_panel(store, start=T0, end=T0 + 2 * 3600 + 1200)  # 20 min into hour 3
     meta, X = compute_features(panel, rows_at(panel, [panel.shape[0] - 1]))
     assert X["sbe_per_day_1h"].iloc[0] == pytest.approx(1440.0, rel=0.05)
+
+
+def _load(ts, g):  # 300-500 W, a different phase per GPU
+    return 300 + 200 * np.sin((ts - T0) / 3600.0 / 5.0 + g) ** 2
+
+
+def test_core_hotter_at_the_same_power_reads_as_its_residual():
+    last_day = lambda ts: (ts - T0) / 3600.0 >= 7 * 24  # noqa: E731
+    frame = make_frame(
+        8 * 24,
+        GPUS,
+        values={
+            "power_w": _load,
+            # 0.06 C per W; GPU 0's cold plate loses 10 C of grip on the last day
+            "gpu_temp_c": lambda ts, g: 30 + 0.06 * _load(ts, g) + 10.0 * (last_day(ts) & (g == 0)),
+        },
+    )
+    _, _, X = _last(frame)
+    assert X.loc["GPU-0", "gpu_temp_resid_c"] == pytest.approx(10.0, abs=0.01)
+    assert X.loc[["GPU-1", "GPU-2", "GPU-3"], "gpu_temp_resid_c"].abs().max() < 0.01
+    assert X.loc["GPU-0", "gpu_temp_resid_c_vs_node"] == pytest.approx(10.0, abs=0.01)
+
+
+def test_a_busier_day_is_not_a_hotter_core():
+    busier = lambda ts, g: _load(ts, g) + 150.0 * ((ts - T0) / 3600.0 >= 7 * 24)  # noqa: E731
+    frame = make_frame(
+        8 * 24,
+        GPUS,
+        values={"power_w": busier, "gpu_temp_c": lambda ts, g: 30 + 0.06 * busier(ts, g)},
+    )
+    _, _, X = _last(frame)
+    assert X["gpu_temp_c_24h"].min() > 30 + 0.06 * 450  # 9 C hotter than the week before ...
+    assert X["gpu_temp_resid_c"].abs().max() < 0.01  # ... and all of it explained by power
+
+
+def test_residual_needs_a_day_of_baseline_and_a_power_reading():
+    frame = make_frame(30, GPUS, values={"power_w": _load})
+    _, _, X = _last(frame)
+    assert X["gpu_temp_resid_c"].isna().all()  # 6 hours before the last day
+    frame = make_frame(8 * 24, GPUS, values={"power_w": lambda ts, g: np.full(ts.size, np.nan)})
+    _, _, X = _last(frame)
+    assert X["gpu_temp_resid_c"].isna().all()  # power unsupported: missing, not zero

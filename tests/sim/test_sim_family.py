@@ -108,3 +108,21 @@ def test_lookalike_focused_members_hold_more_lookalikes_inside_the_committed_ran
         fleet.run()
         counts.append(len(fleet.benign))
     assert counts[0] <= 8 and counts[1] >= 10, counts  # expected 3 and 19 of 64
+
+
+def test_unread_hbm_members_fail_from_links_and_cooling_with_only_the_core_temperature():
+    """``make model --unread-hbm-fleets``: link-focused, HBM temperature hidden on every GPU
+    model (and nothing else hidden), so cooling failures are seen through the core alone."""
+    import numpy as np
+
+    from gpuwarden.models.make_default import LINK_KINDS, unread_hbm_focused
+    from gpuwarden.models.simdata import family_panel
+
+    draw = F.draw_family(124, nodes=2, days=4)
+    blind = unread_hbm_focused(draw)
+    assert blind.spec.kinds == LINK_KINDS
+    assert dict(blind.hidden) == {m: ("mem_temp_c",) for m in draw.spec.models}
+    assert replace(blind.spec, kinds=draw.spec.kinds) == draw.spec
+    gauge = family_panel(blind).panel.gauge
+    assert np.isnan(gauge["mem_temp_c"]).all()
+    assert np.isfinite(gauge["gpu_temp_c"]).mean() > 0.5 and np.isfinite(gauge["power_w"]).any()
