@@ -9,6 +9,8 @@
    experiment of wave 12, not in the shipped model); ``--unread-hbm-fleets N`` (8 by
    default) the next N, link-focused with the HBM temperature hidden on every GPU model, so
    that the trees learn cooling failures on boards that report only the core's;
+   ``--unread-hbm-as-drawn N`` the next N as drawn with it hidden (an experiment of wave 13:
+   boards without HBM temperature that fail as often from cooling as the others do);
 2. train and calibrate on them side by side (``train.train_on_panel``, default options;
    ``--scale-free`` keeps ``features.ABSOLUTE_FEATURES`` out of the trees);
 3. evaluate on the validation fleets, which it never saw: the default simulator's
@@ -87,16 +89,18 @@ def lookalike_focused(draw: FamilyDraw) -> FamilyDraw:
     return replace(draw, spec=spec)
 
 
-def unread_hbm_focused(draw: FamilyDraw) -> FamilyDraw:
-    """The member link-focused (``LINK_KINDS``) with ``mem_temp_c`` the one field hidden, on
-    every GPU model: cooling failures seen through the core's temperature and power alone.
-    The family hides each field on each model with probability 0.2, so as drawn few training
-    boards fail from cooling without their HBM temperature (wave 12: the model of wave 11
-    caught 13 of 44 such failures on members 6001-6004)."""
+def unread_hbm_focused(draw: FamilyDraw, *, link_focused: bool = True) -> FamilyDraw:
+    """The member with ``mem_temp_c`` the one field hidden, on every GPU model, and, by
+    default, link-focused (``LINK_KINDS``): cooling failures seen through the core's
+    temperature and power alone. The family hides each field on each model with probability
+    0.2, so as drawn few training boards fail from cooling without their HBM temperature
+    (wave 12: the model of wave 11 caught 13 of 44 such failures on members 6001-6004).
+    ``link_focused=False`` keeps the member's failure kinds as drawn."""
     from dataclasses import replace
 
     hidden = tuple((m, ("mem_temp_c",)) for m in draw.spec.models)
-    return replace(draw, spec=replace(draw.spec, kinds=LINK_KINDS), hidden=hidden)
+    spec = replace(draw.spec, kinds=LINK_KINDS) if link_focused else draw.spec
+    return replace(draw, spec=spec, hidden=hidden)
 
 
 def training_fleets(
@@ -108,22 +112,25 @@ def training_fleets(
     progress: bool,
     n_lookalike: int = 0,
     n_unread_hbm: int = 0,
+    n_unread_hbm_drawn: int = 0,
 ) -> tuple[HourlyPanel, dict[str, Any], int]:
     """The default fleet, ``n_family`` family members, then ``n_lookalike`` look-alike-focused
-    ones and ``n_unread_hbm`` link-focused ones without HBM temperature (the next seeds) side
-    by side: (panel, card source, failures)."""
+    ones, ``n_unread_hbm`` link-focused ones without HBM temperature and
+    ``n_unread_hbm_drawn`` as drawn without it (the next seeds) side by side: (panel, card
+    source, failures)."""
     from dataclasses import replace
 
     from tqdm import tqdm
 
     from gpuwarden.sim.family import TRAIN_SEEDS, draw_family
 
-    n_members = n_family + n_lookalike + n_unread_hbm
+    n_members = n_family + n_lookalike + n_unread_hbm + n_unread_hbm_drawn
     if n_members > len(TRAIN_SEEDS):
         raise SystemExit(
-            f"--family-fleets + --lookalike-fleets + --unread-hbm-fleets: "
-            f"at most {len(TRAIN_SEEDS)}"
+            "--family-fleets + --lookalike-fleets + --unread-hbm-fleets + "
+            f"--unread-hbm-as-drawn: at most {len(TRAIN_SEEDS)}"
         )
+    first_unread = n_family + n_lookalike
     spec = fleet_spec(nodes=nodes, days=days, seed=1)
     panels: list[HourlyPanel] = []
     names: list[str] = []
@@ -137,8 +144,8 @@ def training_fleets(
     bar.update()
     for i, seed in enumerate(TRAIN_SEEDS[:n_members]):
         draw = draw_family(seed, nodes=family_nodes, days=days, start_ts=spec.start_ts)
-        if i >= n_family + n_lookalike:
-            draw = unread_hbm_focused(draw)
+        if i >= first_unread:
+            draw = unread_hbm_focused(draw, link_focused=i < first_unread + n_unread_hbm)
         elif i >= n_family:
             draw = lookalike_focused(draw)
         elif i % 3 == 2:
@@ -152,8 +159,8 @@ def training_fleets(
                 **draw.describe(),
                 "kinds": list(draw.spec.kinds),
                 "nodes": family_nodes,
-                "lookalike_focused": n_family <= i < n_family + n_lookalike,
-                "unread_hbm": i >= n_family + n_lookalike,
+                "lookalike_focused": n_family <= i < first_unread,
+                "unread_hbm": i >= first_unread,
             }
         )
         bar.update()
@@ -307,6 +314,12 @@ def main(argv: list[str] | None = None) -> None:
         default=8,
         help="further link-focused family members with the HBM temperature hidden on every model",
     )
+    ap.add_argument(
+        "--unread-hbm-as-drawn",
+        type=int,
+        default=0,
+        help="further family members, as drawn, with the HBM temperature hidden on every model",
+    )
     ap.add_argument("--no-progress", dest="progress", action="store_false")
     ap.add_argument("--trained", type=Path, default=None, help="reuse this model's trees")
     ap.add_argument(
@@ -329,8 +342,15 @@ def main(argv: list[str] | None = None) -> None:
             progress=args.progress,
             n_lookalike=args.lookalike_fleets,
             n_unread_hbm=args.unread_hbm_fleets,
+            n_unread_hbm_drawn=args.unread_hbm_as_drawn,
         )
-        fleets = 1 + args.family_fleets + args.lookalike_fleets + args.unread_hbm_fleets
+        fleets = (
+            1
+            + args.family_fleets
+            + args.lookalike_fleets
+            + args.unread_hbm_fleets
+            + args.unread_hbm_as_drawn
+        )
         print(
             f"simulated {fleets} training fleets: {panel.shape[1]} GPU lives, "
             f"{n_fail} failures ({time.time() - t0:.0f} s)",
