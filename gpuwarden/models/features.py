@@ -70,12 +70,6 @@ _BASE: tuple[Feature, ...] = (
     _f("mem_temp_std_c_24h", "thermal", "C", "Spread of hourly HBM temperatures, last day."),
     _f("mem_temp_rise_c", "thermal", "C", "HBM temperature, last day minus the 6 days before."),
     _f("gpu_temp_c_24h", "thermal", "C", "Core temperature, mean of the last day."),
-    _f(
-        "gpu_temp_resid_c",
-        "thermal",
-        "C",
-        "Core temperature, last day, above what its power predicts from the 6 days before.",
-    ),
     _f("spread_c_1h", "thermal", "C", "HBM minus core temperature, last hour."),
     _f("spread_c_24h", "thermal", "C", "HBM minus core temperature, last day."),
     _f("spread_rise_c", "thermal", "C", "HBM-core spread, last day minus the 6 days before."),
@@ -166,7 +160,6 @@ PEER_SIGNALS: tuple[str, ...] = (
     "mem_temp_c_1h",
     "mem_temp_c_24h",
     "gpu_temp_c_24h",
-    "gpu_temp_resid_c",
     "spread_c_24h",
     "thermal_violation_pct_24h",
     "sbe_per_day_24h",
@@ -280,30 +273,6 @@ def _mean_before(w: Windows, a: np.ndarray) -> np.ndarray:
         return np.where(k > 0, s / k, np.nan)
 
 
-def _thermal_residual(w: Windows, temp: np.ndarray, power: np.ndarray) -> np.ndarray:
-    """The last day's mean temperature minus what a line fitted to (power, temperature) over
-    the 6 days before predicts at the last day's mean power: a cold plate losing its grip
-    reads hotter at the same load; a busier day does not."""
-    both = np.isfinite(temp) & np.isfinite(power)
-    t, q = np.where(both, temp, np.nan), np.where(both, power, np.nan)
-    sums = {
-        name: w.sums(a, (H24, D7)) for name, a in (("t", t), ("q", q), ("qt", q * t), ("qq", q * q))
-    }
-
-    def before(name: str) -> np.ndarray:
-        return sums[name][D7][0] - sums[name][H24][0]
-
-    n = sums["t"][D7][1] - sums["t"][H24][1]
-    st, sq, sqt, sqq = before("t"), before("q"), before("qt"), before("qq")
-    with np.errstate(invalid="ignore", divide="ignore"):
-        den = n * sqq - sq * sq
-        slope = np.where(den > 1e-6 * np.maximum(n * sqq, 1.0), (n * sqt - sq * st) / den, 0.0)
-        icpt = (st - slope * sq) / n
-        k24 = sums["t"][H24][1]
-        t24, q24 = sums["t"][H24][0] / k24, sums["q"][H24][0] / k24
-        return np.where((n >= 24) & (k24 > 0), t24 - (icpt + slope * q24), np.nan)
-
-
 def _peak_share(w: Windows, a: np.ndarray) -> np.ndarray:
     """The busiest hour's share of the last day's count: near 1 for one burst, low when steady
     (NaN on a day without any)."""
@@ -321,7 +290,6 @@ def _thermal(p: HourlyPanel, w: Windows, out: dict[str, np.ndarray]) -> None:
     out["mem_temp_std_c_24h"] = w.std(mem, H24)
     out["mem_temp_rise_c"] = m[H24] - _mean_before(w, mem)
     out["gpu_temp_c_24h"] = w.means(p.gauge["gpu_temp_c"], (H24,))[H24]
-    out["gpu_temp_resid_c"] = _thermal_residual(w, p.gauge["gpu_temp_c"], p.gauge["power_w"])
     s = w.means(spread, (H1, H24))
     out["spread_c_1h"], out["spread_c_24h"] = s[H1], s[H24]
     out["spread_rise_c"] = s[H24] - _mean_before(w, spread)

@@ -6,11 +6,11 @@
    failures with precursors and the sudden kinds other than HBM (the calibrated mix gives
    NVLink 2% and cooling 5% of the failures with precursors); ``--lookalike-fleets N`` adds
    the next N members with look-alikes and benign noise at the top of their ranges (an
-   experiment of wave 12, not in the shipped model); ``--unread-hbm-fleets N`` (8 by
-   default) the next N, link-focused with the HBM temperature hidden on every GPU model, so
-   that the trees learn cooling failures on boards that report only the core's;
-   ``--unread-hbm-as-drawn N`` the next N as drawn with it hidden (an experiment of wave 13:
-   boards without HBM temperature that fail as often from cooling as the others do);
+   experiment of wave 12, not in the shipped model); ``--unread-hbm-fleets N`` the next N,
+   link-focused with the HBM temperature hidden on every GPU model, so that the trees learn
+   cooling failures on boards that report only the core's (experiment R of wave 12, shipped
+   and withdrawn in wave 13: ``bench/bench_thermal_noise.py``); ``--unread-hbm-as-drawn N``
+   the next N as drawn with it hidden (experiment R2 of wave 13);
 2. train and calibrate on them side by side (``train.train_on_panel``, default options;
    ``--scale-free`` keeps ``features.ABSOLUTE_FEATURES`` out of the trees);
 3. evaluate on the validation fleets, which it never saw: the default simulator's
@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--unread-hbm-fleets",
         type=int,
-        default=8,
+        default=0,
         help="further link-focused family members with the HBM temperature hidden on every model",
     )
     ap.add_argument(

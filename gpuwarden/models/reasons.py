@@ -84,8 +84,6 @@ def _thermal(r: pd.Series) -> list[str]:
         out.append(hot)
     if r["mem_temp_rise_c"] >= 3:
         out.append(f"HBM up {_n(r['mem_temp_rise_c'])} C on the week before")
-    if r["gpu_temp_resid_c"] >= 3:
-        out.append(f"core {_n(r['gpu_temp_resid_c'])} C hotter than its power predicts")
     if abs(r["mem_temp_c_24h_vs_node"]) >= 3:
         out.append(f"HBM {r['mem_temp_c_24h_vs_node']:+.0f} C against the rest of its node")
     if r["thermal_violation_pct_24h"] >= 1:

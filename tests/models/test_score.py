@@ -226,12 +226,3 @@ def test_a_signal_the_store_lacks_is_named_not_scored_as_clean(tiny_model, tmp_p
     assert "16 of 16 GPUs have no single-bit ECC errors in the store" in warnings[0]
     assert "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL or DCGM_FI_DEV_ECC_SBE_AGG_TOTAL" in warnings[0]
     assert "deploy/dcgm-exporter/gpuwarden-counters.csv" in warnings[0]
-
-
-def test_a_board_without_hbm_temperature_is_told_by_its_core():
-    from gpuwarden.models.reasons import _said
-
-    row = pd.Series({n: np.nan for n in FEATURE_NAMES})
-    row.update(pd.Series({"gpu_temp_c_24h": 71.0, "gpu_temp_resid_c": 12.4}))
-    said = [str(r) for r in _said(row, "thermal")]
-    assert said == ["core 12 C hotter than its power predicts"]
