@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -75,12 +76,15 @@ LINK_KINDS = (
 )
 
 
+def link_focused(draw: FamilyDraw) -> FamilyDraw:
+    """The member with only ``LINK_KINDS`` failing, every other parameter as drawn."""
+    return replace(draw, spec=replace(draw.spec, kinds=LINK_KINDS))
+
+
 def lookalike_focused(draw: FamilyDraw) -> FamilyDraw:
     """The member with its look-alike share and benign noise at the top of the family's
     committed ranges: more boards that look like failing ones and never fail (hard negatives),
     every other parameter as drawn."""
-    from dataclasses import replace
-
     from gpuwarden.sim.family import LOOKALIKE_RANGE, NOISE_RANGE
 
     spec = replace(
@@ -89,18 +93,15 @@ def lookalike_focused(draw: FamilyDraw) -> FamilyDraw:
     return replace(draw, spec=spec)
 
 
-def unread_hbm_focused(draw: FamilyDraw, *, link_focused: bool = True) -> FamilyDraw:
+def unread_hbm_focused(draw: FamilyDraw, *, links_only: bool = True) -> FamilyDraw:
     """The member with ``mem_temp_c`` the one field hidden, on every GPU model, and, by
     default, link-focused (``LINK_KINDS``): cooling failures seen through the core's
     temperature and power alone. The family hides each field on each model with probability
     0.2, so as drawn few training boards fail from cooling without their HBM temperature
     (wave 12: the model of wave 11 caught 13 of 44 such failures on members 6001-6004).
-    ``link_focused=False`` keeps the member's failure kinds as drawn."""
-    from dataclasses import replace
-
+    ``links_only=False`` keeps the member's failure kinds as drawn."""
     hidden = tuple((m, ("mem_temp_c",)) for m in draw.spec.models)
-    spec = replace(draw.spec, kinds=LINK_KINDS) if link_focused else draw.spec
-    return replace(draw, spec=spec, hidden=hidden)
+    return replace(link_focused(draw) if links_only else draw, hidden=hidden)
 
 
 def training_fleets(
@@ -118,8 +119,6 @@ def training_fleets(
     ones, ``n_unread_hbm`` link-focused ones without HBM temperature and
     ``n_unread_hbm_drawn`` as drawn without it (the next seeds) side by side: (panel, card
     source, failures)."""
-    from dataclasses import replace
-
     from tqdm import tqdm
 
     from gpuwarden.sim.family import TRAIN_SEEDS, draw_family
@@ -145,11 +144,11 @@ def training_fleets(
     for i, seed in enumerate(TRAIN_SEEDS[:n_members]):
         draw = draw_family(seed, nodes=family_nodes, days=days, start_ts=spec.start_ts)
         if i >= first_unread:
-            draw = unread_hbm_focused(draw, link_focused=i < first_unread + n_unread_hbm)
+            draw = unread_hbm_focused(draw, links_only=i < first_unread + n_unread_hbm)
         elif i >= n_family:
             draw = lookalike_focused(draw)
         elif i % 3 == 2:
-            draw = replace(draw, spec=replace(draw.spec, kinds=LINK_KINDS))
+            draw = link_focused(draw)
         fam = family_panel(draw)
         panels.append(fam.panel)
         names.append(f"family{seed}")
@@ -254,8 +253,6 @@ def family_variants(
 ) -> list[tuple[str, Any]]:
     """Each family member as drawn and link-focused (``LINK_KINDS``): (label, draw), label
     ``"<seed> as drawn"`` or ``"<seed> link-focused"``. ``days`` includes the history."""
-    from dataclasses import replace
-
     from gpuwarden.sim.family import draw_family
 
     out = []
@@ -263,7 +260,7 @@ def family_variants(
         draw = draw_family(seed, nodes=nodes, days=days, start_ts=start_ts)
         out += [
             (f"{seed} as drawn", draw),
-            (f"{seed} link-focused", replace(draw, spec=replace(draw.spec, kinds=LINK_KINDS))),
+            (f"{seed} link-focused", link_focused(draw)),
         ]
     return out
 
@@ -344,15 +341,8 @@ def main(argv: list[str] | None = None) -> None:
             n_unread_hbm=args.unread_hbm_fleets,
             n_unread_hbm_drawn=args.unread_hbm_as_drawn,
         )
-        fleets = (
-            1
-            + args.family_fleets
-            + args.lookalike_fleets
-            + args.unread_hbm_fleets
-            + args.unread_hbm_as_drawn
-        )
         print(
-            f"simulated {fleets} training fleets: {panel.shape[1]} GPU lives, "
+            f"simulated {1 + len(source['family'])} training fleets: {panel.shape[1]} GPU lives, "
             f"{n_fail} failures ({time.time() - t0:.0f} s)",
             flush=True,
         )

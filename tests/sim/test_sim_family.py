@@ -123,7 +123,7 @@ def test_unread_hbm_members_fail_from_links_and_cooling_with_only_the_core_tempe
     assert blind.spec.kinds == LINK_KINDS
     assert dict(blind.hidden) == {m: ("mem_temp_c",) for m in draw.spec.models}
     assert replace(blind.spec, kinds=draw.spec.kinds) == draw.spec
-    as_drawn = unread_hbm_focused(draw, link_focused=False)
+    as_drawn = unread_hbm_focused(draw, links_only=False)
     assert as_drawn.spec == draw.spec and as_drawn.hidden == blind.hidden
     gauge = family_panel(blind).panel.gauge
     assert np.isnan(gauge["mem_temp_c"]).all()
