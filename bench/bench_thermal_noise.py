@@ -12,6 +12,10 @@ deviation ``--sds`` C, and scores the same fleet each time. The HBM temperature 
 so the HBM-minus-core spread moves too. Prints catchable failures caught >= 24 h ahead and
 false flags per 1,000 GPU-days (30-day outcome) at the model's threshold, pooled over the
 members, hard signals and link rules flagging as in ``gpuwarden score``.
+
+Since wave 14 the family draws benign drift of its own (``sim.family.DRIFT_*``); the members
+are simulated without it unless ``--family-drift``, so that the offsets added here start from
+the same fleets as in wave 13.
 """
 
 from __future__ import annotations
@@ -56,6 +60,11 @@ def main() -> None:
         action="store_true",
         help="move the HBM temperature by the same offset (default: the core's alone)",
     )
+    ap.add_argument(
+        "--family-drift",
+        action="store_true",
+        help="keep the members' own benign drift (default: drawn as before wave 14, none)",
+    )
     args = ap.parse_args()
     tuning.apply(load_settings())
     from tqdm import tqdm
@@ -78,7 +87,9 @@ def main() -> None:
     totals = {s: [0, 0, 0, 0.0] for s in settings}  # catchable, caught, flagged days, days
     t0 = time.time()
     for seed in tqdm(seeds, desc="members", unit="fleet"):
-        d = draw_family(seed, nodes=32, days=67.0, start_ts=held.start_ts)
+        d = draw_family(
+            seed, nodes=32, days=67.0, start_ts=held.start_ts, thermal_drift=args.family_drift
+        )
         sim = simulate_panel(d.spec, transforms=[HideField(m, f) for m, f in d.hidden])
         fails = failures_of(sim.panel)
         day = sim.panel.hours // 86400
@@ -103,7 +114,8 @@ def main() -> None:
             t[3] += f["gpu_days"]
     print(
         f"\nmodel {args.model or 'shipped'} at {thr:g}; family members {args.seeds}, as drawn, "
-        f"32 nodes, 60 days; offset on the core{' and HBM' if args.with_hbm else ''} "
+        f"32 nodes, 60 days{', with their drift' if args.family_drift else ''}; offset on the "
+        f"core{' and HBM' if args.with_hbm else ''} "
         f"({time.time() - t0:.0f} s)\n"
     )
     print(

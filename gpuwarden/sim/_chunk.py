@@ -66,6 +66,10 @@ def build_chunk(eng: Engine, k0: int, k1: int) -> ChunkArrays:
 
     idx = np.maximum(grid[0] if grid.strides[0] == 0 else grid, 0)
     life = {p: eng.trait(p).astype(f32)[idx] for p in _LIFE_PARAMS}
+    drift = eng.thermal_drift(ts)
+    if drift is not None:
+        life["gpu_off_c"] = life["gpu_off_c"] + drift[0]  # (G,) or (T, G): broadcast
+        life["mem_off_c"] = life["mem_off_c"] + drift[1]
     cooling = []
     for x in here:
         if x.kind == C.COOLING and x.precursor_step < k1:

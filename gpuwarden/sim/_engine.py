@@ -313,6 +313,30 @@ class Engine:
             return parts[0]
         return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
 
+    def thermal_drift(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """Benign offsets (T, slots) C on the core and on the HBM temperature, or None when the
+        spec draws none. Knots sit at multiples of the period in Unix time, each drawn from its
+        own key (chunk-size independent); between knots the offset moves linearly."""
+        sp = self.spec
+        if not (sp.thermal_drift_core_c or sp.thermal_drift_hbm_c or sp.thermal_drift_node_c):
+            return None
+        pos = ts / (sp.thermal_drift_period_h * 3600.0)
+        j = np.floor(pos).astype(np.int64)
+        j0 = int(j[0])
+        knots = np.stack([self._drift_knot(k) for k in range(j0, int(j[-1]) + 2)])
+        w = (pos - j).astype(np.float32)[:, None, None]
+        at = knots[j - j0] * (1 - w) + knots[j - j0 + 1] * w
+        return at[:, 0], at[:, 1]
+
+    def _drift_knot(self, k: int) -> np.ndarray:
+        """(2, slots) float32: the core's and the HBM's offset at knot ``k``."""
+        sp = self.spec
+        rng = L.keyed_rng(sp.seed, L.STREAM_DRIFT, k)
+        core, hbm = rng.standard_normal((2, self.n_slots))
+        node = rng.standard_normal(sp.nodes)[self.node_of_slot] * sp.thermal_drift_node_c
+        out = np.stack([core * sp.thermal_drift_core_c + node, hbm * sp.thermal_drift_hbm_c + node])
+        return out.astype(np.float32)
+
     def ambient(self, ts: np.ndarray, k0: int) -> np.ndarray:
         """Rack inlet temperature (T, racks): a daily swing, a slow drift, heat events."""
         days = (ts[:, None] - self.start) / 86400.0

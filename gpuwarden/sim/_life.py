@@ -32,6 +32,7 @@ CHANNELS: tuple[str, ...] = (
 
 # Random-stream identifiers (the first element of every key).
 STREAM_LIFE, STREAM_BACKGROUND, STREAM_NOISE, STREAM_WORK, STREAM_INIT = 1, 2, 3, 4, 5
+STREAM_DRIFT = 6
 
 
 def keyed_rng(seed: int, *key: int) -> np.random.Generator:

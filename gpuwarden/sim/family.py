@@ -8,7 +8,8 @@ on it alone learns its magnitudes (a PCIe replay rate, a CRC count) rather than 
 part looks like against its own past and its peers. Each seed here draws a fleet whose
 precursors have another shape, another magnitude (over two orders either way of the default),
 another length, another amount of benign noise, another sampling interval, other counter
-resets, other unsupported fields and another share of sudden HBM failures.
+resets, other unsupported fields, another share of sudden HBM failures and another amount of
+benign temperature drift.
 
 The ranges below were committed before any model was trained on the family (issue 17) and are
 not to be narrowed afterwards: they describe what the model must survive, not what it is good
@@ -49,6 +50,18 @@ RELOAD_RANGE = (1 / 180, 1 / 3)
 SUDDEN_RANGE = (0.1, 0.5)
 #: Uniform: share of HBM failures that begin with an uncorrectable burst (default 34/39).
 HBM_SUDDEN_RANGE = (0.0, C.HBM_SUDDEN_FRACTION)
+#: Uniform: standard deviation (C) of benign temperature drift a healthy board shows, drawn
+#: at knots every ``DRIFT_PERIOD_RANGE_H`` hours (``FleetSpec.thermal_drift_*``; default 0):
+#: per GPU on the core, per GPU on the HBM apart from the core, per node on both. Added in
+#: wave 14 (2026-12-05), widening the family: the shipped model made 39-42 false flags per
+#: 1,000 GPU-days when the core moved 1 C a day against the HBM (``bench_thermal_noise.py``),
+#: a change nothing in the family drew. Drawn from a stream of their own, so every parameter
+#: above keeps the value it had for each seed.
+DRIFT_CORE_RANGE_C = (0.0, 2.0)
+DRIFT_HBM_RANGE_C = (0.0, 2.0)
+DRIFT_NODE_RANGE_C = (0.0, 2.0)
+#: Log-uniform: hours between drift knots (the offset moves linearly between them).
+DRIFT_PERIOD_RANGE_H = (6.0, 96.0)
 #: Fields a GPU model may not report; each is hidden on each model with this probability.
 HIDEABLE_FIELDS: tuple[str, ...] = (
     "mem_temp_c",
@@ -92,6 +105,10 @@ class FamilyDraw:
             "precursor_length": round(s.precursor_length, 3),
             "lookalike_fraction": round(s.lookalike_fraction, 3),
             "background_noise": round(s.background_noise, 3),
+            "thermal_drift_core_c": round(s.thermal_drift_core_c, 3),
+            "thermal_drift_hbm_c": round(s.thermal_drift_hbm_c, 3),
+            "thermal_drift_node_c": round(s.thermal_drift_node_c, 3),
+            "thermal_drift_period_h": round(s.thermal_drift_period_h, 2),
             "step_s": s.step_s,
             "reboot_rate_per_node_day": round(s.reboot_rate_per_node_day, 4),
             "driver_reload_rate_per_node_day": round(s.driver_reload_rate_per_node_day, 4),
@@ -113,10 +130,20 @@ def draw_family(
     nodes: int = 32,
     days: float = 60.0,
     start_ts: float = DEFAULT_START_TS,
+    thermal_drift: bool = True,
 ) -> FamilyDraw:
     """Member ``seed`` of the family: every randomized parameter drawn from the ranges above,
-    the fleet's own seed set to ``seed`` too. ``nodes``, ``days`` and ``start_ts`` size it."""
+    the fleet's own seed set to ``seed`` too. ``nodes``, ``days`` and ``start_ts`` size it.
+    ``thermal_drift=False`` draws the member as it was before wave 14: no benign drift."""
     rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(17,)))
+    drift = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(17, 1)))
+    sds = [
+        float(drift.uniform(*r))
+        for r in (DRIFT_CORE_RANGE_C, DRIFT_HBM_RANGE_C, DRIFT_NODE_RANGE_C)
+    ]
+    period_h = _log_uniform(drift, *DRIFT_PERIOD_RANGE_H)
+    if not thermal_drift:
+        sds = [0.0, 0.0, 0.0]
     models = tuple(str(m) for m in rng.permutation(list(C.MODELS))[: int(rng.integers(1, 4))])
     spec = FleetSpec(
         nodes=nodes,
@@ -137,6 +164,10 @@ def draw_family(
         precursor_magnitude_sd=float(rng.uniform(*MAGNITUDE_SD_RANGE)),
         precursor_length=_log_uniform(rng, *LENGTH_RANGE),
         background_noise=_log_uniform(rng, *NOISE_RANGE),
+        thermal_drift_core_c=sds[0],
+        thermal_drift_hbm_c=sds[1],
+        thermal_drift_node_c=sds[2],
+        thermal_drift_period_h=period_h,
     )
     hidden = []
     for m in models:

@@ -52,6 +52,14 @@ class FleetSpec:
     precursor_magnitude_sd: float = 0.0  # log-sd of a further per-failure factor
     precursor_length: float = 1.0  # multiplies the median precursor lengths
     background_noise: float = 1.0  # multiplies benign SBE, burst and PCIe replay rates
+    #: Benign temperature drift a healthy board shows (fan curves, workload mix, inlet air):
+    #: standard deviations (C) of offsets drawn every ``thermal_drift_period_h`` hours and
+    #: joined linearly, per GPU on the core, per GPU on the HBM (apart from the core), and per
+    #: node on both. At 0 (the default) no offset is drawn.
+    thermal_drift_core_c: float = 0.0
+    thermal_drift_hbm_c: float = 0.0
+    thermal_drift_node_c: float = 0.0
+    thermal_drift_period_h: float = 24.0
 
     def __post_init__(self) -> None:
         ints = {
@@ -88,7 +96,7 @@ class FleetSpec:
                 f"FleetSpec.precursor_shape: unknown shape {self.precursor_shape!r}; "
                 f"known: {', '.join(PRECURSOR_SHAPES)}"
             )
-        for name in ("precursor_magnitude", "precursor_length"):
+        for name in ("precursor_magnitude", "precursor_length", "thermal_drift_period_h"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"FleetSpec.{name} must be positive, got {getattr(self, name)!r}")
         for k in self.kinds:

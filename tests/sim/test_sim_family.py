@@ -35,6 +35,10 @@ def test_draws_stay_inside_the_committed_ranges_and_differ_by_seed():
         assert _inside(s.sudden_fraction, F.SUDDEN_RANGE)
         assert _inside(s.hbm_sudden_fraction, F.HBM_SUDDEN_RANGE)
         assert s.step_s in F.STEP_CHOICES_S and s.precursor_shape in F.SHAPES
+        assert _inside(s.thermal_drift_core_c, F.DRIFT_CORE_RANGE_C)
+        assert _inside(s.thermal_drift_hbm_c, F.DRIFT_HBM_RANGE_C)
+        assert _inside(s.thermal_drift_node_c, F.DRIFT_NODE_RANGE_C)
+        assert _inside(s.thermal_drift_period_h, F.DRIFT_PERIOD_RANGE_H)
         assert s.seed == d.seed and s.accel == F.ACCEL
         for model, fields in d.hidden:
             assert model in s.models and set(fields) <= set(F.HIDEABLE_FIELDS)
@@ -47,6 +51,17 @@ def test_draws_stay_inside_the_committed_ranges_and_differ_by_seed():
     assert len({d.describe()["precursor_magnitude"] for d in draws}) == len(draws)
     roles = (set(F.TRAIN_SEEDS), set(F.VALIDATION_SEEDS), set(F.HELD_OUT_SEEDS))
     assert sum(map(len, roles)) == len(set().union(*roles)), "a seed has two roles"
+
+
+def test_drift_has_its_own_stream_so_members_drawn_before_it_are_unchanged():
+    for seed in (100, 1001, 2001):
+        with_drift, without = F.draw_family(seed), F.draw_family(seed, thermal_drift=False)
+        assert with_drift.hidden == without.hidden
+        drift = ("thermal_drift_core_c", "thermal_drift_hbm_c", "thermal_drift_node_c")
+        assert all(getattr(without.spec, k) == 0 for k in drift)
+        assert any(getattr(with_drift.spec, k) > 0 for k in drift)
+        # everything else: exactly what the member was before wave 14
+        assert replace(with_drift.spec, **dict.fromkeys(drift, 0.0)) == without.spec
 
 
 def test_knobs_are_checked():

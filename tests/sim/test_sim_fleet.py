@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from gpuwarden.errors import ConfigError
 from gpuwarden.sim import FAILURE_KINDS, FRAME_COLUMNS, SUDDEN_KINDS, Fleet, FleetSpec, calib
 from gpuwarden.sim._chunk import NOT_SIMULATED
 from gpuwarden.telemetry import (
@@ -354,3 +355,64 @@ def test_sudden_hbm_failures_have_no_corrected_ramp():
                 rises.append(col.iloc[-1] - col.iloc[0])
         growth[name] = np.median(rises)
     assert growth["sudden"] < 5 < growth["ramp"]
+
+
+# --- benign temperature drift (wave 14) ------------------------------------------------------
+def _temps(spec: FleetSpec, chunk_s: float = 86400) -> dict[str, np.ndarray]:
+    parts = list(Fleet(spec).chunks(chunk_s=chunk_s, progress=False, frames=False))
+    return {
+        name: np.concatenate([np.where(p.alive, p.arrays[name], np.nan) for p in parts])
+        for name in ("gpu_temp_c", "mem_temp_c", "power_w")
+    }
+
+
+def test_thermal_drift_moves_only_temperatures_by_the_drawn_amounts():
+    spec = FleetSpec(nodes=8, days=12, step_s=600, seed=3)
+    base = _temps(spec)
+    # the core apart, per GPU: the HBM stays where it was
+    core = _temps(replace(spec, thermal_drift_core_c=1.5))
+    np.testing.assert_array_equal(core["power_w"], base["power_w"])
+    np.testing.assert_array_equal(core["mem_temp_c"], base["mem_temp_c"])
+    moved = core["gpu_temp_c"] - base["gpu_temp_c"]
+    daily = np.nanmean(moved.reshape(12, -1, moved.shape[1]), axis=1)  # (day, GPU)
+    # knots every 24 h joined linearly: a day's mean is the mean of two knots, sd 1.5 / sqrt(2)
+    assert 0.85 < np.nanstd(daily) < 1.3
+    assert abs(np.nanmean(daily)) < 0.3
+    # per node, on both: the HBM-core spread hardly moves, and GPUs of a node move together
+    node = _temps(replace(spec, thermal_drift_node_c=1.5))
+
+    def days(a: np.ndarray) -> np.ndarray:  # (day, GPU) means: integer rounding averages out
+        return np.nanmean(a.reshape(12, -1, a.shape[1]), axis=1)
+
+    d_core = days(node["gpu_temp_c"] - base["gpu_temp_c"])
+    d_mem = days(node["mem_temp_c"] - base["mem_temp_c"])
+    assert np.nanstd(d_core) > 0.8 and np.nanstd(d_mem - d_core) < 0.15
+    within_node = np.nanstd(d_core.reshape(12, 8, -1), axis=2)
+    assert np.nanmean(within_node) < 0.15
+    # a longer period moves slower: day-to-day change is smaller
+    slow = _temps(replace(spec, thermal_drift_core_c=1.5, thermal_drift_period_h=96))
+    fast_moves = np.diff(days(core["gpu_temp_c"] - base["gpu_temp_c"]), axis=0)
+    slow_moves = np.diff(days(slow["gpu_temp_c"] - base["gpu_temp_c"]), axis=0)
+    assert np.nanstd(slow_moves) < 0.6 * np.nanstd(fast_moves)
+
+
+def test_thermal_drift_does_not_depend_on_the_chunk_length():
+    spec = FleetSpec(
+        nodes=2,
+        days=3,
+        step_s=300,
+        seed=9,
+        thermal_drift_hbm_c=1.0,
+        thermal_drift_node_c=0.7,
+        thermal_drift_period_h=7.5,
+    )
+    a, b = _temps(spec), _temps(spec, chunk_s=5 * 3600 + 300)
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name])
+
+
+def test_thermal_drift_knobs_are_checked():
+    with pytest.raises(ConfigError, match="thermal_drift_core_c"):
+        FleetSpec(thermal_drift_core_c=-1.0)
+    with pytest.raises(ConfigError, match="thermal_drift_period_h"):
+        FleetSpec(thermal_drift_period_h=0.0)
