@@ -18,6 +18,9 @@ stopped and resumed, or extended with another model in another folder.
 - ``fresh``: seed 5 and ``FRESH_SEEDS_2`` (or ``--fresh-default N --fresh-family A,B``),
   drawn in wave 12 for judgements on fleets that saw neither ``choose`` nor ``judge``.
 
+``--without-drift`` draws the family members without the benign thermal drift the family has
+drawn since wave 14 (into another ``--out``).
+
 Then ``pooled OUT choose|judge|fresh [MEMBERS]`` prints the pooled figures (optionally of some
 fleets only, e.g. ``4001,4002,4003`` or ``seed2,2001,2002``).
 """
@@ -46,9 +49,10 @@ DAYS = 60.0
 
 
 def _fleets(
-    which: str, fresh: tuple[int, tuple[int, ...]] = (5, FRESH_SEEDS_2)
+    which: str, fresh: tuple[int, tuple[int, ...]] = (5, FRESH_SEEDS_2), *, drift: bool = True
 ) -> dict[str, list[tuple[str, Any, list[Any], float]]]:
-    """(name, spec, transforms, first scoring time) per family of fleets."""
+    """(name, spec, transforms, first scoring time) per family of fleets; ``drift=False``: the
+    family members without their benign thermal drift (as drawn before wave 14)."""
     from gpuwarden.models.make_default import family_variants
     from gpuwarden.models.simdata import HideField, held_out_spec
     from gpuwarden.sim.family import HELD_OUT_SEEDS, VALIDATION_SEEDS
@@ -63,7 +67,9 @@ def _fleets(
                 [HideField(m, f) for m, f in d.hidden],
                 first,
             )
-            for label, d in family_variants(seeds, nodes, DAYS + 7, held.start_ts)
+            for label, d in family_variants(
+                seeds, nodes, DAYS + 7, held.start_ts, thermal_drift=drift
+            )
         ]
 
     def default(seed: int) -> list[tuple[str, Any, list[Any], float]]:
@@ -93,7 +99,12 @@ def _figures(ds: Any, fails: pd.DataFrame, flag: np.ndarray, sudden: tuple[str, 
 
 
 def run(
-    which: str, models_arg: str, out: Path, fresh: tuple[int, tuple[int, ...]] = (5, FRESH_SEEDS_2)
+    which: str,
+    models_arg: str,
+    out: Path,
+    fresh: tuple[int, tuple[int, ...]] = (5, FRESH_SEEDS_2),
+    *,
+    drift: bool = True,
 ) -> None:
     from tqdm import tqdm
 
@@ -108,7 +119,7 @@ def run(
         name, _, path = item.partition("=")
         models[name] = load_model(None if path in ("", "-") else path)
     sudden = sudden_kinds()
-    groups = _fleets(which, fresh)
+    groups = _fleets(which, fresh, drift=drift)
     todo = [(fam, *f) for fam, fleets in groups.items() for f in fleets]
     for fam, name, spec, hides, f0 in tqdm(todo, desc=f"{which} fleets", unit="fleet"):
         path = out / which / fam / f"{name}.json"
@@ -215,6 +226,12 @@ def main() -> None:
         default=",".join(map(str, FRESH_SEEDS_2)),
         help="fresh: family members, comma-separated (never trained, chosen or judged on)",
     )
+    ap.add_argument(
+        "--without-drift",
+        action="store_true",
+        help="family members without their benign thermal drift (as drawn before wave 14); "
+        "use another --out, the fleets' files do not say which",
+    )
     args = ap.parse_args()
     tuning.apply(load_settings())
     from gpuwarden.sim.family import HELD_OUT_SEEDS, TRAIN_SEEDS, VALIDATION_SEEDS
@@ -229,7 +246,13 @@ def main() -> None:
         used = set(HELD_OUT_SEEDS) | set(VALIDATION_SEEDS) | set(TRAIN_SEEDS) | set(FRESH_SEEDS)
         if args.fleets == "fresh" and (set(family) & used or args.fresh_default in (1, 2, 3, 4)):
             ap.error("--fresh-*: a seed that trains, chooses or judges the model")
-        run(args.fleets, args.models, args.out, (args.fresh_default, family))
+        run(
+            args.fleets,
+            args.models,
+            args.out,
+            (args.fresh_default, family),
+            drift=not args.without_drift,
+        )
 
 
 if __name__ == "__main__":

@@ -249,15 +249,23 @@ def choose_threshold(default: dict[str, Any], family: list[dict[str, Any]]) -> d
 
 
 def family_variants(
-    seeds: tuple[int, ...], nodes: int, days: float, start_ts: float
+    seeds: tuple[int, ...],
+    nodes: int,
+    days: float,
+    start_ts: float,
+    *,
+    thermal_drift: bool = True,
 ) -> list[tuple[str, Any]]:
     """Each family member as drawn and link-focused (``LINK_KINDS``): (label, draw), label
-    ``"<seed> as drawn"`` or ``"<seed> link-focused"``. ``days`` includes the history."""
+    ``"<seed> as drawn"`` or ``"<seed> link-focused"``. ``days`` includes the history;
+    ``thermal_drift=False`` draws the members as before wave 14 (``sim.family.draw_family``)."""
     from gpuwarden.sim.family import draw_family
 
     out = []
     for seed in seeds:
-        draw = draw_family(seed, nodes=nodes, days=days, start_ts=start_ts)
+        draw = draw_family(
+            seed, nodes=nodes, days=days, start_ts=start_ts, thermal_drift=thermal_drift
+        )
         out += [
             (f"{seed} as drawn", draw),
             (f"{seed} link-focused", link_focused(draw)),

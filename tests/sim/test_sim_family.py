@@ -64,6 +64,19 @@ def test_drift_has_its_own_stream_so_members_drawn_before_it_are_unchanged():
         assert replace(with_drift.spec, **dict.fromkeys(drift, 0.0)) == without.spec
 
 
+def test_judging_variants_can_be_drawn_without_drift():
+    """``bench_candidates.py --without-drift`` reproduces the judges as they were before wave
+    14: the same members, link-focused too, with no drift."""
+    from gpuwarden.models.make_default import family_variants
+
+    still = family_variants((1001,), 8, 10.0, 0.0, thermal_drift=False)
+    drawn = family_variants((1001,), 8, 10.0, 0.0)
+    assert [label for label, _ in still] == ["1001 as drawn", "1001 link-focused"]
+    for (_, a), (_, b) in zip(still, drawn, strict=True):
+        assert a.spec.thermal_drift_core_c == 0 < b.spec.thermal_drift_core_c
+        assert a.spec.kinds == b.spec.kinds and a.hidden == b.hidden
+
+
 def test_knobs_are_checked():
     with pytest.raises(ConfigError, match="precursor_shape"):
         FleetSpec(precursor_shape="zigzag")
