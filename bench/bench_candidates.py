@@ -16,7 +16,8 @@ stopped and resumed, or extended with another model in another folder.
 - ``judge``: seed 3 and the family's ``HELD_OUT_SEEDS`` and ``FRESH_SEEDS``, which choose
   nothing.
 - ``fresh``: seed 5 and ``FRESH_SEEDS_2`` (or ``--fresh-default N --fresh-family A,B``),
-  drawn in wave 12 for judgements on fleets that saw neither ``choose`` nor ``judge``.
+  drawn in wave 12 for judgements on fleets that saw neither ``choose`` nor ``judge``; a note
+  says when a fleet was already spent on an earlier judgement (``SPENT``).
 
 ``--without-drift`` draws the family members without the benign thermal drift the family has
 drawn since wave 14 (into another ``--out``).
@@ -45,6 +46,18 @@ THRESHOLDS = (0.4, 0.45, 0.5, 0.55, 0.6, 0.62, 0.65, 0.7, 0.75, 0.8)
 FRESH_SEEDS = (4001, 4002, 4003)
 #: ... and in wave 12 (2026-12-05), for ``fresh``: never trained, chosen or judged on before
 FRESH_SEEDS_2 = (5001, 5002, 5003)
+#: Fresh fleets already spent on a judgement (docs/simulator.md): a model designed after that
+#: judgement has seen its outcome, so the figures are not fresh for it. (default seed, members,
+#: wave)
+SPENT: tuple[tuple[int, tuple[int, ...], int], ...] = (
+    (5, (5001, 5002, 5003), 12),
+    (6, (6001, 6002, 6003, 6004), 12),
+    (7, (7001, 7002, 7003, 7004), 12),
+    (8, (8001, 8002, 8003, 8004), 13),
+    (9, (9001, 9002, 9003, 9004), 14),
+    (10, (10001, 10002, 10003, 10004), 14),
+    (11, (11001, 11002, 11003, 11004), 14),
+)
 DAYS = 60.0
 
 
@@ -246,6 +259,16 @@ def main() -> None:
         used = set(HELD_OUT_SEEDS) | set(VALIDATION_SEEDS) | set(TRAIN_SEEDS) | set(FRESH_SEEDS)
         if args.fleets == "fresh" and (set(family) & used or args.fresh_default in (1, 2, 3, 4)):
             ap.error("--fresh-*: a seed that trains, chooses or judges the model")
+        if args.fleets == "fresh":
+            for seed, members, wave in SPENT:
+                again = sorted(set(family) & set(members)) + (
+                    [f"default seed {seed}"] if args.fresh_default == seed else []
+                )
+                if again:
+                    print(
+                        f"note: {', '.join(map(str, again))} judged candidates in wave {wave}: "
+                        "not fresh for a model designed after that"
+                    )
         run(
             args.fleets,
             args.models,
