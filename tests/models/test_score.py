@@ -226,3 +226,47 @@ def test_a_signal_the_store_lacks_is_named_not_scored_as_clean(tiny_model, tmp_p
     assert "16 of 16 GPUs have no single-bit ECC errors in the store" in warnings[0]
     assert "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL or DCGM_FI_DEV_ECC_SBE_AGG_TOTAL" in warnings[0]
     assert "deploy/dcgm-exporter/gpuwarden-counters.csv" in warnings[0]
+
+
+@pytest.mark.parametrize("hbm_drift_c, warned", [(0.0, False), (2.0, True)])
+def test_a_fleet_whose_temperatures_drift_is_warned_of(tiny_model, tmp_path, hbm_drift_c, warned):
+    """The shipped model was trained on fleets whose HBM-core spread moved up to 0.7 C a day;
+    ``score`` says when the fleet's median GPU moves more (its thermal reasons misfire)."""
+    from dataclasses import replace
+
+    from click.testing import CliRunner
+
+    from gpuwarden.models.cli import score
+    from gpuwarden.models.score import SPREAD_DRIFT_LIMIT_C, drift_warnings
+    from gpuwarden.models.simdata import fleet_spec
+    from gpuwarden.sim import Fleet
+
+    spec = fleet_spec(nodes=2, days=9.0, accel=1.0, seed=5, start_ts=T0)
+    fleet = Fleet(replace(spec, thermal_drift_hbm_c=hbm_drift_c))
+    db = tmp_path / "fleet.db"
+    with SqliteStore(db) as store:
+        for chunk in fleet.chunks(progress=False):
+            store.write_frame(chunk.samples)
+        rows = score_store(store, tiny_model)
+    drift = rows.attrs["spread_drift_c"]
+    assert (drift > SPREAD_DRIFT_LIMIT_C) is warned, drift
+    assert bool(drift_warnings(rows)) is warned
+    r = CliRunner().invoke(score, ["--store", f"sqlite:///{db}"])
+    assert r.exit_code == 0, r.output
+    said = [line for line in r.output.splitlines() if "from day to day" in line]
+    assert len(said) == int(warned)
+    if warned:
+        assert said[0].startswith("warning: the HBM-core temperature spread moves ")
+        assert "expect false flags with thermal reasons" in said[0]
+
+
+def test_too_short_a_history_has_no_drift_to_warn_of():
+    from modelkit import no_events, no_failures
+
+    from gpuwarden.models.panel import panel_from_frames
+    from gpuwarden.models.score import drift_warnings, fleet_spread_drift
+
+    gpus = [("node000", i, f"GPU-{i}") for i in range(2)]
+    panel = panel_from_frames([make_frame(48, gpus)], no_events(), no_failures())
+    assert fleet_spread_drift(panel, panel.shape[0] - 1) is None
+    assert drift_warnings(pd.DataFrame()) == []
