@@ -3,15 +3,26 @@
 ``serve`` calls this every interval and combines it with its own hard-signal assessor, so a
 double-bit error or a fatal Xid acts at once whatever the model says. The records are
 ``health.RiskAssessment``, the type serve decides on: nothing is re-parsed on the way.
+When the fleet's temperatures drift more than the model was trained on, it logs
+``score.drift_warnings`` once a day, and ``spread_drift()`` gives serve's ``/metrics`` the
+figure (``gpuwarden_fleet_spread_drift_celsius``).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 
 from gpuwarden.health import RiskAssessment
 from gpuwarden.store.base import Store
+
+logger = logging.getLogger("gpuwarden.models")
+
+#: how often a long-running scorer repeats the drift warning (``score.drift_warnings``)
+DRIFT_WARNING_EVERY_S = 86_400.0
+#: the fleet's HBM-core spread drift at the last scoring run, and when it last warned of it
+_drift: dict[str, float | None] = {"spread_drift_c": None, "warned_at": None}
 
 
 @functools.lru_cache(maxsize=1)
@@ -26,11 +37,29 @@ def threshold() -> float:
     return float(_model(os.environ.get("GPUWARDEN_MODEL") or None).threshold)
 
 
+def spread_drift() -> float | None:
+    """The fleet's HBM-core spread drift (``score.fleet_spread_drift``, C) at the last run of
+    ``assess``; None before one, or without a week of HBM temperatures."""
+    return _drift["spread_drift_c"]
+
+
+def _note_drift(drift: float | None, lines: list[str], at: float) -> None:
+    """Keep the figure; log the warning at most once per ``DRIFT_WARNING_EVERY_S``."""
+    _drift["spread_drift_c"] = drift
+    last = _drift["warned_at"]
+    if lines and (last is None or not 0 <= at - last < DRIFT_WARNING_EVERY_S):
+        for line in lines:
+            logger.warning(line)
+        _drift["warned_at"] = at
+
+
 def assess(store: Store, at: float) -> list[RiskAssessment]:
     """Risk for every GPU reporting at ``at``, from the model in ``$GPUWARDEN_MODEL`` (a folder
     written by ``gpuwarden train``) or the shipped one: typed records with the model's own
     state and its reasons with the features behind them."""
-    from gpuwarden.models.score import assessments, score_store
+    from gpuwarden.models.score import assessments, drift_warnings, score_store
 
     model = _model(os.environ.get("GPUWARDEN_MODEL") or None)
-    return assessments(score_store(store, model, at=at))
+    frame = score_store(store, model, at=at)
+    _note_drift(frame.attrs.get("spread_drift_c"), drift_warnings(frame), at)
+    return assessments(frame)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -43,6 +44,13 @@ def model_threshold() -> float:
     except GpuwardenError as exc:
         logger.info("no model card to read the at-risk threshold from (%s)", exc)
         return DEFAULT_AT_RISK
+
+
+def model_spread_drift() -> float | None:
+    """The fleet's HBM-core spread drift the model saw at its last scoring run (C), or None
+    when serve does not score with the model (nothing is imported for it)."""
+    scorer = sys.modules.get("gpuwarden.models._assess")
+    return None if scorer is None else scorer.spread_drift()  # type: ignore[no-any-return]
 
 
 def combine(*assessors: Assessor) -> Assessor:

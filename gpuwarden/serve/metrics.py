@@ -10,6 +10,9 @@
   ``gpuwarden_webhook_requests_total{code}``, ``gpuwarden_assess_runs_total``,
   ``gpuwarden_assess_errors_total``, ``gpuwarden_assess_last_success_timestamp_seconds``,
   ``gpuwarden_assess_duration_seconds``;
+- when serve scores with the model and has a week of HBM temperatures:
+  ``gpuwarden_fleet_spread_drift_celsius``, how much the HBM-core spread moves from day to day
+  on the fleet's median GPU (``models.score.fleet_spread_drift``);
 - with ``--spool``, per spool directory (``spool`` label): ``gpuwarden_spool_pending_batches``,
   ``gpuwarden_spool_bytes``, ``gpuwarden_spool_replayed_batches_total`` and
   ``gpuwarden_spool_dropped_batches_total{reason}`` (``size``, ``age``, or ``rejected`` by the
@@ -26,6 +29,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpuwarden.health import GpuState
+from gpuwarden.serve.assessors import model_spread_drift
 from gpuwarden.store.spool import Spool
 
 if TYPE_CHECKING:
@@ -127,6 +131,15 @@ class _DecisionCollector:
                 "gpuwarden_assess_duration_seconds",
                 "How long the last scoring run took.",
                 value=c.assess_duration_s,
+            )
+        drift = model_spread_drift()
+        if drift is not None:
+            yield GaugeMetricFamily(
+                "gpuwarden_fleet_spread_drift_celsius",
+                "Day-to-day standard deviation of the HBM-core temperature spread on the "
+                "fleet's median GPU over the last week, as the model last saw it; serve logs "
+                "a warning above what the model was trained on (docs/models.md).",
+                value=drift,
             )
         yield from _spool_metrics(s)
 

@@ -46,3 +46,40 @@ def test_serve_finds_the_model_and_reads_its_records(demo_store):
     for uuid, a in by_uuid.items():
         if not math.isnan(a.risk):
             assert combined[uuid].risk >= a.risk
+
+
+def test_serve_warns_of_a_drifting_fleet_once_a_day_and_exports_the_figure(tmp_path, caplog):
+    """A fleet whose HBM temperatures drift 2 C from day to day: serve's scorer logs the drift
+    warning once a day (not every minute) and ``/metrics`` carries the figure."""
+    import logging
+    from dataclasses import replace
+
+    from gpuwarden.models import _assess
+    from gpuwarden.models.score import SPREAD_DRIFT_LIMIT_C
+    from gpuwarden.models.simdata import fleet_spec
+    from gpuwarden.serve.metrics import render
+    from gpuwarden.serve.service import RiskService
+    from gpuwarden.sim import Fleet
+
+    spec = fleet_spec(nodes=2, days=9.0, accel=1.0, seed=5, start_ts=T0)
+    fleet = Fleet(replace(spec, thermal_drift_hbm_c=2.0))
+    store = SqliteStore(tmp_path / "drift.db")
+    for chunk in fleet.chunks(progress=False):
+        store.write_frame(chunk.samples)
+    end = T0 + 9 * 86400
+    _assess._drift.update(spread_drift_c=None, warned_at=None)
+    caplog.set_level(logging.WARNING, logger="gpuwarden.models")
+
+    def warned() -> int:
+        return sum("from day to day" in r.getMessage() for r in caplog.records)
+
+    for at, expected in ((end - 3600, 1), (end - 1800, 1), (end - 3600 + 86400, 2)):
+        assess(store, at)
+        assert warned() == expected, at
+    assert _assess.spread_drift() > SPREAD_DRIFT_LIMIT_C
+    service = RiskService(store, assess=default_assessor(), clock=lambda: end, verdicts=None)
+    service.tick()
+    text = render(service).decode()
+    line = next(s for s in text.splitlines() if s.startswith("gpuwarden_fleet_spread_drift_c"))
+    assert float(line.split()[1]) == pytest.approx(_assess.spread_drift())
+    store.close()
