@@ -24,6 +24,14 @@ drawn since wave 14 (into another ``--out``).
 
 Then ``pooled OUT choose|judge|fresh [MEMBERS]`` prints the pooled figures (optionally of some
 fleets only, e.g. ``4001,4002,4003`` or ``seed2,2001,2002``).
+
+Adaptive operating point (wave 15): each fleet's file also holds, per model, the figures on one
+score at every pair of thresholds (t_still, t_drift), t_still < t_drift from ``THRESHOLDS``:
+t_drift at the scoring hours when the fleet's HBM-core spread drifts more than
+``score.SPREAD_DRIFT_LIMIT_C`` (``score.fleet_spread_drift`` over the week up to that hour),
+t_still at the others. ``pairs OUT choose|judge|fresh [MEMBERS] [--pair MODEL=TS/TD,...]``
+prints, for ``choose``, the pair ``make_default``'s rule gives each model (its budgets, over
+pairs), and otherwise each model's pooled figures at the pair named.
 """
 
 from __future__ import annotations
@@ -111,6 +119,18 @@ def _figures(ds: Any, fails: pd.DataFrame, flag: np.ndarray, sudden: tuple[str, 
     return {"modes": modes, "ff_days": int(on), "gpu_days": float(days)}
 
 
+def drifting_rows(panel: Any, at: np.ndarray) -> np.ndarray:
+    """Per feature row (scored at ``at``): whether the fleet's spread drifted more than
+    ``SPREAD_DRIFT_LIMIT_C`` over the week up to that hour (unknown: not drifting)."""
+    from gpuwarden.models.panel import HOUR_S
+    from gpuwarden.models.score import SPREAD_DRIFT_LIMIT_C, fleet_spread_drift
+
+    t_row = np.searchsorted(panel.hours + HOUR_S, at)
+    by_t = {int(t): fleet_spread_drift(panel, int(t)) for t in np.unique(t_row)}
+    drift = np.array([np.nan if by_t[int(t)] is None else by_t[int(t)] for t in t_row])
+    return np.nan_to_num(drift, nan=0.0) > SPREAD_DRIFT_LIMIT_C
+
+
 def run(
     which: str,
     models_arg: str,
@@ -151,7 +171,8 @@ def run(
         key = ds.meta["key"].astype(str).to_numpy()
         order = np.lexsort((ds.meta["at"].to_numpy(), key))
         same_prev = np.r_[False, key[order][1:] == key[order][:-1]]
-        res: dict[str, Any] = {}
+        drifting = drifting_rows(sim.panel, ds.meta["at"].to_numpy(np.float64))
+        res: dict[str, Any] = {"drifting_share": float(drifting.mean()) if drifting.size else 0.0}
         for mname, model in models.items():
             raw = model.risk(ds.X)
             s = raw[order]
@@ -160,6 +181,10 @@ def run(
             for n, arr in ((1, raw), (2, two)):
                 for t in THRESHOLDS:
                     res[f"{mname}|{n}|{t}"] = _figures(ds, fails, (arr >= t) | hard, sudden)
+            for i, ts in enumerate(THRESHOLDS):
+                for td in THRESHOLDS[i + 1 :]:
+                    flag = (raw >= np.where(drifting, td, ts)) | hard
+                    res[f"{mname}|pair|{ts}/{td}"] = _figures(ds, fails, flag, sudden)
             ev = evaluate_dataset(ds, fails, model, horizon_s=model.horizon_s)
             res[f"{mname}|prauc"] = ev.summary.get("pr_auc_vs_bound")
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -168,11 +193,9 @@ def run(
     pooled(out, which, None)
 
 
-def pooled(out: Path, which: str, members: list[str] | None) -> pd.DataFrame:
-    """Pool the per-fleet figures per (family, model, scores in a row, threshold) and print
-    them; for ``choose``, the threshold the shipped rule gives each model."""
-    from gpuwarden.models.make_default import pick_threshold
-
+def _pool(out: Path, which: str, members: list[str] | None) -> pd.DataFrame:
+    """One row per (family, key) over the fleets' files: key ``MODEL|N|T`` (N scores in a row
+    at threshold T) or ``MODEL|pair|TS/TD``."""
     rows = []
     for fam_dir in sorted((out / which).iterdir()):
         acc: dict[str, dict[str, Any]] = defaultdict(
@@ -183,7 +206,7 @@ def pooled(out: Path, which: str, members: list[str] | None) -> pd.DataFrame:
                 continue
             d = json.loads(f.read_text())
             for k, v in d.items():
-                if k.endswith("|prauc"):
+                if not isinstance(v, dict):
                     continue
                 a = acc[k]
                 for m, (c, k_) in v["modes"].items():
@@ -196,13 +219,15 @@ def pooled(out: Path, which: str, members: list[str] | None) -> pd.DataFrame:
                     a["pr"].append(p)
         for k, a in acc.items():
             model, n, t = k.split("|")
+            ts, _, td = t.partition("/")
             c = sum(x[0] for x in a["modes"].values())
             caught = sum(x[1] for x in a["modes"].values())
             row = {
                 "family": fam_dir.name,
                 "model": model,
-                "in_a_row": int(n),
-                "threshold": float(t),
+                "in_a_row": 1 if n == "pair" else int(n),
+                "threshold": float(ts),
+                "t_drift": float(td or ts),
                 "catchable": c,
                 "caught": caught,
                 "false_flags_per_1000": a["ff"] / a["days"] * 1000 if a["days"] else np.nan,
@@ -211,9 +236,23 @@ def pooled(out: Path, which: str, members: list[str] | None) -> pd.DataFrame:
             for mode, (cc, kk) in sorted(a["modes"].items()):
                 row[mode.split("_")[0]] = f"{kk}/{cc}"
             rows.append(row)
-    df = pd.DataFrame(rows).sort_values(["model", "in_a_row", "threshold", "family"])
-    with pd.option_context("display.width", 250, "display.max_rows", 1000):
+    return pd.DataFrame(rows)
+
+
+def _show(df: pd.DataFrame) -> None:
+    with pd.option_context("display.width", 250, "display.max_rows", 3000):
         print(df.round(3).to_string(index=False))
+
+
+def pooled(out: Path, which: str, members: list[str] | None) -> pd.DataFrame:
+    """Pool the per-fleet figures per (family, model, scores in a row, threshold) and print
+    them; for ``choose``, the threshold the shipped rule gives each model."""
+    from gpuwarden.models.make_default import pick_threshold
+
+    df = _pool(out, which, members)
+    df = df[df["threshold"] == df["t_drift"]].drop(columns="t_drift")
+    df = df.sort_values(["model", "in_a_row", "threshold", "family"])
+    _show(df)
     if which == "choose" and {"default", "family"} <= set(df["family"]):
         for model, g in df[df["in_a_row"] == 1].groupby("model"):
             d, f = (
@@ -224,11 +263,48 @@ def pooled(out: Path, which: str, members: list[str] | None) -> pd.DataFrame:
     return df
 
 
+def pick_pair(df: pd.DataFrame) -> tuple[float, float] | None:
+    """``make_default``'s rule over pairs (one model's rows of ``_pool`` on ``choose``, one
+    score): the most catches over the default and family fleets with default false flags
+    <= ``VALIDATION_BUDGET`` and family pooled <= ``FAMILY_BUDGET``; ties: the higher t_still,
+    then the higher t_drift. None within budget: None."""
+    from gpuwarden.models.make_default import FAMILY_BUDGET, VALIDATION_BUDGET
+
+    one = df[df["in_a_row"] == 1].set_index(["threshold", "t_drift", "family"])
+    best = None
+    for ts, td in sorted({(a, b) for a, b, _ in one.index}):
+        d, f = one.loc[(ts, td, "default")], one.loc[(ts, td, "family")]
+        if d["false_flags_per_1000"] <= VALIDATION_BUDGET and (
+            f["false_flags_per_1000"] <= FAMILY_BUDGET
+        ):
+            best = max(best or (-1, 0.0, 0.0), (int(d["caught"] + f["caught"]), ts, td))
+    return None if best is None else (best[1], best[2])
+
+
+def pairs(out: Path, which: str, members: list[str] | None, named: dict[str, str]) -> None:
+    """Print the pair each model's rule chooses (``choose``) or its figures at the pair
+    ``named`` (MODEL -> "TS/TD"), beside its single thresholds."""
+    df = _pool(out, which, members)
+    for model, g in df[df["in_a_row"] == 1].groupby("model"):
+        if which == "choose":
+            pick = pick_pair(g)
+            print(f"{model}: the rule over pairs chooses {pick}")
+            if pick is None:
+                continue
+        elif model in named:
+            ts, _, td = named[model].partition("/")
+            pick = (float(ts), float(td))
+        else:
+            continue
+        sel = g[(g["threshold"] == pick[0]) & (g["t_drift"] == pick[1])]
+        _show(sel.sort_values("family"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("fleets", choices=("choose", "judge", "fresh", "pooled"))
+    ap.add_argument("fleets", choices=("choose", "judge", "fresh", "pooled", "pairs"))
     ap.add_argument("models", help="NAME=DIR,... (DIR '-': the shipped model); for pooled: OUT")
     ap.add_argument("which", nargs="?", help="pooled: choose, judge or fresh")
     ap.add_argument("members", nargs="?", help="pooled: family members, comma-separated")
@@ -245,15 +321,20 @@ def main() -> None:
         help="family members without their benign thermal drift (as drawn before wave 14); "
         "use another --out, the fleets' files do not say which",
     )
+    ap.add_argument("--pair", default="", help="pairs: MODEL=TS/TD,... to print")
     args = ap.parse_args()
     tuning.apply(load_settings())
     from gpuwarden.sim.family import HELD_OUT_SEEDS, TRAIN_SEEDS, VALIDATION_SEEDS
 
-    if args.fleets == "pooled":
+    if args.fleets in ("pooled", "pairs"):
         if args.which not in ("choose", "judge", "fresh"):
-            ap.error("pooled OUT choose|judge|fresh [MEMBERS]")
+            ap.error(f"{args.fleets} OUT choose|judge|fresh [MEMBERS]")
         members = args.members.split(",") if args.members else None
-        pooled(Path(args.models), args.which, members)
+        if args.fleets == "pooled":
+            pooled(Path(args.models), args.which, members)
+        else:
+            named = dict(x.split("=", 1) for x in args.pair.split(",")) if args.pair else {}
+            pairs(Path(args.models), args.which, members, named)
     else:
         family = tuple(int(x) for x in args.fresh_family.split(","))
         used = set(HELD_OUT_SEEDS) | set(VALIDATION_SEEDS) | set(TRAIN_SEEDS) | set(FRESH_SEEDS)
