@@ -31,7 +31,9 @@ t_drift at the scoring hours when the fleet's HBM-core spread drifts more than
 ``score.SPREAD_DRIFT_LIMIT_C`` (``score.fleet_spread_drift`` over the week up to that hour),
 t_still at the others. ``pairs OUT choose|judge|fresh [MEMBERS] [--pair MODEL=TS/TD,...]``
 prints, for ``choose``, the pair ``make_default``'s rule gives each model (its budgets, over
-pairs), and otherwise each model's pooled figures at the pair named.
+pairs), and otherwise each model's pooled figures at the pair named. ``--switch A>B`` adds
+model ``A>B``: model A at the still hours and B at the drifting ones, at every pair of their
+thresholds.
 """
 
 from __future__ import annotations
@@ -138,6 +140,7 @@ def run(
     fresh: tuple[int, tuple[int, ...]] = (5, FRESH_SEEDS_2),
     *,
     drift: bool = True,
+    switch: tuple[str, str] | None = None,
 ) -> None:
     from tqdm import tqdm
 
@@ -173,8 +176,9 @@ def run(
         same_prev = np.r_[False, key[order][1:] == key[order][:-1]]
         drifting = drifting_rows(sim.panel, ds.meta["at"].to_numpy(np.float64))
         res: dict[str, Any] = {"drifting_share": float(drifting.mean()) if drifting.size else 0.0}
+        raws = {}
         for mname, model in models.items():
-            raw = model.risk(ds.X)
+            raw = raws[mname] = model.risk(ds.X)
             s = raw[order]
             two = np.empty_like(raw)  # the lower of this hour's score and the one before
             two[order] = np.minimum(s, np.where(same_prev, np.r_[0.0, s[:-1]], 0.0))
@@ -187,6 +191,14 @@ def run(
                     res[f"{mname}|pair|{ts}/{td}"] = _figures(ds, fails, flag, sudden)
             ev = evaluate_dataset(ds, fails, model, horizon_s=model.horizon_s)
             res[f"{mname}|prauc"] = ev.summary.get("pr_auc_vs_bound")
+        if switch is not None:
+            still, moving = (raws[m] for m in switch)
+            for ts in THRESHOLDS:
+                for td in THRESHOLDS:
+                    flag = np.where(drifting, moving >= td, still >= ts) | hard
+                    res[f"{switch[0]}>{switch[1]}|pair|{ts}/{td}"] = _figures(
+                        ds, fails, flag, sudden
+                    )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(res))
         tqdm.write(f"{which} {fam} {name}: {time.time() - t0:.0f} s")
@@ -322,6 +334,12 @@ def main() -> None:
         "use another --out, the fleets' files do not say which",
     )
     ap.add_argument("--pair", default="", help="pairs: MODEL=TS/TD,... to print")
+    ap.add_argument(
+        "--switch",
+        default=None,
+        help="STILL>DRIFTING: also the figures of model STILL on the fleet's still hours and "
+        "DRIFTING on the others, at every pair of thresholds (model 'STILL>DRIFTING' in pairs)",
+    )
     args = ap.parse_args()
     tuning.apply(load_settings())
     from gpuwarden.sim.family import HELD_OUT_SEEDS, TRAIN_SEEDS, VALIDATION_SEEDS
@@ -356,6 +374,7 @@ def main() -> None:
             args.out,
             (args.fresh_default, family),
             drift=not args.without_drift,
+            switch=tuple(args.switch.split(">")) if args.switch else None,  # type: ignore[arg-type]
         )
 
 
