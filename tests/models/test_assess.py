@@ -49,7 +49,7 @@ def test_serve_finds_the_model_and_reads_its_records(demo_store):
 
 
 def test_serve_warns_of_a_drifting_fleet_once_a_day_and_exports_the_figure(tmp_path, caplog):
-    """A fleet whose HBM temperatures drift 2 C from day to day: serve's scorer logs the drift
+    """A fleet whose HBM temperatures drift 4 C from day to day: serve's scorer logs the drift
     warning once a day (not every minute) and ``/metrics`` carries the figure."""
     import logging
     from dataclasses import replace
@@ -62,7 +62,7 @@ def test_serve_warns_of_a_drifting_fleet_once_a_day_and_exports_the_figure(tmp_p
     from gpuwarden.sim import Fleet
 
     spec = fleet_spec(nodes=2, days=9.0, accel=1.0, seed=5, start_ts=T0)
-    fleet = Fleet(replace(spec, thermal_drift_hbm_c=2.0))
+    fleet = Fleet(replace(spec, thermal_drift_hbm_c=4.0))
     store = SqliteStore(tmp_path / "drift.db")
     for chunk in fleet.chunks(progress=False):
         store.write_frame(chunk.samples)

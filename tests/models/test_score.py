@@ -228,10 +228,10 @@ def test_a_signal_the_store_lacks_is_named_not_scored_as_clean(tiny_model, tmp_p
     assert "deploy/dcgm-exporter/gpuwarden-counters.csv" in warnings[0]
 
 
-@pytest.mark.parametrize("hbm_drift_c, warned", [(0.0, False), (2.0, True)])
+@pytest.mark.parametrize("hbm_drift_c, warned", [(0.0, False), (1.0, False), (4.0, True)])
 def test_a_fleet_whose_temperatures_drift_is_warned_of(tiny_model, tmp_path, hbm_drift_c, warned):
-    """The shipped model was trained on fleets whose HBM-core spread moved up to 0.7 C a day;
-    ``score`` says when the fleet's median GPU moves more (its thermal reasons misfire)."""
+    """The shipped model was trained on fleets whose HBM-core spread moved up to 1.6 C a day;
+    ``score`` says when the fleet's median GPU moves more (its thermal reasons are untested)."""
     from dataclasses import replace
 
     from click.testing import CliRunner
@@ -257,7 +257,7 @@ def test_a_fleet_whose_temperatures_drift_is_warned_of(tiny_model, tmp_path, hbm
     assert len(said) == int(warned)
     if warned:
         assert said[0].startswith("warning: the HBM-core temperature spread moves ")
-        assert "expect false flags with thermal reasons" in said[0]
+        assert "its thermal reasons are untested there" in said[0]
 
 
 def test_too_short_a_history_has_no_drift_to_warn_of():
