@@ -119,6 +119,14 @@ class Evaluation:
                 f"{_f(s['oracle_pr_auc'], 3)} on the horizon label, which no model passes "
                 f"({_f(s['oracle_pr_auc_no_sudden'], 3)} without sudden failures' rows)."
             )
+        if s.get("spread_drift_c") is not None:
+            drift, limit = s["spread_drift_c"], s["spread_drift_limit_c"]
+            lines.append(
+                f"Temperature drift: the HBM-core spread moved {drift:.2f} C from day to day on "
+                f"the median GPU (median over the period's days); the shipped model was trained "
+                f"on fleets reading up to {limit:g} C"
+                + ("; above that its thermal reasons are untested." if drift > limit else ".")
+            )
         for name, path in self.plots.items():
             lines.append(f"{name}: {path}")
         return "\n".join(lines)
@@ -500,6 +508,18 @@ def evaluate_store(
         drop_unknown=False,
         progress=progress,
     )
-    return evaluate_dataset(
-        ds, failures_of(panel), model, horizon_s=model.horizon_s, out_dir=out_dir
-    )
+    ev = evaluate_dataset(ds, failures_of(panel), model, horizon_s=model.horizon_s, out_dir=out_dir)
+    ev.summary.update(_fleet_drift(panel, times, step_h))
+    return ev
+
+
+def _fleet_drift(panel: HourlyPanel, times: np.ndarray, step_h: int) -> dict[str, Any]:
+    """The fleet's HBM-core spread drift (``score.fleet_spread_drift``) at one scoring time a
+    day, its median: how far the evaluated fleet is from what the shipped model was trained on."""
+    from gpuwarden.models.score import SPREAD_DRIFT_LIMIT_C, fleet_spread_drift
+
+    daily = [fleet_spread_drift(panel, int(t)) for t in times[:: max(1, 24 // step_h)]]
+    known = [d for d in daily if d is not None]
+    if not known:
+        return {}
+    return {"spread_drift_c": float(np.median(known)), "spread_drift_limit_c": SPREAD_DRIFT_LIMIT_C}

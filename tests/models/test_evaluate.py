@@ -188,3 +188,37 @@ def test_a_link_rule_flag_counts_as_the_models_flag(eval_sim, tiny_model, monkey
         lead[setting] = t.loc["pcie_degradation", "model_lead_h"]
         assert ev.summary["model_pr_auc"] > 0  # the risk's ranking, rules or not
     assert lead["on"] > 0 and not np.isfinite(lead["off"])
+
+
+@pytest.mark.parametrize("hbm_drift_c, untested", [(0.0, False), (4.0, True)])
+def test_evaluate_says_how_far_the_fleet_drifts_from_the_training_fleets(
+    tmp_path, hbm_drift_c, untested
+):
+    """``gpuwarden evaluate`` prints the fleet's HBM-core spread drift (median over the days)
+    beside what the shipped model was trained on, and says when it is beyond it."""
+    from dataclasses import replace
+
+    from click.testing import CliRunner
+
+    from gpuwarden.models.cli import evaluate
+    from gpuwarden.models.score import SPREAD_DRIFT_LIMIT_C
+    from gpuwarden.models.simdata import fleet_spec
+    from gpuwarden.sim import Fleet
+    from gpuwarden.store.sqlite import SqliteStore
+
+    spec = fleet_spec(nodes=2, days=10.0, accel=1.0, seed=5, start_ts=1_767_225_600.0)
+    fleet = Fleet(replace(spec, thermal_drift_hbm_c=hbm_drift_c))
+    db = tmp_path / "fleet.db"
+    with SqliteStore(db) as store:
+        for chunk in fleet.chunks(progress=False):
+            store.write_frame(chunk.samples)
+            store.write_events(chunk.events)
+        store.write_failures(fleet.failures)
+    r = CliRunner().invoke(evaluate, ["--store", f"sqlite:///{db}", "--out", str(tmp_path / "ev")])
+    assert r.exit_code == 0, r.output
+    said = [line for line in r.output.splitlines() if line.startswith("Temperature drift: ")]
+    assert len(said) == 1, r.output
+    drift = float(said[0].split("moved ")[1].split(" C")[0])
+    assert (drift > SPREAD_DRIFT_LIMIT_C) is untested, said
+    assert ("thermal reasons are untested" in said[0]) is untested
+    assert f"trained on fleets reading up to {SPREAD_DRIFT_LIMIT_C:g} C" in said[0]
