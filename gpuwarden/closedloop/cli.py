@@ -51,6 +51,12 @@ def parse_shares(text: str) -> tuple[float, ...]:
     "--model", "model_path", type=click.Path(exists=True), help="Model folder (default: shipped)."
 )
 @click.option(
+    "--thermal-drift",
+    default=0.0,
+    show_default=True,
+    help="Benign temperature drift: sd (C) per GPU on core and HBM and per node, daily knots.",
+)
+@click.option(
     "--checkpoint-min", default=60.0, show_default=True, help="Training checkpoint interval."
 )
 @click.option(
@@ -78,6 +84,7 @@ def closed_loop(
     sudden: str,
     accel: float,
     model_path: str | None,
+    thermal_drift: float,
     checkpoint_min: float,
     restart_min: float,
     jobs: int,
@@ -94,6 +101,8 @@ def closed_loop(
     with domain_errors():
         if seeds < 1:
             raise InputError(f"--seeds must be at least 1, got {seeds}")
+        if not 0 <= thermal_drift <= 10:
+            raise InputError(f"--thermal-drift must be 0-10 C, got {thermal_drift}")
         result = run_closed_loop(
             seeds=seeds,
             days=days,
@@ -102,6 +111,7 @@ def closed_loop(
             accel=accel,
             model_path=model_path,
             workload=WorkloadSpec(checkpoint_s=checkpoint_min * 60, restart_s=restart_min * 60),
+            thermal_drift_c=thermal_drift,
             jobs=jobs,
             progress=progress,
         )

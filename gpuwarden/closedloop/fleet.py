@@ -45,6 +45,7 @@ class FleetSpecSummary:
     days: float
     sudden_fraction: float
     accel: float
+    thermal_drift_c: float = 0.0
 
 
 @dataclass
@@ -82,6 +83,7 @@ def scored_fleet(
     days: float = 90.0,
     sudden_fraction: float = 0.3,
     accel: float = 20.0,
+    thermal_drift_c: float = 0.0,
     warmup_days: float = 7.0,
     model: Any = None,
     link_rules: Any = None,
@@ -90,7 +92,9 @@ def scored_fleet(
     """Simulate ``gpus`` (a multiple of 8) for ``warmup_days + days`` and score the last
     ``days`` hour by hour with ``model`` (default: the shipped one, ``load_model()``) and the
     ``link_rules`` beside it (``models.rules.LinkRules``; default: the ``link_rules`` setting),
-    as ``gpuwarden score`` does."""
+    as ``gpuwarden score`` does. ``thermal_drift_c``: benign temperature drift (standard
+    deviation, C) per GPU on the core and on the HBM and per node, knots a day apart (the
+    simulator's ``thermal_drift_*`` knobs; 0: none, as the default simulator)."""
     from gpuwarden.models.artifact import load_model
     from gpuwarden.models.features import compute_features, rows_at
     from gpuwarden.models.rules import LinkRules, hard_signal, rule_table
@@ -105,6 +109,9 @@ def scored_fleet(
         start_ts=START_TS,
         accel=accel,
         sudden_fraction=sudden_fraction,
+        thermal_drift_core_c=thermal_drift_c,
+        thermal_drift_hbm_c=thermal_drift_c,
+        thermal_drift_node_c=thermal_drift_c,
     )
     sim = simulate_panel(spec)
     panel, fleet = sim.panel, sim.fleet
@@ -158,7 +165,7 @@ def scored_fleet(
         return np.concatenate(parts).astype(dtype) if parts else np.empty(0, dtype)
 
     return ScoredFleet(
-        FleetSpecSummary(seed, len(slots), days, sudden_fraction, accel),
+        FleetSpecSummary(seed, len(slots), days, sudden_fraction, accel, thermal_drift_c),
         [(h, m, n) for h, (m, n) in per_node.items()],
         slots,
         eval_start,

@@ -92,8 +92,14 @@ def render(result: ClosedLoopResult) -> str:
     lines = [
         f"Closed loop: {len(cfg.seeds)} seeds ({cfg.seeds[0]}..{cfg.seeds[-1]}), {cfg.days:g} "
         f"simulated days, {cfg.gpus} GPUs, failure rate x{cfg.accel:g} (accelerated: Meta's "
-        f"3e-4 failures per GPU-day x{cfg.accel:g}); mean busy "
-        f"{frame['busy_share'].mean():.0%}; {result.seconds:.0f} s.",
+        f"3e-4 failures per GPU-day x{cfg.accel:g})"
+        + (
+            f"; benign temperature drift {cfg.thermal_drift_c:g} C (sd per GPU on core and HBM "
+            "and per node, daily knots)"
+            if cfg.thermal_drift_c
+            else ""
+        )
+        + f"; mean busy {frame['busy_share'].mean():.0%}; {result.seconds:.0f} s.",
         "Means over seeds; reductions vs no prediction with a 95% t interval.",
     ]
     for sudden, g in frame.groupby("sudden_fraction", sort=True):

@@ -34,6 +34,7 @@ class RunConfig:
     accel: float
     model_path: str | None = None
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+    thermal_drift_c: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -68,6 +69,7 @@ def run_seed(seed: int, sudden: float, config: RunConfig, model: Any = None) -> 
         days=config.days,
         sudden_fraction=sudden,
         accel=config.accel,
+        thermal_drift_c=config.thermal_drift_c,
         model=model,
     )
     start = fleet.eval_start_ts - PREFILL_S
@@ -93,6 +95,7 @@ def run_closed_loop(
     accel: float = 20.0,
     model_path: str | None = None,
     workload: WorkloadSpec | None = None,
+    thermal_drift_c: float = 0.0,
     jobs: int = 1,
     progress: bool = True,
 ) -> ClosedLoopResult:
@@ -112,6 +115,7 @@ def run_closed_loop(
         float(accel),
         model_path,
         workload or WorkloadSpec(),
+        float(thermal_drift_c),
     )
     model = load_model(model_path)  # fail early on a bad model, and keep its card
     t0 = time.perf_counter()

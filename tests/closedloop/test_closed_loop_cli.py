@@ -38,8 +38,23 @@ def test_evaluate_still_runs_on_its_own_and_lists_closed_loop(tmp_path):
     assert result.exit_code == 1 and "holds no telemetry" in result.output
 
 
+def test_a_drifting_fleet_is_named_in_the_table(tmp_path):
+    args = ["evaluate", "closed-loop", "--seeds", "1", "--days", "1", "--gpus", "16"]
+    args += ["--sudden", "0", "--accel", "200", "--jobs", "1", "--no-progress"]
+    result = CliRunner().invoke(main, [*args, "--thermal-drift", "1.5", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "; benign temperature drift 1.5 C (sd per GPU on core and HBM and per node" in (
+        result.output
+    )
+
+
 def test_bad_options_are_one_line_errors(tmp_path):
-    for bad, word in ((["--gpus", "12"], "multiple of 8"), (["--sudden", "lots"], "--sudden")):
+    bad_options = (
+        (["--gpus", "12"], "multiple of 8"),
+        (["--sudden", "lots"], "--sudden"),
+        (["--thermal-drift", "-1"], "--thermal-drift"),
+    )
+    for bad, word in bad_options:
         result = CliRunner().invoke(
             main, ["evaluate", "closed-loop", *bad, "--out", str(tmp_path), "--no-progress"]
         )

@@ -39,3 +39,15 @@ def test_each_scoring_hour_holds_the_live_gpus_once(fleet):
             assert fail_ts.get(str(fleet.life_key[g]), np.inf) > at
     risk = fleet.row_risk
     assert np.isfinite(risk).all() and ((risk >= 0) & (risk <= 1)).all()
+
+
+def test_benign_temperature_drift_reaches_the_simulator():
+    """``--thermal-drift``: the same fleet with its temperatures drifting scores differently
+    (the model reads the HBM-core spread), and says what it was simulated with."""
+    still = scored_fleet(seed=101, gpus=16, days=1, warmup_days=1, accel=400, sudden_fraction=0)
+    moving = scored_fleet(
+        seed=101, gpus=16, days=1, warmup_days=1, accel=400, sudden_fraction=0, thermal_drift_c=2
+    )
+    assert still.spec.thermal_drift_c == 0 and moving.spec.thermal_drift_c == 2
+    assert still.row_risk.size == moving.row_risk.size
+    assert not np.array_equal(still.row_risk, moving.row_risk)
