@@ -52,3 +52,20 @@ def test_every_rule_has_a_unit_test():
         if t["exp_alerts"]
     }
     assert names == tested
+
+
+def test_the_drift_alert_fires_where_score_warns():
+    """GpuFleetTemperatureDrift's line is ``score.SPREAD_DRIFT_LIMIT_C``, the shipped model's
+    training range: the rule, its description and the warning say the same number."""
+    import yaml
+
+    from gpuwarden.models.score import SPREAD_DRIFT_LIMIT_C
+
+    rules = yaml.safe_load(RULES_FILE.read_text())
+    rule = next(
+        r for g in rules["groups"] for r in g["rules"] if r["alert"] == "GpuFleetTemperatureDrift"
+    )
+    assert (
+        rule["expr"].strip() == f"gpuwarden_fleet_spread_drift_celsius > {SPREAD_DRIFT_LIMIT_C:g}"
+    )
+    assert f"trained on up to {SPREAD_DRIFT_LIMIT_C:g} C" in rule["annotations"]["description"]
