@@ -52,8 +52,8 @@ FRAME_COLUMNS = (*COLUMNS, "evidence", "action", "missing", "rule")
 #: Above this day-to-day movement (C) of the HBM-core spread on the fleet's median GPU, ``score``
 #: warns: the shipped model (wave 15) was trained on fleets whose figure, median over daily
 #: scoring times, is 0.45-1.56 C (the default simulator 0.37-0.45, family members 100-123 with
-#: their drift 0.53-1.56; ``bench/bench_fleet_drift.py``). Wave 11's model, trained without drift, made
-#: 24-114 false flags per 1,000 GPU-days on drifting fleets (docs/models.md, waves 14-15).
+#: their drift 0.53-1.56; ``bench/bench_fleet_drift.py``). Wave 11's model, trained without
+#: drift, made 24-114 false flags per 1,000 GPU-days on drifting fleets (docs/models.md).
 SPREAD_DRIFT_LIMIT_C = 1.6
 
 
