@@ -294,8 +294,8 @@ def pick_pair(df: pd.DataFrame) -> tuple[float, float] | None:
 
 
 def pairs(out: Path, which: str, members: list[str] | None, named: dict[str, str]) -> None:
-    """Print the pair each model's rule chooses (``choose``) or its figures at the pair
-    ``named`` (MODEL -> "TS/TD"), beside its single thresholds."""
+    """Print the pair each model's rule chooses and its figures there (``choose``), or each
+    named model's figures at its pair (``named``: MODEL -> "TS/TD"), per family of fleets."""
     df = _pool(out, which, members)
     for model, g in df[df["in_a_row"] == 1].groupby("model"):
         if which == "choose":
