@@ -22,10 +22,9 @@ from gpuwarden.config import load_settings
 
 
 def drift_by_day(panel) -> np.ndarray:
-    from gpuwarden.models.score import fleet_spread_drift
+    from gpuwarden.models.score import daily_spread_drift
 
-    vals = [fleet_spread_drift(panel, t) for t in range(24 * 8 - 1, panel.shape[0], 24)]
-    return np.array([v for v in vals if v is not None])
+    return daily_spread_drift(panel, np.arange(24 * 8 - 1, panel.shape[0]))
 
 
 def main() -> None:

@@ -516,10 +516,9 @@ def evaluate_store(
 def _fleet_drift(panel: HourlyPanel, times: np.ndarray, step_h: int) -> dict[str, Any]:
     """The fleet's HBM-core spread drift (``score.fleet_spread_drift``) at one scoring time a
     day, its median: how far the evaluated fleet is from what the shipped model was trained on."""
-    from gpuwarden.models.score import SPREAD_DRIFT_LIMIT_C, fleet_spread_drift
+    from gpuwarden.models.score import SPREAD_DRIFT_LIMIT_C, daily_spread_drift
 
-    daily = [fleet_spread_drift(panel, int(t)) for t in times[:: max(1, 24 // step_h)]]
-    known = [d for d in daily if d is not None]
-    if not known:
+    known = daily_spread_drift(panel, times, step_h)
+    if known.size == 0:
         return {}
     return {"spread_drift_c": float(np.median(known)), "spread_drift_limit_c": SPREAD_DRIFT_LIMIT_C}

@@ -188,6 +188,13 @@ def fleet_spread_drift(panel: HourlyPanel, t: int) -> float | None:
     return float(np.median(sd))
 
 
+def daily_spread_drift(panel: HourlyPanel, times: np.ndarray, step_h: int = 1) -> np.ndarray:
+    """``fleet_spread_drift`` at one of ``times`` (bucket indices ``step_h`` hours apart) a day,
+    the days with a figure only."""
+    daily = [fleet_spread_drift(panel, int(t)) for t in times[:: max(1, 24 // step_h)]]
+    return np.array([d for d in daily if d is not None], dtype=np.float64)
+
+
 def drift_warnings(frame: pd.DataFrame) -> list[str]:
     """A line when the fleet's temperatures drift more than the model was trained on."""
     drift = frame.attrs.get("spread_drift_c")
