@@ -73,6 +73,12 @@ _BASE: tuple[Feature, ...] = (
     _f("spread_c_1h", "thermal", "C", "HBM minus core temperature, last hour."),
     _f("spread_c_24h", "thermal", "C", "HBM minus core temperature, last day."),
     _f("spread_rise_c", "thermal", "C", "HBM-core spread, last day minus the 6 days before."),
+    _f(
+        "spread_rise_vs_fleet",
+        "thermal",
+        "ratio",
+        "Spread rise against the fleet's at that hour: minus the median, over the p95 deviation.",
+    ),
     _f("spread_trend_24h", "thermal", "C/h", "Slope of the HBM-core spread over the last day."),
     _f("spread_hours_over15_24h", "thermal", "h", "Hours of the last day with spread > 15 C."),
     _f("spread_hours_over15_7d", "thermal", "h", "Hours of the last week with spread > 15 C."),
@@ -447,6 +453,31 @@ def _peers(meta: pd.DataFrame, out: dict[str, np.ndarray]) -> None:
             out[f"{s}_vs_{scope}"] = np.where(unknown, np.nan, diff)
 
 
+#: GPUs of a fleet with a spread rise at a scoring hour below which the fleet's own scale of
+#: rises is unknown (``spread_rise_vs_fleet`` is NaN).
+FLEET_MIN_GPUS = 16
+#: Floor on that scale (C): a fleet whose spreads hold still to the tenth of a degree does not
+#: turn a rise of 0.3 C into a large one.
+FLEET_SCALE_FLOOR_C = 0.1
+
+
+def _fleet_scaled(meta: pd.DataFrame, out: dict[str, np.ndarray]) -> None:
+    """The spread rise against the rises of the whole fleet at the same scoring hour.
+
+    Benign drift moves every board's spread from day to day; a failing cold plate moves one.
+    The fleet's own p95 deviation is the scale: on a still fleet a 2 C rise stands out, on one
+    whose spreads wander by 2 C a day it does not (issue 17, wave 16)."""
+    rise = pd.Series(out["spread_rise_c"], dtype=np.float64)
+    groups = [meta["t"].to_numpy(), meta["fleet"].to_numpy()]
+    g = rise.groupby(groups, sort=False)
+    med = g.transform("median")
+    dev = (rise - med).abs()
+    scale = dev.groupby(groups, sort=False).transform("quantile", 0.95)
+    known = g.transform("count") >= FLEET_MIN_GPUS
+    z = (rise - med) / np.maximum(scale, FLEET_SCALE_FLOOR_C)
+    out["spread_rise_vs_fleet"] = np.where(known, z, np.nan)
+
+
 def compute_features(panel: HourlyPanel, rows: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Features for ``rows`` ((t, g) pairs, e.g. from ``rows_at``): (meta, X).
 
@@ -469,6 +500,8 @@ def compute_features(panel: HourlyPanel, rows: np.ndarray) -> tuple[pd.DataFrame
             "t": t,
         }
     )
+    # one fleet per panel, unless panels of several were put side by side (``concat_panels``)
+    fleet = keys["fleet"].to_numpy()[g] if "fleet" in keys else np.full(len(t), "")
     w = Windows(t, g, panel.first, n_buckets=panel.shape[0], last_fraction=panel.last_fraction)
     out: dict[str, np.ndarray] = {}
     for part in (_memory, _thermal, _pcie, _nvlink, _xid, _relative, _gaps):
@@ -476,6 +509,7 @@ def compute_features(panel: HourlyPanel, rows: np.ndarray) -> tuple[pd.DataFrame
     out["history_h"] = np.minimum(w.age, float(D7))
     _peers(meta, out)
     _ranks(meta, out)
+    _fleet_scaled(meta.assign(fleet=fleet), out)
     meta["fatal_xid"] = w.latest(panel.fatal_xid, H24)  # for the Xid catalogue's action
     for gauge in ("pcie_link_width", "pcie_link_width_max"):  # the link rule says them
         meta[gauge.replace("_link", "")] = w.last(panel.gauge[gauge])

@@ -131,7 +131,7 @@ def concat_panels(panels: Sequence[HourlyPanel], names: Sequence[str]) -> Hourly
     """Several fleets' panels side by side, as one panel over the union of their hours.
 
     Hostnames, racks and keys get the fleet's name in front, so node and rack peers never
-    cross fleets; hours a fleet did not cover are unread (NaN, not seen), never zeros."""
+    cross fleets, and a ``fleet`` column holds the name (fleet-wide features group on it); hours a fleet did not cover are unread (NaN, not seen), never zeros."""
     h0 = min(int(p.hours[0]) for p in panels)
     h1 = max(int(p.hours[-1]) for p in panels)
     T = (h1 - h0) // int(H.HOUR_S) + 1
@@ -155,6 +155,7 @@ def concat_panels(panels: Sequence[HourlyPanel], names: Sequence[str]) -> Hourly
         for col in ("key", "hostname"):
             k[col] = name + "/" + k[col].astype(str)
         k["rack"] = np.where(k["rack"].astype(str) == "", "", name + "/" + k["rack"].astype(str))
+        k["fleet"] = name
         keys.append(k)
     first = np.concatenate(
         [

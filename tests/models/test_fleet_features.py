@@ -1,0 +1,61 @@
+"""The spread rise read against the whole fleet's at the same hour (``spread_rise_vs_fleet``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from modelkit import T0, make_frame, no_events, no_failures
+
+from gpuwarden.models.features import FLEET_MIN_GPUS, compute_features, rows_at
+from gpuwarden.models.panel import panel_from_frames
+from gpuwarden.models.simdata import concat_panels
+
+DAYS = 8
+SICK = 5
+
+
+def _gpus(n: int) -> list[tuple[str, int, str]]:
+    return [(f"node{g // 8:03d}", g % 8, f"GPU-{g}") for g in range(n)]
+
+
+def _fleet(n: int, *, wander_c: float):
+    """``n`` GPUs for 8 days; each board's HBM temperature moves by up to ``wander_c`` from day
+    to day (benign drift), and GPU ``SICK``'s rises 2.5 C over the last day (a cold plate)."""
+
+    def mem(ts: np.ndarray, g: int) -> np.ndarray:
+        day = np.floor((ts - T0) / 86400.0)
+        drift = wander_c * np.sin(1.7 * g + 2.3 * day)
+        sick = np.where((g == SICK) & (ts >= T0 + (DAYS - 1) * 86400), 2.5, 0.0)
+        return 62.0 + 0.05 * np.sin(g) + drift + sick
+
+    frame = make_frame(DAYS * 24, _gpus(n), step_s=3600, values={"mem_temp_c": mem})
+    return panel_from_frames([frame], no_events(), no_failures())
+
+
+def _last(panel):
+    meta, X = compute_features(panel, rows_at(panel, [panel.shape[0] - 1]))
+    return X.set_index(meta["key"])["spread_rise_vs_fleet"]
+
+
+def test_a_rise_stands_out_on_a_still_fleet_and_not_where_every_board_wanders():
+    still = _last(_fleet(32, wander_c=0.0))
+    wandering = _last(_fleet(32, wander_c=2.0))
+    sick = [k for k in still.index if k.endswith(f"GPU-{SICK}")]
+    assert still[sick].iloc[0] > 10  # 2.5 C against a floor of 0.1 C
+    assert (still.drop(sick).abs() < 1).all()
+    assert wandering[sick].iloc[0] < 2  # the same 2.5 C is the fleet's usual day
+    # without the sick board the wandering fleet's rises are spread around 0, not all flagged
+    assert wandering.drop(sick).abs().median() < 1
+
+
+def test_too_few_gpus_leave_the_fleet_scale_unknown():
+    z = _last(_fleet(FLEET_MIN_GPUS - 1, wander_c=0.0))
+    assert z.isna().all()
+
+
+def test_fleets_side_by_side_are_scaled_each_by_its_own():
+    alone = _last(_fleet(32, wander_c=0.0))
+    both = concat_panels([_fleet(32, wander_c=0.0), _fleet(32, wander_c=2.0)], ["a", "b"])
+    z = _last(both)
+    still = z[[k.startswith("a/") for k in z.index]]
+    assert still.to_numpy() == pytest.approx(alone.to_numpy())
