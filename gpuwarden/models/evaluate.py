@@ -123,7 +123,7 @@ class Evaluation:
             drift, limit = s["spread_drift_c"], s["spread_drift_limit_c"]
             lines.append(
                 f"Temperature drift: the HBM-core spread moved {drift:.2f} C from day to day on "
-                f"the median GPU (median over the period's days); the shipped model was trained "
+                f"the median GPU (median over the period's days); the model was trained "
                 f"on fleets reading up to {limit:g} C"
                 + ("; above that its thermal reasons are untested." if drift > limit else ".")
             )
@@ -509,16 +509,21 @@ def evaluate_store(
         progress=progress,
     )
     ev = evaluate_dataset(ds, failures_of(panel), model, horizon_s=model.horizon_s, out_dir=out_dir)
-    ev.summary.update(_fleet_drift(panel, times, step_h))
+    ev.summary.update(_fleet_drift(panel, times, step_h, model))
     return ev
 
 
-def _fleet_drift(panel: HourlyPanel, times: np.ndarray, step_h: int) -> dict[str, Any]:
+def _fleet_drift(
+    panel: HourlyPanel, times: np.ndarray, step_h: int, model: RiskModel
+) -> dict[str, Any]:
     """The fleet's HBM-core spread drift (``score.fleet_spread_drift``) at one scoring time a
-    day, its median: how far the evaluated fleet is from what the shipped model was trained on."""
-    from gpuwarden.models.score import SPREAD_DRIFT_LIMIT_C, daily_spread_drift
+    day, its median: how far the evaluated fleet is from what the model was trained on."""
+    from gpuwarden.models.score import daily_spread_drift, drift_limit
 
     known = daily_spread_drift(panel, times, step_h)
     if known.size == 0:
         return {}
-    return {"spread_drift_c": float(np.median(known)), "spread_drift_limit_c": SPREAD_DRIFT_LIMIT_C}
+    return {
+        "spread_drift_c": float(np.median(known)),
+        "spread_drift_limit_c": drift_limit(model.card),
+    }

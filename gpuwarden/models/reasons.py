@@ -75,6 +75,10 @@ def _memory(r: pd.Series) -> list[str]:
     return out
 
 
+#: ``spread_rise_vs_fleet`` from which the thermal reason names a rise under 3 C
+FLEET_RISE_SAID = 3.0
+
+
 def _thermal(r: pd.Series) -> list[str]:
     out = []
     if np.isfinite(r["spread_c_1h"]) and (r["spread_c_1h"] >= 8 or r["spread_rise_c"] >= 3):
@@ -82,6 +86,12 @@ def _thermal(r: pd.Series) -> list[str]:
         if r["spread_hours_over15_24h"] >= 1:
             hot += f" ({_n(r['spread_hours_over15_24h'])} h over 15 C today)"
         out.append(hot)
+    elif r["spread_rise_vs_fleet"] >= FLEET_RISE_SAID and r["spread_rise_c"] >= 0.5:
+        # small in degrees, large for this fleet: where no board's spread moves (wave 16)
+        out.append(
+            f"HBM-core spread up {r['spread_rise_c']:.1f} C on the week before, "
+            f"{r['spread_rise_vs_fleet']:.0f}x the fleet's usual move"
+        )
     if r["mem_temp_rise_c"] >= 3:
         out.append(f"HBM up {_n(r['mem_temp_rise_c'])} C on the week before")
     if abs(r["mem_temp_c_24h_vs_node"]) >= 3:

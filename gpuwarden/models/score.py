@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -50,11 +51,15 @@ COLUMNS = ("at", "hostname", "gpu", "uuid", "model", "risk", "state", "reasons")
 FRAME_COLUMNS = (*COLUMNS, "evidence", "action", "missing", "rule")
 
 #: Above this day-to-day movement (C) of the HBM-core spread on the fleet's median GPU, ``score``
-#: warns: the shipped model (wave 15) was trained on fleets whose figure, median over daily
-#: scoring times, is 0.45-1.56 C (the default simulator 0.37-0.45, family members 100-123 with
-#: their drift 0.53-1.56; ``bench/bench_fleet_drift.py``). Wave 11's model, trained without
-#: drift, made 24-114 false flags per 1,000 GPU-days on drifting fleets (docs/models.md).
+#: warns for a model whose card does not say what it was trained on (``drift_limit``): the
+#: shipped model (waves 15-16) was trained on fleets whose figure, median over daily scoring
+#: times, is 0.45-1.56 C (the default simulator 0.37-0.45, family members 100-123 with their
+#: drift 0.53-1.56; ``bench/bench_fleet_drift.py``), and its card says so. Wave 11's model,
+#: trained without drift, made 24-114 false flags per 1,000 GPU-days on drifting fleets
+#: (docs/models.md).
 SPREAD_DRIFT_LIMIT_C = 1.6
+#: the model card's record of its training fleets' drift (``training_spread_drift``)
+CARD_DRIFT_KEY = "spread_drift_trained_c"
 
 
 @dataclass(frozen=True)
@@ -173,9 +178,13 @@ def fleet_spread_drift(panel: HourlyPanel, t: int) -> float | None:
     """How much the HBM-core spread moves from day to day on the fleet's median GPU: per GPU,
     the standard deviation of its 7 daily means up to bucket ``t`` (a day needs 6 hourly
     readings, a GPU 3 such days); None without a full week or without HBM temperature."""
+    return _spread_drift(panel.gauge["spread_c"], t)
+
+
+def _spread_drift(spread_c: np.ndarray, t: int) -> float | None:
     if t < 167:
         return None
-    spread = panel.gauge["spread_c"][t - 167 : t + 1].reshape(7, 24, -1)
+    spread = spread_c[t - 167 : t + 1].reshape(7, 24, -1)
     k = (~np.isnan(spread)).sum(axis=1)
     day = np.where(k >= 6, np.nansum(spread, axis=1) / np.maximum(k, 1), np.nan)
     n = (~np.isnan(day)).sum(axis=0)
@@ -195,16 +204,46 @@ def daily_spread_drift(panel: HourlyPanel, times: np.ndarray, step_h: int = 1) -
     return np.array([d for d in daily if d is not None], dtype=np.float64)
 
 
+def training_spread_drift(panel: HourlyPanel) -> dict[str, float | int] | None:
+    """What a model trained on ``panel`` has seen: per fleet (the ``fleet`` column of panels
+    put side by side, else the whole panel), the median of ``fleet_spread_drift`` at one bucket
+    a day; the lowest and highest of those medians. None where no fleet reads HBM temperature
+    for a week."""
+    spread = panel.gauge["spread_c"]
+    fleets = panel.keys["fleet"].to_numpy() if "fleet" in panel.keys else np.zeros(spread.shape[1])
+    medians = []
+    for name in pd.unique(fleets):
+        cols = spread[:, fleets == name]
+        daily = [_spread_drift(cols, int(t)) for t in range(167, spread.shape[0], 24)]
+        known = [d for d in daily if d is not None]
+        if known:
+            medians.append(float(np.median(known)))
+    if not medians:
+        return None
+    return {"min": round(min(medians), 3), "max": round(max(medians), 3), "fleets": len(medians)}
+
+
+def drift_limit(card: dict[str, Any]) -> float:
+    """The drift (C) above which a model's thermal reasons are untested: the most its training
+    fleets showed (the card's ``CARD_DRIFT_KEY``), up to the next tenth of a degree;
+    ``SPREAD_DRIFT_LIMIT_C`` for a card that does not say."""
+    trained = card.get(CARD_DRIFT_KEY) or {}
+    if trained.get("max") is None:
+        return SPREAD_DRIFT_LIMIT_C
+    return float(np.ceil(round(float(trained["max"]) * 10, 6)) / 10)
+
+
 def drift_warnings(frame: pd.DataFrame) -> list[str]:
     """A line when the fleet's temperatures drift more than the model was trained on."""
     drift = frame.attrs.get("spread_drift_c")
-    if drift is None or drift <= SPREAD_DRIFT_LIMIT_C:
+    limit = frame.attrs.get("spread_drift_limit_c", SPREAD_DRIFT_LIMIT_C)
+    if drift is None or drift <= limit:
         return []
     return [
         f"the HBM-core temperature spread moves {drift:.1f} C from day to day on the median "
-        f"GPU, more than on any fleet the shipped model was trained on (up to "
-        f"{SPREAD_DRIFT_LIMIT_C:g} C); its thermal reasons are untested there and may flag "
-        "healthy boards (docs/models.md: benign temperature drift)"
+        f"GPU, more than on any fleet the model was trained on (up to {limit:g} C); its "
+        "thermal reasons are untested there and may flag healthy boards (docs/models.md: "
+        "benign temperature drift)"
     ]
 
 
@@ -254,6 +293,7 @@ def score_panel(
     out["at"] = float(at)
     out = _order(out)
     out.attrs["spread_drift_c"] = fleet_spread_drift(panel, last)
+    out.attrs["spread_drift_limit_c"] = drift_limit(model.card)
     return out
 
 

@@ -51,6 +51,7 @@ from gpuwarden.models.estimator import TimeSplitCalibratedClassifier
 from gpuwarden.models.features import FEATURE_NAMES
 from gpuwarden.models.labels import Dataset
 from gpuwarden.models.panel import HourlyPanel
+from gpuwarden.models.score import CARD_DRIFT_KEY
 from gpuwarden.models.train import (
     TrainOptions,
     failing_lives,
@@ -387,6 +388,20 @@ class UserModel:
     why: str
 
 
+def _drift_seen(base: dict | None, fleet: dict | None, info: dict[str, Any]) -> dict | None:
+    """The drift a user model's trees were grown on: the base model's for its own trees, with
+    this fleet's added where new trees grew on it (``warm``)."""
+    if info["how"] != "warm" or fleet is None:
+        return base
+    if base is None:
+        return None  # the base's trees saw an unknown range: no limit is known either
+    return {
+        "min": min(base["min"], fleet["min"]),
+        "max": max(base["max"], fleet["max"]),
+        "fleets": base["fleets"] + fleet["fleets"],
+    }
+
+
 def train_user_model(
     panel: HourlyPanel,
     *,
@@ -443,6 +458,9 @@ def train_user_model(
     if info["how"] == "recalibrate":
         card["metrics"]["calibration_block"]["block"] = "every row of the history"
         card["threshold"] = info["threshold"]
+    card[CARD_DRIFT_KEY] = _drift_seen(
+        base.card.get(CARD_DRIFT_KEY), card.get(CARD_DRIFT_KEY), info
+    )
     card["base_model"] = base_model_record(base)
     card["transfer"] = info
     return UserModel(RiskModel(est, card), info["how"], info["why"])

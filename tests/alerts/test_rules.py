@@ -56,7 +56,7 @@ def test_every_rule_has_a_unit_test():
 
 def test_the_drift_alert_fires_where_score_warns():
     """GpuFleetTemperatureDrift's line is ``score.SPREAD_DRIFT_LIMIT_C``, the shipped model's
-    training range: the rule, its description and the warning say the same number."""
+    training range: the rule, its description, the card and the warning say the same number."""
     import yaml
 
     from gpuwarden.models.score import SPREAD_DRIFT_LIMIT_C
@@ -69,3 +69,10 @@ def test_the_drift_alert_fires_where_score_warns():
         rule["expr"].strip() == f"gpuwarden_fleet_spread_drift_celsius > {SPREAD_DRIFT_LIMIT_C:g}"
     )
     assert f"trained on up to {SPREAD_DRIFT_LIMIT_C:g} C" in rule["annotations"]["description"]
+    # ... and the shipped model's card, which records its training fleets' drift
+    from gpuwarden.models.artifact import load_model
+    from gpuwarden.models.score import CARD_DRIFT_KEY, drift_limit
+
+    card = load_model().card
+    assert card[CARD_DRIFT_KEY]["fleets"] == 22  # 25 training fleets, 3 without HBM temperature
+    assert drift_limit(card) == SPREAD_DRIFT_LIMIT_C

@@ -228,16 +228,9 @@ def test_a_signal_the_store_lacks_is_named_not_scored_as_clean(tiny_model, tmp_p
     assert "deploy/dcgm-exporter/gpuwarden-counters.csv" in warnings[0]
 
 
-@pytest.mark.parametrize("hbm_drift_c, warned", [(0.0, False), (1.0, False), (4.0, True)])
-def test_a_fleet_whose_temperatures_drift_is_warned_of(tiny_model, tmp_path, hbm_drift_c, warned):
-    """The shipped model was trained on fleets whose HBM-core spread moved up to 1.6 C a day;
-    ``score`` says when the fleet's median GPU moves more (its thermal reasons are untested)."""
+def _drifting_store(tmp_path, hbm_drift_c: float):
     from dataclasses import replace
 
-    from click.testing import CliRunner
-
-    from gpuwarden.models.cli import score
-    from gpuwarden.models.score import SPREAD_DRIFT_LIMIT_C, drift_warnings
     from gpuwarden.models.simdata import fleet_spec
     from gpuwarden.sim import Fleet
 
@@ -247,8 +240,25 @@ def test_a_fleet_whose_temperatures_drift_is_warned_of(tiny_model, tmp_path, hbm
     with SqliteStore(db) as store:
         for chunk in fleet.chunks(progress=False):
             store.write_frame(chunk.samples)
-        rows = score_store(store, tiny_model)
+    return db
+
+
+@pytest.mark.parametrize("hbm_drift_c, warned", [(0.0, False), (1.0, False), (4.0, True)])
+def test_a_fleet_whose_temperatures_drift_is_warned_of(tmp_path, hbm_drift_c, warned):
+    """The shipped model was trained on fleets whose HBM-core spread moved up to 1.6 C a day
+    (its card says so); ``score`` says when the fleet's median GPU moves more (its thermal
+    reasons are untested)."""
+    from click.testing import CliRunner
+
+    from gpuwarden.models.artifact import load_model
+    from gpuwarden.models.cli import score
+    from gpuwarden.models.score import SPREAD_DRIFT_LIMIT_C, drift_warnings
+
+    db = _drifting_store(tmp_path, hbm_drift_c)
+    with SqliteStore(db) as store:
+        rows = score_store(store, load_model())
     drift = rows.attrs["spread_drift_c"]
+    assert rows.attrs["spread_drift_limit_c"] == SPREAD_DRIFT_LIMIT_C
     assert (drift > SPREAD_DRIFT_LIMIT_C) is warned, drift
     assert bool(drift_warnings(rows)) is warned
     r = CliRunner().invoke(score, ["--store", f"sqlite:///{db}"])
@@ -258,6 +268,52 @@ def test_a_fleet_whose_temperatures_drift_is_warned_of(tiny_model, tmp_path, hbm
     if warned:
         assert said[0].startswith("warning: the HBM-core temperature spread moves ")
         assert "its thermal reasons are untested there" in said[0]
+
+
+def test_a_model_trained_on_a_still_fleet_warns_sooner(tiny_model, train_sim, tmp_path):
+    """A model's card records the drift of the fleets it was trained on (here one still fleet);
+    its warning starts above that, not at the shipped model's 1.6 C."""
+    from gpuwarden.models.score import (
+        CARD_DRIFT_KEY,
+        drift_limit,
+        drift_warnings,
+        training_spread_drift,
+    )
+
+    seen = tiny_model.card[CARD_DRIFT_KEY]
+    assert seen == training_spread_drift(train_sim.panel)
+    assert seen["fleets"] == 1 and 0.1 < seen["min"] == seen["max"] < 0.8
+    limit = drift_limit(tiny_model.card)
+    assert seen["max"] <= limit < seen["max"] + 0.1
+    with SqliteStore(_drifting_store(tmp_path, 1.0)) as store:
+        rows = score_store(store, tiny_model)
+    assert rows.attrs["spread_drift_limit_c"] == limit < rows.attrs["spread_drift_c"]
+    (line,) = drift_warnings(rows)
+    assert f"(up to {limit:g} C)" in line
+
+
+def test_a_card_without_the_record_keeps_the_old_limit():
+    from gpuwarden.models.score import SPREAD_DRIFT_LIMIT_C, drift_limit
+
+    assert drift_limit({}) == SPREAD_DRIFT_LIMIT_C
+    assert drift_limit({"spread_drift_trained_c": None}) == SPREAD_DRIFT_LIMIT_C
+    assert drift_limit({"spread_drift_trained_c": {"min": 0.4, "max": 1.56, "fleets": 2}}) == 1.6
+    assert drift_limit({"spread_drift_trained_c": {"min": 0.4, "max": 1.5, "fleets": 2}}) == 1.5
+
+
+def test_the_training_record_is_per_fleet_when_fleets_sit_side_by_side():
+    from dataclasses import replace
+
+    from gpuwarden.models.score import training_spread_drift
+    from gpuwarden.models.simdata import concat_panels, fleet_spec, simulate_panel
+
+    spec = fleet_spec(nodes=2, days=12.0, accel=1.0, seed=5, start_ts=T0)
+    still = simulate_panel(spec).panel
+    wander = simulate_panel(replace(spec, seed=6, thermal_drift_hbm_c=3.0)).panel
+    alone = [training_spread_drift(p)["max"] for p in (still, wander)]
+    both = training_spread_drift(concat_panels([still, wander], ["a", "b"]))
+    assert both == {"min": min(alone), "max": max(alone), "fleets": 2}
+    assert alone[1] > 1.0 > 0.6 > alone[0]  # the mixed panel would read in between
 
 
 def test_too_short_a_history_has_no_drift_to_warn_of():
@@ -270,3 +326,22 @@ def test_too_short_a_history_has_no_drift_to_warn_of():
     panel = panel_from_frames([make_frame(48, gpus)], no_events(), no_failures())
     assert fleet_spread_drift(panel, panel.shape[0] - 1) is None
     assert drift_warnings(pd.DataFrame()) == []
+
+
+def test_a_small_rise_on_a_still_fleet_is_said_against_the_fleet():
+    from gpuwarden.models.reasons import _thermal
+
+    row = pd.Series({n: np.nan for n in FEATURE_NAMES})
+    row[["mem_temp_c_1h", "spread_c_1h", "spread_rise_c", "spread_rise_vs_fleet"]] = [
+        64.0,
+        4.0,
+        1.4,
+        7.2,
+    ]
+    assert _thermal(row) == [
+        "HBM-core spread up 1.4 C on the week before, 7x the fleet's usual move"
+    ]
+    row["spread_rise_vs_fleet"] = 1.5  # an ordinary day where every board moves: nothing said
+    assert _thermal(row) == []
+    row["spread_rise_c"] = 3.5  # 3 C or more is said in degrees, whatever the fleet
+    assert _thermal(row)[0].startswith("HBM 64 C, 4 C above the core")

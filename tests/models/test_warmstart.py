@@ -227,3 +227,14 @@ def test_cli_with_a_few_failures_recalibrates_the_shipped_model(quiet_store, tmp
     card = json.loads((out / "model_card.json").read_text())
     assert card["base_model"]["sha256"] == model_digest(DEFAULT_DIR)
     assert card["transfer"]["how"] == "recalibrate" and card["training_data"]["failures"] == 3
+
+
+def test_a_user_models_card_says_which_drift_its_trees_grew_on():
+    from gpuwarden.models.transfer import _drift_seen
+
+    base = {"min": 0.45, "max": 1.56, "fleets": 25}
+    fleet = {"min": 0.3, "max": 2.1, "fleets": 1}
+    assert _drift_seen(base, fleet, {"how": "warm"}) == {"min": 0.3, "max": 2.1, "fleets": 26}
+    for how in ("shipped", "recalibrate"):  # the base's trees only: the base's range
+        assert _drift_seen(base, fleet, {"how": how}) == base
+    assert _drift_seen(None, fleet, {"how": "warm"}) is None
