@@ -59,9 +59,11 @@ def test_shards_score_whole_racks_as_one_process_does(vm) -> None:
     assert not set(racks[parts[0].index]) & set(racks[parts[1].index])  # no rack split
     both = both.reindex(full.index)
     assert (both["state"] == full["state"]).all()
-    # node and rack peers are whole in a shard; only the model-rank features (a GPU against
-    # its model's GPUs in the fleet) see the shard's GPUs, and move a risk a little
-    assert np.allclose(both["risk"], full["risk"], atol=0.01, equal_nan=True)
+    # node and rack peers are whole in a shard; the fleet-wide features see the shard's GPUs
+    # only and move a risk a little: the model ranks (a GPU against its model's GPUs) and the
+    # spread rise against the fleet's, unknown in these shards of under 16 GPUs (0.0104 at most
+    # here, 0.0015 before it existed)
+    assert np.allclose(both["risk"], full["risk"], atol=0.02, equal_nan=True)
 
 
 def test_serve_replicas_score_their_share(vm, tmp_path) -> None:
