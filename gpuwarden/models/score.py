@@ -200,7 +200,11 @@ def _spread_drift(spread_c: np.ndarray, t: int) -> float | None:
 def daily_spread_drift(panel: HourlyPanel, times: np.ndarray, step_h: int = 1) -> np.ndarray:
     """``fleet_spread_drift`` at one of ``times`` (bucket indices ``step_h`` hours apart) a day,
     the days with a figure only."""
-    daily = [fleet_spread_drift(panel, int(t)) for t in times[:: max(1, 24 // step_h)]]
+    return _daily_drift(panel.gauge["spread_c"], times[:: max(1, 24 // step_h)])
+
+
+def _daily_drift(spread_c: np.ndarray, times: Any) -> np.ndarray:
+    daily = [_spread_drift(spread_c, int(t)) for t in times]
     return np.array([d for d in daily if d is not None], dtype=np.float64)
 
 
@@ -213,10 +217,8 @@ def training_spread_drift(panel: HourlyPanel) -> dict[str, float | int] | None:
     fleets = panel.keys["fleet"].to_numpy() if "fleet" in panel.keys else np.zeros(spread.shape[1])
     medians = []
     for name in pd.unique(fleets):
-        cols = spread[:, fleets == name]
-        daily = [_spread_drift(cols, int(t)) for t in range(167, spread.shape[0], 24)]
-        known = [d for d in daily if d is not None]
-        if known:
+        known = _daily_drift(spread[:, fleets == name], range(167, spread.shape[0], 24))
+        if known.size:
             medians.append(float(np.median(known)))
     if not medians:
         return None
