@@ -28,6 +28,43 @@ def test_command_documented(command):
     assert f"gpuwarden {command}" in text, f"docs/guide.md does not document `gpuwarden {command}`"
 
 
+# ---- links between the docs ----------------------------------------------------------------
+
+
+def _github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation (backticks included) dropped,
+    spaces turned into hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    """Every heading anchor of one Markdown file, repeats numbered as GitHub numbers them."""
+    seen: dict[str, int] = {}
+    in_code = False
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        heading = re.match(r"#{1,6} (.*)", line)
+        if heading and not in_code:
+            anchor = _github_anchor(heading.group(1))
+            seen[anchor] = seen.get(anchor, 0) + 1
+    return {a if i == 0 else f"{a}-{i}" for a, n in seen.items() for i in range(n)}
+
+
+def test_relative_links_and_anchors_resolve():
+    """A link from one doc to another names a file that exists and, after ``#``, a heading it
+    has: a renamed heading must not leave a link that opens at the top of the page."""
+    broken = []
+    for doc in [*sorted(DOCS.glob("*.md")), DOCS.parent / "README.md"]:
+        for target, anchor in re.findall(r"\]\(([^)\s#:]*)(?:#([^)\s]+))?\)", doc.read_text()):
+            path = (doc.parent / target).resolve() if target else doc
+            if not path.exists():
+                broken.append(f"{doc.name}: {target} does not exist")
+            elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
+                broken.append(f"{doc.name}: {target or doc.name} has no heading #{anchor}")
+    assert not broken, "\n".join(broken)
+
+
 # ---- the curl examples of the docs, run as written -----------------------------------------
 
 SERVE_TOKEN, TEAM_TOKEN = "docs-serve-token", "docs-team-token"
