@@ -10,7 +10,8 @@ not fail within 30 days. Per signal, one threshold for all the fleets (the poole
 99.9th percentile) and, per fleet, the share of positives above it and healthy rows above it
 per 1,000: a signal that only works on one kind of fleet shows it.
 
-- ``spread_rise_c`` and ``spread_rise_vs_fleet``: the shipped features (``compute_features``);
+- ``spread_rise_c``, ``spread_rise_vs_fleet``, ``hbm_load_rise_vs_fleet`` and
+  ``core_load_rise_vs_fleet``: features (``compute_features``);
 - ``hbm_c_per_kw_rise``: the slope of hourly HBM temperature on power over the last day minus
   the slope over the 6 days before (C per kW; a failing plate's rise grows with load), computed
   here: it is not a feature.
@@ -26,7 +27,14 @@ from tqdm import tqdm
 from gpuwarden import tuning
 from gpuwarden.config import load_settings
 
-SIGNALS = ("spread_rise_c", "spread_rise_vs_fleet", "hbm_c_per_kw_rise")
+#: shipped features first (read from ``compute_features``), then the one computed here
+FEATURES = (
+    "spread_rise_c",
+    "spread_rise_vs_fleet",
+    "hbm_load_rise_vs_fleet",
+    "core_load_rise_vs_fleet",
+)
+SIGNALS = (*FEATURES, "hbm_c_per_kw_rise")
 
 
 def _slope(y: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -74,7 +82,7 @@ def fleet_rows(
         rows = rows_at(panel, [t])
         meta, X = compute_features(panel, rows)
         g = rows[:, 1]
-        values = {s: X[s].to_numpy(np.float64) for s in SIGNALS[:2]}
+        values = {s: X[s].to_numpy(np.float64) for s in FEATURES}
         values["hbm_c_per_kw_rise"] = per_watt_rise(panel, t)[g]
         ahead = fail[g] - meta["at"].to_numpy()
         groups = {

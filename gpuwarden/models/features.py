@@ -79,6 +79,19 @@ _BASE: tuple[Feature, ...] = (
         "ratio",
         "Spread rise against the fleet's at that hour: minus the median, over the p95 deviation.",
     ),
+    _f(
+        "hbm_load_rise_vs_fleet",
+        "thermal",
+        "ratio",
+        "HBM temperature at the same power, last day against the GPU's fit over the 6 days "
+        "before, against the fleet's at that hour (as spread_rise_vs_fleet).",
+    ),
+    _f(
+        "core_load_rise_vs_fleet",
+        "thermal",
+        "ratio",
+        "The same for the core temperature (boards that do not report HBM temperature).",
+    ),
     _f("spread_trend_24h", "thermal", "C/h", "Slope of the HBM-core spread over the last day."),
     _f("spread_hours_over15_24h", "thermal", "h", "Hours of the last day with spread > 15 C."),
     _f("spread_hours_over15_7d", "thermal", "h", "Hours of the last week with spread > 15 C."),
@@ -310,6 +323,39 @@ def _thermal(p: HourlyPanel, w: Windows, out: dict[str, np.ndarray]) -> None:
     )
     out["power_w_24h"] = w.means(p.gauge["power_w"], (H24,))[H24]
     out["gpu_util_pct_24h"] = w.means(p.gauge["gpu_util_pct"], (H24,))[H24]
+    power = p.gauge["power_w"]
+    out["_hbm_load_rise"] = _load_rise(w, mem, power)
+    out["_core_load_rise"] = _load_rise(w, p.gauge["gpu_temp_c"], power)
+
+
+#: hours of the 6 days before the last day a temperature-on-power fit needs
+LOAD_FIT_MIN_H = 48
+
+
+def _load_rise(w: Windows, temp: np.ndarray, power: np.ndarray) -> np.ndarray:
+    """The last day's mean temperature above what the GPU's own fit of temperature on power
+    over the 6 days before gives at the last day's power: a failing cold plate runs hotter at
+    the same load; a new job at a new load does not count (NaN under ``LOAD_FIT_MIN_H`` hours
+    of pairs before, or without the last day's)."""
+    both = ~np.isnan(temp) & ~np.isnan(power)
+    y = np.where(both, temp, np.nan).astype(np.float64)
+    x = np.where(both, power, np.nan).astype(np.float64)
+
+    def before_and_last(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        sums = w.sums(a, (H24, D7))
+        return sums[D7][0] - sums[H24][0], sums[D7][1] - sums[H24][1], sums[H24][0], sums[H24][1]
+
+    sx, n, sx_last, n_last = before_and_last(x)
+    sy, _, sy_last, _ = before_and_last(y)
+    sxy, _, _, _ = before_and_last(x * y)
+    sxx, _, _, _ = before_and_last(x * x)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        xm, ym = sx / n, sy / n
+        var = sxx / n - xm * xm
+        slope = np.where(var > 1e-6, (sxy / n - xm * ym) / var, 0.0)
+        expected = ym + slope * (sx_last / n_last - xm)
+        rise = sy_last / n_last - expected
+    return np.where((n >= LOAD_FIT_MIN_H) & (n_last > 0), rise, np.nan)
 
 
 def _pcie(p: HourlyPanel, w: Windows, out: dict[str, np.ndarray]) -> None:
@@ -461,21 +507,31 @@ FLEET_MIN_GPUS = 16
 FLEET_SCALE_FLOOR_C = 0.1
 
 
-def _fleet_scaled(meta: pd.DataFrame, out: dict[str, np.ndarray]) -> None:
-    """The spread rise against the rises of the whole fleet at the same scoring hour.
+#: rises read against the whole fleet's: (source in ``out``, feature); sources starting with
+#: "_" are intermediate and leave ``out`` afterwards
+FLEET_SCALED = (
+    ("spread_rise_c", "spread_rise_vs_fleet"),
+    ("_hbm_load_rise", "hbm_load_rise_vs_fleet"),
+    ("_core_load_rise", "core_load_rise_vs_fleet"),
+)
 
-    Benign drift moves every board's spread from day to day; a failing cold plate moves one.
-    The fleet's own p95 deviation is the scale: on a still fleet a 2 C rise stands out, on one
-    whose spreads wander by 2 C a day it does not (issue 17, wave 16)."""
-    rise = pd.Series(out["spread_rise_c"], dtype=np.float64)
+
+def _fleet_scaled(meta: pd.DataFrame, out: dict[str, np.ndarray]) -> None:
+    """Thermal rises against the rises of the whole fleet at the same scoring hour.
+
+    Benign drift moves every board's temperatures from day to day; a failing cold plate moves
+    one. The fleet's own p95 deviation is the scale: on a still fleet a 2 C rise stands out, on
+    one whose spreads wander by 2 C a day it does not (issue 17, waves 16-17)."""
     groups = [meta["t"].to_numpy(), meta["fleet"].to_numpy()]
-    g = rise.groupby(groups, sort=False)
-    med = g.transform("median")
-    dev = (rise - med).abs()
-    scale = dev.groupby(groups, sort=False).transform("quantile", 0.95)
-    known = g.transform("count") >= FLEET_MIN_GPUS
-    z = (rise - med) / np.maximum(scale, FLEET_SCALE_FLOOR_C)
-    out["spread_rise_vs_fleet"] = np.where(known, z, np.nan)
+    for source, name in FLEET_SCALED:
+        rise = pd.Series(out.pop(source) if source.startswith("_") else out[source], dtype=float)
+        g = rise.groupby(groups, sort=False)
+        med = g.transform("median")
+        dev = (rise - med).abs()
+        scale = dev.groupby(groups, sort=False).transform("quantile", 0.95)
+        known = g.transform("count") >= FLEET_MIN_GPUS
+        z = (rise - med) / np.maximum(scale, FLEET_SCALE_FLOOR_C)
+        out[name] = np.where(known, z, np.nan)
 
 
 def compute_features(panel: HourlyPanel, rows: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:

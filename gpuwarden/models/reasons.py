@@ -92,6 +92,16 @@ def _thermal(r: pd.Series) -> list[str]:
             f"HBM-core spread up {r['spread_rise_c']:.1f} C on the week before, "
             f"{r['spread_rise_vs_fleet']:.0f}x the fleet's usual move"
         )
+    hotter = [
+        (what, r[f"{key}_load_rise_vs_fleet"])
+        for what, key in (("HBM", "hbm"), ("core", "core"))
+        if r[f"{key}_load_rise_vs_fleet"] >= FLEET_RISE_SAID
+    ]
+    if hotter:  # the HBM's if both: a cold plate shows there first
+        what, z = hotter[0]
+        out.append(
+            f"{what} runs hotter at the same power than last week, {z:.0f}x the fleet's usual move"
+        )
     if r["mem_temp_rise_c"] >= 3:
         out.append(f"HBM up {_n(r['mem_temp_rise_c'])} C on the week before")
     if abs(r["mem_temp_c_24h_vs_node"]) >= 3:

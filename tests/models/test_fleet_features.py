@@ -59,3 +59,43 @@ def test_fleets_side_by_side_are_scaled_each_by_its_own():
     z = _last(both)
     still = z[[k.startswith("a/") for k in z.index]]
     assert still.to_numpy() == pytest.approx(alone.to_numpy())
+
+
+def _loaded_fleet(n: int, *, hotter_c: float, new_job_w: float):
+    """``n`` GPUs for 8 days, power swinging with the day; temperatures follow power on a line.
+    On the last day GPU ``SICK`` runs ``hotter_c`` hotter at the same power (a cold plate) and
+    GPU 0 draws ``new_job_w`` more (a heavier job, as hot as its line says)."""
+
+    def power(ts: np.ndarray, g: int) -> np.ndarray:
+        last = ts >= T0 + (DAYS - 1) * 86400
+        return (
+            420.0
+            + 120.0 * np.sin(2 * np.pi * ts / 86400 + g)
+            + np.where(last & (g == 0), new_job_w, 0.0)
+        )
+
+    def temp(base: float):
+        def f(ts: np.ndarray, g: int) -> np.ndarray:
+            last = ts >= T0 + (DAYS - 1) * 86400
+            return base + 0.05 * power(ts, g) + np.where(last & (g == SICK), hotter_c, 0.0)
+
+        return f
+
+    frame = make_frame(
+        DAYS * 24,
+        _gpus(n),
+        step_s=3600,
+        values={"power_w": power, "mem_temp_c": temp(40.0), "gpu_temp_c": temp(35.0)},
+    )
+    return panel_from_frames([frame], no_events(), no_failures())
+
+
+def test_hotter_at_the_same_power_counts_and_a_heavier_job_does_not():
+    panel = _loaded_fleet(32, hotter_c=3.0, new_job_w=150.0)
+    meta, X = compute_features(panel, rows_at(panel, [panel.shape[0] - 1]))
+    X = X.set_index(meta["uuid"])
+    for name in ("hbm_load_rise_vs_fleet", "core_load_rise_vs_fleet"):
+        assert X.loc[f"GPU-{SICK}", name] > 10, name  # 3 C against a still fleet's 0.1 C floor
+        assert abs(X.loc["GPU-0", name]) < 1, name  # 7.5 C warmer, as its line says
+    # the plain week-on-week HBM rise cannot tell them apart: the heavier job reads hotter
+    assert X.loc["GPU-0", "mem_temp_rise_c"] > X.loc[f"GPU-{SICK}", "mem_temp_rise_c"]

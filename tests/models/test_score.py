@@ -345,3 +345,17 @@ def test_a_small_rise_on_a_still_fleet_is_said_against_the_fleet():
     assert _thermal(row) == []
     row["spread_rise_c"] = 3.5  # 3 C or more is said in degrees, whatever the fleet
     assert _thermal(row)[0].startswith("HBM 64 C, 4 C above the core")
+
+
+def test_hotter_at_the_same_power_is_said_against_the_fleet():
+    from gpuwarden.models.reasons import _thermal
+
+    row = pd.Series({n: np.nan for n in FEATURE_NAMES})
+    row[["core_load_rise_vs_fleet", "hbm_load_rise_vs_fleet"]] = [4.2, np.nan]
+    assert _thermal(row) == [
+        "core runs hotter at the same power than last week, 4x the fleet's usual move"
+    ]
+    row["hbm_load_rise_vs_fleet"] = 6.0
+    assert _thermal(row)[0].startswith("HBM runs hotter at the same power than last week, 6x")
+    row[["core_load_rise_vs_fleet", "hbm_load_rise_vs_fleet"]] = [2.0, 1.0]
+    assert _thermal(row) == []
