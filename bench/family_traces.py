@@ -69,6 +69,27 @@ def traces(fleet: Fleet, hidden: dict[str, tuple[str, ...]], first: float, days:
         yield life.gpu.uuid, life.fail_ts, life.kind, n
 
 
+def cooling_rises(fleet: Fleet, hidden: dict[str, tuple[str, ...]], first: float, days: float):
+    """(GPU UUID, rise in C) of each catchable cooling failure failing in ``[first, first +
+    days)``: what the failing plate adds to the HBM temperature (the core's, on a GPU model that
+    hides ``mem_temp_c``) 24 h before the failure, above its mean over the 6 days before that,
+    at mid load (``sim._dense``: ``amp * u**shape * (0.4 + 0.6 * load)``, load 0.5)."""
+    fleet.planned_failures()
+    for life in fleet._eng.lives:
+        if life.kind != C.COOLING or not first <= life.fail_ts < first + days * DAY_S:
+            continue
+        start = life.precursor_start_ts
+        if start is None or start > life.fail_ts - DAY_S:
+            continue
+        length = life.fail_ts - start
+        hours = np.arange(-7 * 24, 0) * 3600.0 + life.fail_ts - DAY_S  # the week before the cut
+        u = np.clip((hours - start) / length, 0.0, 1.0) ** life.cool_shape
+        rise = life.cool_amp_c * 0.7 * (u[-24:].mean() - u[:-24].mean())
+        if "mem_temp_c" in hidden.get(life.gpu.model, ()):
+            rise *= life.cool_core_ratio
+        yield life.gpu.uuid, float(rise)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -89,13 +110,19 @@ def main() -> None:
         spec, first = held_out_spec(days=args.days, seed=args.default_seed)
         for _, _, kind, n in traces(Fleet(spec), {}, first, args.days):
             pooled.setdefault(("default", kind), []).append(n)
+        rises = {"default": [r for _, r in cooling_rises(Fleet(spec), {}, first, args.days)]}
         print(f"default simulator, seed {args.default_seed}, {args.days:g} days scored")
     else:
+        rises = {}
         seeds = tuple(int(s) for s in args.seeds.split(","))
         for key, draw in family_variants(seeds, args.nodes, args.days + 7, held.start_ts):
             label = key.split(" ", 1)[1]
             for _, _, kind, n in traces(Fleet(draw.spec), dict(draw.hidden), first, args.days):
                 pooled.setdefault((label, kind), []).append(n)
+            drift = draw.spec.thermal_drift_hbm_c, draw.spec.thermal_drift_node_c
+            rises[f"{key}; drift sd {drift[0]:.1f} / {drift[1]:.1f} C"] = [
+                r for _, r in cooling_rises(Fleet(draw.spec), dict(draw.hidden), first, args.days)
+            ]
         print(f"family members {args.seeds}, {args.nodes} nodes, {args.days:g} days scored")
     print(
         "| fleets | mode | catchable | no trace 24 h ahead | 1-2 events | events p10 / p25 / median |"
@@ -117,6 +144,18 @@ def main() -> None:
     for kind, counts in by_mode.items():
         seen = int((np.array(counts) > 0).sum())
         print(f"| {kind} | {len(counts)} | {seen} ({100 * seen / len(counts):.0f}%) |")
+
+    # cooling leaves no count: what the plate adds to the temperature a day ahead, against the
+    # fleet's benign drift (per GPU on the HBM / per node), is what a detector has to see
+    print(
+        "\n| fleet; benign drift | catchable cooling | rise 24 h ahead, C: p25 / median / p75 "
+        "| under 1 C |"
+    )
+    print("|---|---:|---:|---:|")
+    for label, r in rises.items():
+        if r:
+            q = " / ".join(f"{v:.1f}" for v in np.percentile(r, [25, 50, 75]))
+            print(f"| {label} | {len(r)} | {q} | {int((np.array(r) < 1.0).sum())} |")
 
 
 if __name__ == "__main__":
