@@ -1,4 +1,5 @@
-"""The spread rise read against the whole fleet's at the same hour (``spread_rise_vs_fleet``)."""
+"""Thermal rises read against the whole fleet's at the same hour (``spread_rise_vs_fleet``,
+``hbm_load_rise_vs_fleet``, ``core_load_rise_vs_fleet``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 from modelkit import T0, make_frame, no_events, no_failures
 
-from gpuwarden.models.features import FLEET_MIN_GPUS, compute_features, rows_at
+from gpuwarden.models.features import FLEET_MIN_GPUS, LOAD_FIT_MIN_H, compute_features, rows_at
 from gpuwarden.models.panel import panel_from_frames
 from gpuwarden.models.simdata import concat_panels
 
@@ -99,3 +100,17 @@ def test_hotter_at_the_same_power_counts_and_a_heavier_job_does_not():
         assert abs(X.loc["GPU-0", name]) < 1, name  # 7.5 C warmer, as its line says
     # the plain week-on-week HBM rise cannot tell them apart: the heavier job reads hotter
     assert X.loc["GPU-0", "mem_temp_rise_c"] > X.loc[f"GPU-{SICK}", "mem_temp_rise_c"]
+
+
+def test_temperature_at_the_same_power_is_unknown_without_power_or_two_days_before():
+    """Missing is not zero: a GPU whose power is unread, or the whole fleet with under
+    ``LOAD_FIT_MIN_H`` hours before the last day, gets NaN, not a rise of 0."""
+    panel = _loaded_fleet(32, hotter_c=3.0, new_job_w=0.0)
+    panel.gauge["power_w"][:, 1] = np.nan  # GPU 1's power is never read
+    meta, X = compute_features(panel, rows_at(panel, [panel.shape[0] - 1]))
+    X = X.set_index(meta["uuid"])
+    assert np.isnan(X.loc["GPU-1", "hbm_load_rise_vs_fleet"])
+    assert X.loc[f"GPU-{SICK}", "hbm_load_rise_vs_fleet"] > 10  # the others still read
+    short = 24 + LOAD_FIT_MIN_H - 1  # one hour short of the fit's history
+    meta, X = compute_features(panel, rows_at(panel, [short - 1]))
+    assert X[["hbm_load_rise_vs_fleet", "core_load_rise_vs_fleet"]].isna().all().all()
