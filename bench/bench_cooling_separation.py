@@ -2,9 +2,11 @@
 
     .venv/bin/python bench/bench_cooling_separation.py
     .venv/bin/python bench/bench_cooling_separation.py --drifts 0,1,2 --magnitude 0.3
+    .venv/bin/python bench/bench_cooling_separation.py --drifts 0,0.5,1.5,1.5/0,0.5/1.5
 
 Cooling-only fleets (the default simulator with only ``cooling_degradation`` failing), one per
-benign drift (sd in C on core, HBM and node, daily knots). Rows every 6 h after the first
+benign drift (sd in C on core, HBM and node, daily knots; ``GPU/NODE`` sets the per-GPU sd on
+core and HBM apart from the per-node one). Rows every 6 h after the first
 week: positives lie 1-7 days before a cooling failure, healthy rows belong to boards that do
 not fail within 30 days. Per signal, one threshold for all the fleets (the pooled healthy
 99.9th percentile) and, per fleet, the share of positives above it and healthy rows above it
@@ -14,7 +16,10 @@ per 1,000: a signal that only works on one kind of fleet shows it.
   ``core_load_rise_vs_fleet``: features (``compute_features``);
 - ``hbm_c_per_kw_rise``: the slope of hourly HBM temperature on power over the last day minus
   the slope over the 6 days before (C per kW; a failing plate's rise grows with load), computed
-  here: it is not a feature.
+  here: it is not a feature;
+- ``hbm_load_rise_vs_node``, ``spread_rise_vs_node``: HBM temperature at the same power and the
+  spread rise, minus the median of the GPU's node, scaled as the fleet features are (wave 19's
+  check: a node's drift cancels, a GPU's own does not); computed here, not features.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ FEATURES = (
     "hbm_load_rise_vs_fleet",
     "core_load_rise_vs_fleet",
 )
-SIGNALS = (*FEATURES, "hbm_c_per_kw_rise")
+SIGNALS = (*FEATURES, "hbm_c_per_kw_rise", "hbm_load_rise_vs_node", "spread_rise_vs_node")
 
 
 def _slope(y: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -57,8 +62,32 @@ def per_watt_rise(panel, t: int) -> np.ndarray:
     return (last - before) * 1000.0
 
 
+def vs_node(panel, rows: np.ndarray, meta, X) -> dict[str, np.ndarray]:
+    """Rises against the GPU's node at one scoring hour: minus the node's median, then minus the
+    fleet's median and over its p95 deviation (floor as ``features.FLEET_SCALE_FLOOR_C``)."""
+    import pandas as pd
+
+    from gpuwarden.models.features import FLEET_SCALE_FLOOR_C, Windows, _load_rise
+
+    w = Windows(
+        rows[:, 0], rows[:, 1], panel.first, n_buckets=panel.shape[0],
+        last_fraction=panel.last_fraction,
+    )  # fmt: skip
+    rises = {
+        "hbm_load_rise_vs_node": _load_rise(w, panel.gauge["mem_temp_c"], panel.gauge["power_w"]),
+        "spread_rise_vs_node": X["spread_rise_c"].to_numpy(np.float64),
+    }
+    out = {}
+    for name, v in rises.items():
+        s = pd.Series(v, dtype=float)
+        rel = s - s.groupby(meta["hostname"].to_numpy()).transform("median")
+        dev = rel - rel.median()
+        out[name] = (dev / max(float(dev.abs().quantile(0.95)), FLEET_SCALE_FLOOR_C)).to_numpy()
+    return out
+
+
 def fleet_rows(
-    drift_c: float, *, nodes: int, days: float, seed: int, magnitude: float
+    drift: str, *, nodes: int, days: float, seed: int, magnitude: float
 ) -> dict[str, dict[str, np.ndarray]]:
     from gpuwarden.models.features import compute_features, rows_at
     from gpuwarden.models.simdata import fleet_spec, simulate_panel
@@ -68,9 +97,9 @@ def fleet_rows(
         days=days,
         seed=seed,
         kinds=("cooling_degradation",),
-        thermal_drift_core_c=drift_c,
-        thermal_drift_hbm_c=drift_c,
-        thermal_drift_node_c=drift_c,
+        thermal_drift_core_c=float(drift.split("/")[0]),
+        thermal_drift_hbm_c=float(drift.split("/")[0]),
+        thermal_drift_node_c=float(drift.split("/")[-1]),
         thermal_drift_period_h=24.0,
         precursor_magnitude=magnitude,
     )
@@ -84,6 +113,7 @@ def fleet_rows(
         g = rows[:, 1]
         values = {s: X[s].to_numpy(np.float64) for s in FEATURES}
         values["hbm_c_per_kw_rise"] = per_watt_rise(panel, t)[g]
+        values.update(vs_node(panel, rows, meta, X))
         ahead = fail[g] - meta["at"].to_numpy()
         groups = {
             "pos": cooling[g] & (ahead >= 86400) & (ahead <= 7 * 86400),
@@ -102,19 +132,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--drifts", default="0,0.5,1.5", help="benign drift sd per fleet (C)")
+    ap.add_argument(
+        "--drifts", default="0,0.5,1.5", help="benign drift sd per fleet (C), or GPU/NODE sds"
+    )
     ap.add_argument("--nodes", type=int, default=24)
     ap.add_argument("--days", type=float, default=40.0)
     ap.add_argument("--seed", type=int, default=78)
     ap.add_argument("--magnitude", type=float, default=1.0, help="precursor magnitude factor")
     args = ap.parse_args()
     tuning.apply(load_settings())
-    drifts = [float(d) for d in args.drifts.split(",")]
+    drifts = args.drifts.split(",")
     fleets = {
         d: fleet_rows(d, nodes=args.nodes, days=args.days, seed=args.seed, magnitude=args.magnitude)
         for d in tqdm(drifts, desc="cooling-only fleets", unit="fleet")
     }
-    head = " | ".join(f"drift {d:g} C: positives, healthy /1,000" for d in drifts)
+    head = " | ".join(f"drift {d} C: positives, healthy /1,000" for d in drifts)
     print(f"\n| signal | pooled healthy p99.9 | {head} |")
     print("|---|---:|" + "---:|" * len(drifts))
     for s in SIGNALS:
