@@ -63,11 +63,11 @@ def per_watt_rise(panel, t: int) -> np.ndarray:
 
 
 def vs_node(panel, rows: np.ndarray, meta, X) -> dict[str, np.ndarray]:
-    """Rises against the GPU's node at one scoring hour: minus the node's median, then minus the
-    fleet's median and over its p95 deviation (floor as ``features.FLEET_SCALE_FLOOR_C``)."""
+    """Rises against the GPU's node at one scoring hour: minus the node's median, then against
+    the fleet's as the fleet features are (``features.against_fleet``)."""
     import pandas as pd
 
-    from gpuwarden.models.features import FLEET_SCALE_FLOOR_C, Windows, _load_rise
+    from gpuwarden.models.features import Windows, _load_rise, against_fleet
 
     w = Windows(
         rows[:, 0], rows[:, 1], panel.first, n_buckets=panel.shape[0],
@@ -81,8 +81,7 @@ def vs_node(panel, rows: np.ndarray, meta, X) -> dict[str, np.ndarray]:
     for name, v in rises.items():
         s = pd.Series(v, dtype=float)
         rel = s - s.groupby(meta["hostname"].to_numpy()).transform("median")
-        dev = rel - rel.median()
-        out[name] = (dev / max(float(dev.abs().quantile(0.95)), FLEET_SCALE_FLOOR_C)).to_numpy()
+        out[name] = against_fleet(rel, [np.zeros(len(rel))])
     return out
 
 

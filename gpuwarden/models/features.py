@@ -524,14 +524,21 @@ def _fleet_scaled(meta: pd.DataFrame, out: dict[str, np.ndarray]) -> None:
     one whose spreads wander by 2 C a day it does not (issue 17, waves 16-17)."""
     groups = [meta["t"].to_numpy(), meta["fleet"].to_numpy()]
     for source, name in FLEET_SCALED:
-        rise = pd.Series(out.pop(source) if source.startswith("_") else out[source], dtype=float)
-        g = rise.groupby(groups, sort=False)
-        med = g.transform("median")
-        dev = (rise - med).abs()
-        scale = dev.groupby(groups, sort=False).transform("quantile", 0.95)
-        known = g.transform("count") >= FLEET_MIN_GPUS
-        z = (rise - med) / np.maximum(scale, FLEET_SCALE_FLOOR_C)
-        out[name] = np.where(known, z, np.nan)
+        rise = out.pop(source) if source.startswith("_") else out[source]
+        out[name] = against_fleet(rise, groups)
+
+
+def against_fleet(rise: np.ndarray | pd.Series, groups: list[np.ndarray]) -> np.ndarray:
+    """Each value minus its group's median, over the group's 95th-percentile deviation (at
+    least ``FLEET_SCALE_FLOOR_C``); NaN in a group of fewer than ``FLEET_MIN_GPUS`` values."""
+    rise = pd.Series(rise, dtype=float)
+    g = rise.groupby(groups, sort=False)
+    med = g.transform("median")
+    dev = (rise - med).abs()
+    scale = dev.groupby(groups, sort=False).transform("quantile", 0.95)
+    known = g.transform("count") >= FLEET_MIN_GPUS
+    z = (rise - med) / np.maximum(scale, FLEET_SCALE_FLOOR_C)
+    return np.where(known, z, np.nan)
 
 
 def compute_features(panel: HourlyPanel, rows: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
