@@ -108,20 +108,22 @@ def main() -> None:
     pooled: dict[tuple[str, str], list[int]] = {}
     if args.default_seed is not None:
         spec, first = held_out_spec(days=args.days, seed=args.default_seed)
-        for _, _, kind, n in traces(Fleet(spec), {}, first, args.days):
+        fleet = Fleet(spec)  # one draw of the failures serves both counts
+        for _, _, kind, n in traces(fleet, {}, first, args.days):
             pooled.setdefault(("default", kind), []).append(n)
-        rises = {"default": [r for _, r in cooling_rises(Fleet(spec), {}, first, args.days)]}
+        rises = {"default": [r for _, r in cooling_rises(fleet, {}, first, args.days)]}
         print(f"default simulator, seed {args.default_seed}, {args.days:g} days scored")
     else:
         rises = {}
         seeds = tuple(int(s) for s in args.seeds.split(","))
         for key, draw in family_variants(seeds, args.nodes, args.days + 7, held.start_ts):
             label = key.split(" ", 1)[1]
-            for _, _, kind, n in traces(Fleet(draw.spec), dict(draw.hidden), first, args.days):
+            fleet, hidden = Fleet(draw.spec), dict(draw.hidden)
+            for _, _, kind, n in traces(fleet, hidden, first, args.days):
                 pooled.setdefault((label, kind), []).append(n)
             drift = draw.spec.thermal_drift_hbm_c, draw.spec.thermal_drift_node_c
             rises[f"{key}; drift sd {drift[0]:.1f} / {drift[1]:.1f} C"] = [
-                r for _, r in cooling_rises(Fleet(draw.spec), dict(draw.hidden), first, args.days)
+                r for _, r in cooling_rises(fleet, hidden, first, args.days)
             ]
         print(f"family members {args.seeds}, {args.nodes} nodes, {args.days:g} days scored")
     print(
