@@ -1,13 +1,14 @@
-"""How fast `gpuwarden score` scores a fleet: 10,000 GPUs with 7 days of history in SQLite.
+"""How fast `gpuwarden score` scores a fleet: 10,000 GPUs with 15 days of history in SQLite.
 
     .venv/bin/python bench/bench_score.py                  # builds the store once (minutes)
     .venv/bin/python bench/bench_score.py --gpus 2000      # a smaller fleet
     .venv/bin/python bench/bench_score.py --rebuild        # build the store again
+    .venv/bin/python bench/bench_score.py --history-h 170  # read a week, as before wave 20
 
 The store is simulated once (15-minute samples, compacted into hourly rollups as the collector
 does) and cached under the temp dir. Each run then scores the whole fleet at a time half an
-hour into an hour, so the scorer reads 168 hourly rollup rows per GPU plus the raw samples of
-the partial hour, and prints the time split into store read, features, and model (risk, states
+hour into an hour, so the scorer reads ``features.HISTORY_H`` hourly rollup rows per GPU (two weeks
+since wave 20) plus the raw samples of the partial hour, and prints the time split into store read, features, and model (risk, states
 and reasons), and GPUs scored per second. Target: the whole fleet in under 30 s.
 """
 
@@ -20,8 +21,9 @@ import time
 from pathlib import Path
 
 from gpuwarden.models.artifact import load_model
+from gpuwarden.models.features import HISTORY_H
 from gpuwarden.models.history import panel_of, read_history
-from gpuwarden.models.score import HISTORY_S, score_panel
+from gpuwarden.models.score import score_panel
 from gpuwarden.models.simdata import fleet_spec
 from gpuwarden.store.sqlite import SqliteStore
 
@@ -52,7 +54,13 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--gpus", type=int, default=10_000)
-    ap.add_argument("--days", type=float, default=7.0)
+    ap.add_argument("--days", type=float, default=15.0)
+    ap.add_argument(
+        "--history-h",
+        type=float,
+        default=float(HISTORY_H),
+        help="hours of history read before the scoring time (default: what the features read)",
+    )
     ap.add_argument("--step", type=int, default=900, help="seconds between simulated samples")
     ap.add_argument(
         "--cache", type=Path, default=Path(tempfile.gettempdir()) / "gpuwarden-bench-score"
@@ -74,7 +82,7 @@ def main() -> None:
     for _ in range(args.repeat):
         with SqliteStore(db) as store:
             t0 = time.perf_counter()
-            history = read_history(store, start=at - HISTORY_S, end=at)
+            history = read_history(store, start=at - args.history_h * 3600.0, end=at)
             t1 = time.perf_counter()
             panel = panel_of(history)
             t2 = time.perf_counter()
@@ -94,7 +102,7 @@ def main() -> None:
             best = run
     assert best is not None
     print(
-        f"{int(best['gpus']):,} GPUs, {args.days:g} days of history "
+        f"{int(best['gpus']):,} GPUs, {args.history_h:g} h of history read "
         f"({int(best['rows_read']):,} hourly rows), scored at {at:.0f}; best of {args.repeat}"
     )
     print(f"{'stage':<28}{'seconds':>9}")

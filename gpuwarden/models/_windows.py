@@ -96,6 +96,27 @@ class Windows:
             out[lo : lo + 200_000][has] = np.nanmax(block[has], axis=1)
         return out
 
+    def quietest_day(self, a: np.ndarray, days: int, *, min_days: int) -> np.ndarray:
+        """The lowest hourly mean of the ``days`` whole days before the row's last 24 h (each
+        day read for at least 12 h), NaN with fewer than ``min_days`` such days."""
+        total, count = self._cum(a)
+        s = total[24:] - total[:-24]  # s[i]: the 24 h ending with bucket i + 23
+        k = count[24:] - count[:-24]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            daily = np.where(k >= 12, s / k, np.nan)
+        out = np.full(self.t.size, np.nan)
+        if daily.shape[0] == 0:  # under a day of panel: no whole day before the last
+            return out
+        back = 24 * np.arange(1, days + 1)  # the day ending 24, 48, ... h before the row's
+        for lo in range(0, self.t.size, 200_000):  # bounded temporaries on big fleets
+            end = self.t[lo : lo + 200_000, None] - back[None, :] - 23
+            ok = end >= 0
+            vals = np.where(ok, daily[np.maximum(end, 0), self.g[lo : lo + 200_000, None]], np.nan)
+            have = (~np.isnan(vals)).sum(axis=1)
+            low = np.min(np.where(np.isnan(vals), np.inf, vals), axis=1)
+            out[lo : lo + 200_000] = np.where(have >= min_days, low, np.nan)
+        return out
+
     def slope(self, a: np.ndarray, w: int) -> np.ndarray:
         """Least-squares slope of the hourly values over the window, per hour (NaN under 3
         readings). Covariance is shift-invariant, so absolute bucket numbers serve as time."""

@@ -23,6 +23,7 @@ from gpuwarden.errors import InputError
 from gpuwarden.models import _metrics as M
 from gpuwarden.models import _plots
 from gpuwarden.models.artifact import RiskModel
+from gpuwarden.models.features import HISTORY_H
 from gpuwarden.models.history import load_panel, newest_sample_ts
 from gpuwarden.models.labels import Dataset, build_dataset, scoring_indices
 from gpuwarden.models.panel import HOUR_S, HourlyPanel
@@ -497,7 +498,7 @@ def evaluate_store(
     if hi <= lo:
         raise InputError("the evaluation period is empty: --end is not after --start")
     panel = load_panel(
-        store, start=lo - 7 * 86400.0 - 2 * HOUR_S, end=hi, failures=failures, progress=progress
+        store, start=lo - HISTORY_H * HOUR_S, end=hi, failures=failures, progress=progress
     )
     times = scoring_indices(panel, step_h=step_h, start=lo + HOUR_S, end=hi)
     ds = build_dataset(

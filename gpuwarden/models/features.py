@@ -20,6 +20,11 @@ from gpuwarden.models._windows import Windows, log_rise
 from gpuwarden.models.panel import HOUR_S, HourlyPanel
 
 H1, H6, H24, H72, D7 = 1, 6, 24, 72, 168
+#: Days before the last one searched for the GPU's quietest day, and how many must be read.
+QUIET_DAYS, QUIET_MIN_DAYS = 13, 6
+#: Hours of history before a scoring hour the features read (the quietest day's search, and
+#: the hour before it for the first increase): what scoring has to load.
+HISTORY_H = 24 * (QUIET_DAYS + 1) + 2
 #: DCGM's PCIe replay limit per lane per minute by link generation (Gen3 0.48 ... Gen5 1.92);
 #: Gen1/Gen2 halve again. The allowed rate is this times the link's lanes.
 PCIE_REPLAY_LIMIT_PER_LANE_MIN: dict[int, float] = {1: 0.12, 2: 0.24, 3: 0.48, 4: 0.96, 5: 1.92}
@@ -155,6 +160,11 @@ RELATIVE: tuple[tuple[str, str, str, str], ...] = (
 _REL_HELP: tuple[tuple[str, str, str], ...] = (
     ("log_vs_own", "log ratio", "log(1 + hourly {w}, last day) minus the same, 6 days before."),
     ("peak_vs_own", "log ratio", "log(1 + busiest hour's {w}, last day) vs the 6 days before."),
+    (
+        "vs_quietest_14d",
+        "log ratio",
+        "log(1 + hourly {w}, last day) minus the same on its quietest day of the 13 before.",
+    ),
     ("new_24h", "bool", "{W} in the last day after 6 days without any (NaN: no baseline)."),
     ("growth_72h", "log/h", "Slope of log(1 + hourly {w}) over 3 days: exponential growth."),
     ("active_share_72h", "fraction", "Share of the last 3 days' hours with any {w}."),
@@ -417,6 +427,10 @@ def _relative(p: HourlyPanel, w: Windows, out: dict[str, np.ndarray]) -> None:
         out[f"{prefix}_log_vs_own"] = np.log1p(m24) - np.log1p(mb)
         before_peak = w.peak(_shifted(a, H24), D7 - H24)
         out[f"{prefix}_peak_vs_own"] = np.log1p(w.peak(a, H24)) - np.log1p(before_peak)
+        # a slow climb (weeks) reads flat against the last week; against the quietest day of
+        # the two weeks it does not, where a board that was always this busy still reads flat
+        quiet = w.quietest_day(a, QUIET_DAYS, min_days=QUIET_MIN_DAYS)
+        out[f"{prefix}_vs_quietest_14d"] = np.log1p(m24) - np.log1p(quiet)
         new = (s24 > 0) & (sb == 0)
         out[f"{prefix}_new_24h"] = np.where((kb >= H24) & (k24 > 0), new.astype(float), np.nan)
         out[f"{prefix}_growth_72h"] = w.slope(np.log1p(a), H72)

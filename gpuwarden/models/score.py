@@ -22,7 +22,7 @@ import pandas as pd
 from gpuwarden.errors import InputError
 from gpuwarden.health import GpuState, Reason, RiskAssessment, Verdict
 from gpuwarden.models.artifact import RiskModel
-from gpuwarden.models.features import compute_features, rows_at
+from gpuwarden.models.features import HISTORY_H, compute_features, rows_at
 from gpuwarden.models.history import load_panel, newest_sample_ts
 from gpuwarden.models.panel import HOUR_S, HourlyPanel
 from gpuwarden.models.reasons import actions, explain_reasons, hard_reasons
@@ -40,7 +40,7 @@ from gpuwarden.signals import SIGNAL_FIELDS, SIGNALS, Signal, advice, missing_si
 from gpuwarden.store.base import Store, WritableStore
 from gpuwarden.telemetry import GpuId
 
-HISTORY_S = 7 * 86400.0 + 2 * HOUR_S  # the 7-day window plus the hour before it (increases)
+HISTORY_S = HISTORY_H * HOUR_S  # what the features read before the scoring hour
 REPORTING_H = 24
 EXPLAIN_FROM = 0.3
 COLUMNS = ("at", "hostname", "gpu", "uuid", "model", "risk", "state", "reasons")

@@ -65,7 +65,8 @@ SCHEMES = {
 PARAMS = (
     "timeout", "retries", "lookback", "max_points", "concurrency", "token_env", "scrape_interval",
 )  # fmt: skip
-DEFAULT_LOOKBACK_S = 8 * 86400.0
+#: The history a score reads (``models.features.HISTORY_H``: two weeks and two hours) and a day.
+DEFAULT_LOOKBACK_S = 15 * 86400.0
 DEFAULT_TOKEN_ENV = "GPUWARDEN_STORE_TOKEN"
 #: Series that say a GPU (or a MIG instance) reported.
 PRESENCE = tuple(

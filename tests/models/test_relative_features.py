@@ -14,7 +14,7 @@ from gpuwarden.models.panel import panel_from_frames
 GPUS = [("node000", i, f"GPU-{i}") for i in range(4)]
 HOURS = 8 * 24
 SCALE_FREE = ("new_24h", "active_share_72h", "node_rank_24h", "model_rank_24h", "anomaly")
-NEAR = ("log_vs_own", "peak_vs_own", "growth_72h", "vs_node_log_24h")
+NEAR = ("log_vs_own", "peak_vs_own", "vs_quietest_14d", "growth_72h", "vs_node_log_24h")
 
 
 def _growing(scale: float):
@@ -119,6 +119,52 @@ def test_a_burst_that_has_passed_reads_apart_from_a_climb():
         col = f"{prefix}_accel_6h"
         assert scaled.loc["GPU-0", col] < burst[col] and scaled.loc["GPU-1", col] > climb[col]
     assert base.loc["GPU-0", "pcie_replay_active_hours_7d"] == 168
+
+
+def _climb_or_steady(hours: int) -> pd.DataFrame:
+    """GPU 0: single-bit errors climbing linearly from none over 3 weeks; GPU 1: a board that
+    has always been as busy as GPU 0 is now."""
+
+    def counter(ts, g):
+        h = (ts - T0) / 3600.0
+        per_h = 20.0 * h / hours if g == 0 else np.full(h.size, 20.0)
+        return np.cumsum(per_h * 300 / 3600)
+
+    return _last(make_frame(hours, GPUS[:2], values={"ecc_sbe_volatile_total": counter}))
+
+
+def test_a_climb_over_weeks_reads_against_the_quietest_day_not_the_last_week():
+    X = _climb_or_steady(21 * 24)
+    climb, steady = X.loc["GPU-0"], X.loc["GPU-1"]
+    # against the week before, three weeks of climbing look nearly flat ...
+    assert climb["sbe_log_vs_own"] < 0.25
+    # ... against its quietest day of the two weeks, they do not; the busy board's do not move
+    assert climb["sbe_vs_quietest_14d"] > 0.6
+    assert abs(steady["sbe_vs_quietest_14d"]) < 0.05
+    # under 6 whole days before the last one there is no quietest day to speak of
+    assert np.isnan(_climb_or_steady(6 * 24).loc["GPU-0", "sbe_vs_quietest_14d"])
+    assert not np.isnan(_climb_or_steady(8 * 24).loc["GPU-0", "sbe_vs_quietest_14d"])
+
+
+def test_scoring_loads_all_the_history_the_features_read():
+    """``score`` loads ``HISTORY_H`` hours before the scoring hour: features from that much
+    history equal those from all of it, so a scored GPU reads as the model was trained."""
+    from gpuwarden.models.features import HISTORY_H
+
+    def climb(ts, g):  # a month of single-bit errors climbing from none
+        per_h = 20.0 * (ts - T0) / (30 * 24 * 3600.0) * (g + 1)
+        return np.cumsum(per_h * 300 / 3600)
+
+    frame = make_frame(30 * 24, GPUS, values={"ecc_sbe_volatile_total": climb})
+    full = _last(frame)
+
+    def last_of(hours: float) -> pd.DataFrame:
+        return _last(frame[frame["ts"] > frame["ts"].max() - hours * 3600])
+
+    np.testing.assert_allclose(last_of(HISTORY_H).to_numpy(float), full.to_numpy(float))
+    # a week, as scoring loaded before the quietest-day features, would not do
+    week = last_of(7 * 24 + 2)
+    assert (week["sbe_vs_quietest_14d"] < full["sbe_vs_quietest_14d"] - 0.1).all()
 
 
 def test_gaps_are_counted_and_never_read_as_zeros():
