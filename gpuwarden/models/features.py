@@ -17,14 +17,17 @@ import numpy as np
 import pandas as pd
 
 from gpuwarden.models._windows import Windows, log_rise
-from gpuwarden.models.panel import HOUR_S, HourlyPanel
+from gpuwarden.models.panel import HOUR_S, INCREASES, HourlyPanel
 
 H1, H6, H24, H72, D7 = 1, 6, 24, 72, 168
 #: Days before the last one searched for the GPU's quietest day, and how many must be read.
 QUIET_DAYS, QUIET_MIN_DAYS = 13, 6
 #: Hours of history before a scoring hour the features read (the quietest day's search, and
-#: the hour before it for the first increase): what scoring has to load.
+#: the hour before it for the first increase): what scoring has to load. Every feature but the
+#: quietest day's reads only the last ``RECENT_H`` of them; before that, scoring reads only
+#: ``LONG_FIELDS`` (below), which halves what a two-week read costs.
 HISTORY_H = 24 * (QUIET_DAYS + 1) + 2
+RECENT_H = D7 + 2
 #: DCGM's PCIe replay limit per lane per minute by link generation (Gen3 0.48 ... Gen5 1.92);
 #: Gen1/Gen2 halve again. The allowed rate is this times the link's lanes.
 PCIE_REPLAY_LIMIT_PER_LANE_MIN: dict[int, float] = {1: 0.12, 2: 0.24, 3: 0.48, 4: 0.96, 5: 1.92}
@@ -157,6 +160,8 @@ RELATIVE: tuple[tuple[str, str, str, str], ...] = (
     ("replay", "pcie_replay", "pcie", "PCIe replays"),
     ("nvl_crc", "nvlink_crc", "nvlink", "NVLink CRC errors"),
 )
+#: The counters behind ``RELATIVE``: all the quietest day reads before the last ``RECENT_H``.
+LONG_FIELDS: tuple[str, ...] = tuple(f for key, *_ in RELATIVE for f in INCREASES[key][0])
 _REL_HELP: tuple[tuple[str, str, str], ...] = (
     ("log_vs_own", "log ratio", "log(1 + hourly {w}, last day) minus the same, 6 days before."),
     ("peak_vs_own", "log ratio", "log(1 + busiest hour's {w}, last day) vs the 6 days before."),

@@ -39,22 +39,31 @@ def read_history(
     end: float,
     failures: pd.DataFrame | None = None,
     progress: bool = False,
+    recent_from: float | None = None,
+    long_fields: tuple[str, ...] = (),
 ) -> History:
-    """Read ``[start, end)`` from the store: rollups for whole hours, raw samples after them."""
+    """Read ``[start, end)`` from the store: rollups for whole hours, raw samples after them.
+    With ``recent_from``, the hours before it (from its hour down) hold ``long_fields`` only:
+    what features reaching that far back read, at a fraction of the cost of every field."""
     if not end > start:
         raise InputError(f"history window is empty: start {start!r} is not before end {end!r}")
 
     first_hour = float(np.floor(start / HOUR_S) * HOUR_S)
-    window = store.read_window(
-        start=first_hour,
-        end=end,
-        fields=list(H.ROLLUP_FIELDS),
-        resolution_s=HOUR_S,
-        progress=progress,
-    )
+    split = first_hour
+    if recent_from is not None:
+        split = min(max(float(np.floor(recent_from / HOUR_S) * HOUR_S), first_hour), end)
+    parts = [
+        H.from_rollups(
+            store.read_window(
+                start=lo, end=hi, fields=list(fields), resolution_s=HOUR_S, progress=progress
+            )
+        )
+        for lo, hi, fields in ((first_hour, split, long_fields), (split, end, H.ROLLUP_FIELDS))
+        if hi > lo and fields
+    ]
     last_hour = float(np.floor((np.nextafter(end, -np.inf)) / HOUR_S) * HOUR_S)
     return History(
-        hourly=H.from_rollups(window),
+        hourly=H.combine(parts),
         ident=store.gpus(),
         events=store.read_events(start=first_hour, end=end),
         failures=store.read_failures() if failures is None else failures,
@@ -85,13 +94,25 @@ def load_panel(
     end: float,
     failures: pd.DataFrame | None = None,
     progress: bool = False,
+    recent_from: float | None = None,
+    long_fields: tuple[str, ...] = (),
 ) -> HourlyPanel:
     """History in ``[start, end)`` (Unix s) as an hourly panel; buckets start at ``start``'s
     hour and end with the hour that holds ``end`` (partial when ``end`` is not on the hour).
 
     ``failures`` (the store's ``read_failures`` layout) replaces the store's failure records,
-    e.g. a user's failures file; they split a UUID's history and give the labels."""
-    return panel_of(read_history(store, start=start, end=end, failures=failures, progress=progress))
+    e.g. a user's failures file; they split a UUID's history and give the labels.
+    ``recent_from`` / ``long_fields``: as ``read_history``."""
+    history = read_history(
+        store,
+        start=start,
+        end=end,
+        failures=failures,
+        progress=progress,
+        recent_from=recent_from,
+        long_fields=long_fields,
+    )
+    return panel_of(history)
 
 
 def newest_sample_ts(store: Store) -> float | None:

@@ -22,7 +22,13 @@ import pandas as pd
 from gpuwarden.errors import InputError
 from gpuwarden.health import GpuState, Reason, RiskAssessment, Verdict
 from gpuwarden.models.artifact import RiskModel
-from gpuwarden.models.features import HISTORY_H, compute_features, rows_at
+from gpuwarden.models.features import (
+    HISTORY_H,
+    LONG_FIELDS,
+    RECENT_H,
+    compute_features,
+    rows_at,
+)
 from gpuwarden.models.history import load_panel, newest_sample_ts
 from gpuwarden.models.panel import HOUR_S, HourlyPanel
 from gpuwarden.models.reasons import actions, explain_reasons, hard_reasons
@@ -267,7 +273,13 @@ def score_store(
         if newest is None:
             raise InputError(f"{store.url} holds no telemetry to score")
         at = newest + 1.0
-    panel = load_panel(store, start=at - HISTORY_S, end=at)
+    panel = load_panel(
+        store,
+        start=at - HISTORY_S,
+        end=at,
+        recent_from=at - RECENT_H * HOUR_S,
+        long_fields=LONG_FIELDS,
+    )
     return score_panel(panel, model, at=at, explain_all=explain_all)
 
 
@@ -323,7 +335,14 @@ def backtest(
     if times.size > 100_000:
         raise InputError(f"{times.size} scoring times: use a larger --step")
     if np.all(np.mod(times, HOUR_S) == 0):
-        panel = load_panel(store, start=times[0] - HISTORY_S, end=times[-1], progress=progress)
+        panel = load_panel(
+            store,
+            start=times[0] - HISTORY_S,
+            end=times[-1],
+            progress=progress,
+            recent_from=times[0] - RECENT_H * HOUR_S,
+            long_fields=LONG_FIELDS,
+        )
         t = [panel.index_of(a) - 1 for a in times]  # bucket t ends at hours[t] + 1 h == a
         parts = [
             _score_rows(panel, t[i : i + 168], model)

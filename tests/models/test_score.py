@@ -359,3 +359,32 @@ def test_hotter_at_the_same_power_is_said_against_the_fleet():
     assert _thermal(row)[0].startswith("HBM runs hotter at the same power than last week, 6x")
     row[["core_load_rise_vs_fleet", "hbm_load_rise_vs_fleet"]] = [2.0, 1.0]
     assert _thermal(row) == []
+
+
+def test_the_older_week_is_read_for_the_counters_only_and_changes_no_feature(sim_store):
+    """``score`` reads every field for the last week and only ``LONG_FIELDS`` before it (half
+    the cost of two weeks in full); every feature reads as from a full read of both weeks."""
+    from gpuwarden.models.features import HISTORY_H, LONG_FIELDS, RECENT_H, compute_features
+    from gpuwarden.models.features import rows_at as rows_of
+    from gpuwarden.models.history import load_panel
+
+    store, _ = sim_store
+    at = T0 + 11.5 * 86400 + 1200.0  # mid-hour, with 11.5 days behind it
+    start = at - HISTORY_H * 3600
+
+    def last_hour(**split) -> pd.DataFrame:
+        panel = load_panel(store, start=start, end=at, **split)
+        meta, X = compute_features(panel, rows_of(panel, [panel.shape[0] - 1]))
+        return X.set_index(meta["key"].to_numpy()).sort_index()
+
+    full = last_hour()
+    split = last_hour(recent_from=at - RECENT_H * 3600, long_fields=LONG_FIELDS)
+    assert list(split.index) == list(full.index) and len(full) >= 16
+    assert full["sbe_vs_quietest_14d"].notna().any()
+    np.testing.assert_allclose(split.to_numpy(float), full.to_numpy(float), equal_nan=True)
+    # the split is real: before it, a field outside LONG_FIELDS is not read at all
+    older = load_panel(
+        store, start=start, end=at - 8 * 86400, recent_from=at, long_fields=LONG_FIELDS
+    )
+    assert np.isnan(older.gauge["gpu_temp_c"]).all()
+    assert not np.isnan(older.inc["sbe"]).all()
