@@ -7,10 +7,10 @@
 
 The store is simulated once (15-minute samples, compacted into hourly rollups as the collector
 does) and cached under the temp dir. Each run then scores the whole fleet at a time half an
-hour into an hour, so the scorer reads ``features.HISTORY_H`` hourly rollup rows per GPU (two weeks
-since wave 20: every field for the last week, ``features.LONG_FIELDS`` before it) plus the raw
-samples of the partial hour, and prints the time split into store read, features, and model (risk, states
-and reasons), and GPUs scored per second. Target: the whole fleet in under 30 s.
+hour into an hour, so the scorer reads ``features.HISTORY_H`` hourly rollup rows per GPU (two
+weeks since wave 20: every field for the last week, ``features.LONG_FIELDS`` before it) plus the
+raw samples of the partial hour, and prints the time split into store read, features, and model
+(risk, states and reasons), and GPUs scored per second. Target: the whole fleet in under 30 s.
 """
 
 from __future__ import annotations
