@@ -109,12 +109,12 @@ class Windows:
             return out
         back = 24 * np.arange(1, days + 1)  # the day ending 24, 48, ... h before the row's
         for lo in range(0, self.t.size, 200_000):  # bounded temporaries on big fleets
-            end = self.t[lo : lo + 200_000, None] - back[None, :] - 23
-            ok = end >= 0
-            vals = np.where(ok, daily[np.maximum(end, 0), self.g[lo : lo + 200_000, None]], np.nan)
+            part = slice(lo, lo + 200_000)
+            end = self.t[part, None] - back[None, :] - 23
+            vals = np.where(end >= 0, daily[np.maximum(end, 0), self.g[part, None]], np.nan)
             have = (~np.isnan(vals)).sum(axis=1)
             low = np.min(np.where(np.isnan(vals), np.inf, vals), axis=1)
-            out[lo : lo + 200_000] = np.where(have >= min_days, low, np.nan)
+            out[part] = np.where(have >= min_days, low, np.nan)
         return out
 
     def slope(self, a: np.ndarray, w: int) -> np.ndarray:
