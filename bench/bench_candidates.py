@@ -20,7 +20,9 @@ stopped and resumed, or extended with another model in another folder.
   says when a fleet was already spent on an earlier judgement (``SPENT``).
 
 ``--without-drift`` draws the family members without the benign thermal drift the family has
-drawn since wave 14 (into another ``--out``).
+drawn since wave 14 (into another ``--out``). ``--counters K`` multiplies every fleet's error
+rates, failing and benign alike, by K (``FleetSpec.counters_scaled``): another generator's
+units, beyond the family's committed ranges (wave 23 used 0.1 and 10; another ``--out`` too).
 
 Then ``pooled OUT choose|judge|fresh [MEMBERS]`` prints the pooled figures (optionally of some
 fleets only, e.g. ``4001,4002,4003`` or ``seed2,2001,2002``).
@@ -76,15 +78,21 @@ SPENT: tuple[tuple[int, tuple[int, ...], int], ...] = (
     (18, (18001, 18002, 18003, 18004), 20),
     (19, (19001, 19002, 19003, 19004), 21),
     (20, (20001, 20002, 20003, 20004), 22),
+    (21, (21001, 21002, 21003, 21004), 23),
 )
 DAYS = 60.0
 
 
 def _fleets(
-    which: str, fresh: tuple[int, tuple[int, ...]] = (5, FRESH_SEEDS_2), *, drift: bool = True
+    which: str,
+    fresh: tuple[int, tuple[int, ...]] = (5, FRESH_SEEDS_2),
+    *,
+    drift: bool = True,
+    counters: float = 1.0,
 ) -> dict[str, list[tuple[str, Any, list[Any], float]]]:
     """(name, spec, transforms, first scoring time) per family of fleets; ``drift=False``: the
-    family members without their benign thermal drift (as drawn before wave 14)."""
+    family members without their benign thermal drift (as drawn before wave 14); ``counters``:
+    every fleet's error rates, failing and benign, x this (``FleetSpec.counters_scaled``)."""
     from gpuwarden.models.make_default import family_variants
     from gpuwarden.models.simdata import HideField, held_out_spec
     from gpuwarden.sim.family import HELD_OUT_SEEDS, VALIDATION_SEEDS
@@ -95,7 +103,7 @@ def _fleets(
         return [
             (
                 label.replace(" ", "-"),  # "1001-as-drawn": the seed before the first dash
-                d.spec,
+                d.spec.counters_scaled(counters),
                 [HideField(m, f) for m, f in d.hidden],
                 first,
             )
@@ -106,7 +114,7 @@ def _fleets(
 
     def default(seed: int) -> list[tuple[str, Any, list[Any], float]]:
         spec, f0 = held_out_spec(nodes=128, days=DAYS, seed=seed)
-        return [(f"seed{seed}", spec, [], f0)]
+        return [(f"seed{seed}", spec.counters_scaled(counters), [], f0)]
 
     if which == "choose":
         return {"default": default(2), "family": family(VALIDATION_SEEDS, 16)}
@@ -150,6 +158,7 @@ def run(
     *,
     drift: bool = True,
     switch: tuple[str, str] | None = None,
+    counters: float = 1.0,
 ) -> None:
     from tqdm import tqdm
 
@@ -164,7 +173,7 @@ def run(
         name, _, path = item.partition("=")
         models[name] = load_model(None if path in ("", "-") else path)
     sudden = sudden_kinds()
-    groups = _fleets(which, fresh, drift=drift)
+    groups = _fleets(which, fresh, drift=drift, counters=counters)
     todo = [(fam, *f) for fam, fleets in groups.items() for f in fleets]
     for fam, name, spec, hides, f0 in tqdm(todo, desc=f"{which} fleets", unit="fleet"):
         path = out / which / fam / f"{name}.json"
@@ -342,6 +351,13 @@ def main() -> None:
         help="family members without their benign thermal drift (as drawn before wave 14); "
         "use another --out, the fleets' files do not say which",
     )
+    ap.add_argument(
+        "--counters",
+        type=float,
+        default=1.0,
+        help="every fleet's error rates, failing and benign, x this: another generator's units, "
+        "beyond the family's committed ranges (wave 23: 0.1 and 10); use another --out",
+    )
     ap.add_argument("--pair", default="", help="pairs: MODEL=TS/TD,... to print")
     ap.add_argument(
         "--switch",
@@ -384,6 +400,7 @@ def main() -> None:
             (args.fresh_default, family),
             drift=not args.without_drift,
             switch=tuple(args.switch.split(">")) if args.switch else None,  # type: ignore[arg-type]
+            counters=args.counters,
         )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -104,6 +104,18 @@ class FleetSpec:
                 raise ConfigError(
                     f"FleetSpec.kinds: unknown kind {k!r}; known: {', '.join(FAILURE_KINDS)}"
                 )
+
+    def counters_scaled(self, factor: float) -> FleetSpec:
+        """The same fleet with every error rate, failing and benign alike, x ``factor``
+        (``precursor_magnitude`` and ``background_noise``): another generator's units, where
+        the randomized family's committed ranges may be left behind on purpose."""
+        if not (math.isfinite(factor) and factor > 0):
+            raise ConfigError(f"counters_scaled: the factor must be positive, got {factor!r}")
+        return replace(
+            self,
+            precursor_magnitude=self.precursor_magnitude * factor,
+            background_noise=self.background_noise * factor,
+        )
 
     @property
     def n_steps(self) -> int:

@@ -84,6 +84,24 @@ def test_knobs_are_checked():
         FleetSpec(precursor_magnitude=0.0)
 
 
+def test_counters_scaled_multiplies_failing_and_benign_error_rates_alike():
+    """``bench_candidates.py --counters K``: another generator's units, beyond the committed
+    ranges. Only the two rate knobs move, and the benign single-bit errors follow them."""
+    spec = FleetSpec(nodes=2, days=3, step_s=600, seed=5, lookalike_fraction=0.5)
+    hot = spec.counters_scaled(10.0)
+    assert (hot.precursor_magnitude, hot.background_noise) == (10.0, 10.0)
+    assert replace(hot, precursor_magnitude=1.0, background_noise=1.0) == spec
+    assert spec.counters_scaled(1.0) == spec
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ConfigError, match="factor must be positive"):
+            spec.counters_scaled(bad)
+    sbe = [
+        float(Fleet(s).run().samples.groupby("uuid")["ecc_sbe_aggregate_total"].max().sum())
+        for s in (spec, hot)
+    ]
+    assert sbe[1] > 5 * sbe[0] > 0, sbe
+
+
 @pytest.mark.parametrize("shape", [s for s in C.PRECURSOR_SHAPES if s != "accelerating"])
 def test_every_shape_makes_nvlink_precursors_whose_size_follows_the_magnitude(shape):
     spec = FleetSpec(
