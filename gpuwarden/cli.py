@@ -52,9 +52,10 @@ def main(ctx: click.Context, config_path: str | None, verbose: int) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with domain_errors():
         ctx.obj = load_settings(config_path)
-        from gpuwarden.health import use_xid_severity
+        from gpuwarden.health import use_at_risk_threshold, use_xid_severity
 
         use_xid_severity(ctx.obj.get("xid_severity") or None)
+        use_at_risk_threshold(ctx.obj.get("at_risk_threshold") or None)
         link_rules = str(ctx.obj.get("link_rules", "on")).strip()
         if link_rules not in ("", "on"):  # the default needs no import (pandas) at start
             from gpuwarden.models.rules import use_link_rules

@@ -86,6 +86,12 @@ SETTINGS: tuple[Setting, ...] = (
         "docs/models.md#rules-beside-the-model.",
     ),
     Setting(
+        "at_risk_threshold",
+        "",
+        "Risk (0-1] at which a GPU turns at-risk, over the model card's (empty: the card's, "
+        "0.55 for the shipped model). docs/models.md#choosing-the-at-risk-line.",
+    ),
+    Setting(
         "xid_severity",
         "",
         "TOML file of Xid severities (class, fatal, action per code) over the shipped table.",

@@ -89,11 +89,42 @@ SHOWN_STATES: tuple[str, ...] = (
 DEFAULT_AT_RISK = 0.7
 
 
+#: The ``at_risk_threshold`` setting, when one is in force (``use_at_risk_threshold``).
+_line: float | None = None
+
+
 def at_risk_threshold(card: Mapping[str, Any] | None = None) -> float:
-    """The at-risk line: the model card's ``threshold`` when it has one, else the default."""
+    """The at-risk line: the ``at_risk_threshold`` setting when one is in force, else the
+    model card's ``threshold`` when it has one, else the default."""
+    if _line is not None:
+        return _line
     if card is not None and card.get("threshold") is not None:
         return float(card["threshold"])
     return DEFAULT_AT_RISK
+
+
+def use_at_risk_threshold(value: str | float | None) -> float | None:
+    """Put the ``at_risk_threshold`` setting in force over every model card (None or "": the
+    card's line again). A fleet whose healthy boards log many times the training fleets'
+    correctable errors needs a higher line (docs/models.md, wave 23). A value that is not a
+    risk above 0 and at most 1 is a ``ConfigError`` naming the setting. Returns the line in
+    force, or None."""
+    global _line
+    text = "" if value is None else str(value).strip()
+    if not text:
+        _line = None
+        return None
+    try:
+        line = float(text)
+    except ValueError:
+        line = math.nan
+    if not 0 < line <= 1:
+        raise ConfigError(
+            f"at_risk_threshold must be a risk above 0 and at most 1 (empty: the model "
+            f"card's), got {value!r}"
+        )
+    _line = line
+    return _line
 
 
 def threshold_text(threshold: float) -> str:

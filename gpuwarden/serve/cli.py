@@ -68,8 +68,8 @@ logger = logging.getLogger("gpuwarden.serve")
     "--enter-at",
     type=float,
     default=None,
-    help="Risk that makes a GPU at-risk (default: the model card's threshold; "
-    f"{DEFAULT_AT_RISK:g} without one).",
+    help="Risk that makes a GPU at-risk (default: the at_risk_threshold setting, else the "
+    f"model card's threshold; {DEFAULT_AT_RISK:g} without one).",
 )
 @click.option(
     "--exit-below",

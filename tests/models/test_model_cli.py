@@ -190,3 +190,37 @@ def test_a_missing_model_is_a_clear_error(store_url, tmp_path):
     (tmp_path / "empty").mkdir()
     result = CliRunner().invoke(score, ["--store", url, "--model", str(tmp_path / "empty")])
     assert result.exit_code == 1 and "no model at" in result.output
+
+
+@pytest.fixture
+def card_line_after():
+    from gpuwarden.health import use_at_risk_threshold
+
+    yield
+    use_at_risk_threshold(None)
+
+
+def test_the_at_risk_threshold_setting_moves_the_line_over_the_card(
+    store_url, model_dir, monkeypatch, card_line_after
+):
+    """``at_risk_threshold`` (here from the environment) overrides the card's line for every
+    command: a fleet noisier than the training fleets needs a higher one (wave 23)."""
+    from gpuwarden.cli import main
+
+    url, _ = store_url
+    args = ["score", "--store", url, "--model", model_dir, "--format", "csv"]
+    card = pd.read_csv(io.StringIO(CliRunner().invoke(main, args).output))
+    below = card[(card["state"] == "ok") & (card["risk"] > 0)]
+    assert len(below), "the fixture's fleet has no GPU under the card's line"
+    line = float(below["risk"].min()) - 5e-5  # the CSV rounds risks to 4 places
+    monkeypatch.setenv("GPUWARDEN_AT_RISK_THRESHOLD", f"{line!r}")
+    moved = pd.read_csv(io.StringIO(CliRunner().invoke(main, args).output))
+    assert (moved["uuid"] == card["uuid"]).all() and (moved["risk"] == card["risk"]).all()
+    risky = moved["state"] != "unhealthy"
+    assert (moved.loc[risky & (moved["risk"] >= line), "state"] == "at-risk").all()
+    assert (moved["state"] == "at-risk").sum() > (card["state"] == "at-risk").sum()
+    for bad in ("1.5", "0", "high"):
+        monkeypatch.setenv("GPUWARDEN_AT_RISK_THRESHOLD", bad)
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code != 0 and "at_risk_threshold" in result.output, result.output
+        assert "Traceback" not in result.output
