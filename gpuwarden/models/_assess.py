@@ -3,8 +3,8 @@
 ``serve`` calls this every interval and combines it with its own hard-signal assessor, so a
 double-bit error or a fatal Xid acts at once whatever the model says. The records are
 ``health.RiskAssessment``, the type serve decides on: nothing is re-parsed on the way.
-When the fleet's temperatures drift more than the model was trained on, it logs
-``score.drift_warnings`` once a day, and ``spread_drift()`` gives serve's ``/metrics`` the
+When the fleet's temperatures drift, or its healthy boards log more errors, than the model
+was trained on, it logs ``score.drift_warnings`` and ``score.level_warnings`` once a day, and ``spread_drift()`` gives serve's ``/metrics`` the
 figure (``gpuwarden_fleet_spread_drift_celsius``).
 """
 
@@ -57,9 +57,10 @@ def assess(store: Store, at: float) -> list[RiskAssessment]:
     """Risk for every GPU reporting at ``at``, from the model in ``$GPUWARDEN_MODEL`` (a folder
     written by ``gpuwarden train``) or the shipped one: typed records with the model's own
     state and its reasons with the features behind them."""
-    from gpuwarden.models.score import assessments, drift_warnings, score_store
+    from gpuwarden.models.score import assessments, drift_warnings, level_warnings, score_store
 
     model = _model(os.environ.get("GPUWARDEN_MODEL") or None)
     frame = score_store(store, model, at=at)
-    _note_drift(frame.attrs.get("spread_drift_c"), drift_warnings(frame), at)
+    warnings = drift_warnings(frame) + level_warnings(frame)
+    _note_drift(frame.attrs.get("spread_drift_c"), warnings, at)
     return assessments(frame)

@@ -280,7 +280,13 @@ def score(
 
     With --start and --end, a backtest: the same rows at every --step.
     """
-    from gpuwarden.models.score import backtest, drift_warnings, missing_warnings, score_store
+    from gpuwarden.models.score import (
+        backtest,
+        drift_warnings,
+        level_warnings,
+        missing_warnings,
+        score_store,
+    )
     from gpuwarden.store import open_store
 
     if (start is None) != (end is None):
@@ -317,7 +323,7 @@ def score(
         finally:
             into.close()
         click.echo(f"stored {n} verdicts in {into_url}", err=True)
-    for line in missing_warnings(frame) + drift_warnings(frame):
+    for line in missing_warnings(frame) + drift_warnings(frame) + level_warnings(frame):
         click.echo(f"warning: {line}", err=True)
     if fmt is None:
         fmt = Path(output).suffix.lstrip(".").lower() if output else "table"

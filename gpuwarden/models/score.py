@@ -67,6 +67,19 @@ SPREAD_DRIFT_LIMIT_C = 1.6
 #: the model card's record of its training fleets' drift (``training_spread_drift``)
 CARD_DRIFT_KEY = "spread_drift_trained_c"
 
+#: The fleet's benign error level (wave 23): these percentiles, over the GPUs scored at one
+#: time, of these features. On fresh fleets with every error rate x10 the shipped model made
+#: 3.3 false flags per 1,000 GPU-days against 0.15 (docs/models.md: "Choosing the at-risk
+#: line"); the level tells such a fleet from the ones the model was trained on.
+ERROR_LEVEL_FEATURES = ("sbe_per_day_7d", "pcie_replay_per_min_7d")
+ERROR_LEVEL_QUANTILES = (0.75, 0.9)
+#: fewest GPUs reading a feature for its percentiles to count
+ERROR_LEVEL_MIN_GPUS = 20
+#: ``score`` warns where a level passes the training fleets' highest by this factor
+ERROR_LEVEL_MARGIN = 2.0
+#: the model card's record of its training fleets' levels (``training_error_level``)
+CARD_LEVEL_KEY = "error_level_trained"
+
 
 @dataclass(frozen=True)
 class RiskScore:
@@ -150,6 +163,7 @@ def _score_rows(
             "rule": [", ".join(link.columns[row]) for row in link.to_numpy()],
         }
     )
+    out.attrs["error_level"] = error_level(X)
     if timings is not None:
         timings["features"] = featured - started
         timings["model"] = time.perf_counter() - featured
@@ -255,6 +269,71 @@ def drift_warnings(frame: pd.DataFrame) -> list[str]:
     ]
 
 
+def error_level(X: pd.DataFrame) -> dict[str, float]:
+    """The fleet's benign error level at one scoring time, from its rows' features: for each of
+    ``ERROR_LEVEL_FEATURES`` read on at least ``ERROR_LEVEL_MIN_GPUS`` GPUs, its
+    ``ERROR_LEVEL_QUANTILES`` (keys ``feature@q``). Unread features are left out, not 0."""
+    out = {}
+    for name in ERROR_LEVEL_FEATURES:
+        v = X[name].to_numpy(np.float64) if name in X else np.empty(0)
+        v = v[np.isfinite(v)]
+        if v.size >= ERROR_LEVEL_MIN_GPUS:
+            qs = np.quantile(v, ERROR_LEVEL_QUANTILES)
+            for q, x in zip(ERROR_LEVEL_QUANTILES, qs, strict=True):
+                out[f"{name}@{q:g}"] = float(x)
+    return out
+
+
+def training_error_level(panel: HourlyPanel) -> dict[str, Any] | None:
+    """What a model trained on ``panel`` has seen: per fleet (as ``training_spread_drift``),
+    the median over one scoring time a day of ``error_level``; the highest of those medians per
+    key, and the number of fleets. None where no fleet has a week of history."""
+    t = np.arange(167, panel.shape[0], 24)
+    rows = rows_at(panel, t) if t.size else np.empty((0, 2), dtype=np.int64)
+    if len(rows) == 0:
+        return None
+    _, X = compute_features(panel, rows)
+    fleets = panel.keys["fleet"].to_numpy() if "fleet" in panel.keys else np.zeros(panel.shape[1])
+    frame = pd.DataFrame({"fleet": fleets[rows[:, 1]], "t": rows[:, 0]})
+    per_fleet = (
+        pd.DataFrame([error_level(X.loc[i]) for i in g.groupby("t").groups.values()]).median()
+        for _, g in frame.groupby("fleet", sort=False)
+    )
+    medians = [m for m in per_fleet if not m.empty]
+    if not medians:
+        return None
+    top = pd.DataFrame(medians).max()
+    return {**{k: round(float(v), 4) for k, v in top.items()}, "fleets": len(medians)}
+
+
+def level_limit(card: dict[str, Any]) -> dict[str, float]:
+    """The levels above which ``score`` warns: ``ERROR_LEVEL_MARGIN`` x the card's
+    ``CARD_LEVEL_KEY`` (none for a card without it)."""
+    trained = card.get(CARD_LEVEL_KEY) or {}
+    return {k: ERROR_LEVEL_MARGIN * float(v) for k, v in trained.items() if "@" in k}
+
+
+def level_warnings(frame: pd.DataFrame) -> list[str]:
+    """A line when the fleet logs more correctable errors or replays than the model's training
+    fleets did (``frame.attrs``: ``error_level``, ``error_level_limit``)."""
+    level = frame.attrs.get("error_level") or {}
+    limit = frame.attrs.get("error_level_limit") or {}
+    over = [k for k in level if k in limit and level[k] > limit[k] > 0]
+    if not over:
+        return []
+    said = ", ".join(
+        f"{k.split('@')[0]} {level[k]:.3g} at the {float(k.split('@')[1]) * 100:g}th percentile "
+        f"(the model's training fleets: up to {limit[k] / ERROR_LEVEL_MARGIN:.3g})"
+        for k in over
+    )
+    return [
+        f"the fleet's healthy boards log more errors than any fleet the model was trained on: "
+        f"{said}; expect more false flags at the card's line, and raise it with the "
+        "at_risk_threshold setting or retrain with `gpuwarden train` (docs/models.md: "
+        "choosing the at-risk line)"
+    ]
+
+
 def _order(frame: pd.DataFrame) -> pd.DataFrame:
     rank = frame["state"].map({UNHEALTHY: 0, AT_RISK: 1, OK: 2})
     frame = frame.assign(_rank=rank).sort_values(
@@ -305,9 +384,12 @@ def score_panel(
         link_rules=link_rules,
     )
     out["at"] = float(at)
+    level = out.attrs.get("error_level", {})
     out = _order(out)
     out.attrs["spread_drift_c"] = fleet_spread_drift(panel, last)
     out.attrs["spread_drift_limit_c"] = drift_limit(model.card)
+    out.attrs["error_level"] = level
+    out.attrs["error_level_limit"] = level_limit(model.card)
     return out
 
 

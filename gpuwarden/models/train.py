@@ -27,7 +27,12 @@ from gpuwarden.models.features import FEATURE_NAMES
 from gpuwarden.models.history import load_panel, newest_sample_ts
 from gpuwarden.models.labels import DEFAULT_HORIZON_S, Dataset, build_dataset, scoring_indices
 from gpuwarden.models.panel import HOUR_S, HourlyPanel
-from gpuwarden.models.score import CARD_DRIFT_KEY, training_spread_drift
+from gpuwarden.models.score import (
+    CARD_DRIFT_KEY,
+    CARD_LEVEL_KEY,
+    training_error_level,
+    training_spread_drift,
+)
 from gpuwarden.store.base import Store
 
 MIN_FAILURES = 4  # fewer failing GPUs than this cannot teach or calibrate anything
@@ -168,6 +173,8 @@ def model_card(
         "training_data": {**(source or {}), **training_summary(panel, ds, est.split_time_)},
         # the drift its thermal reasons were trained on: ``score`` warns beyond it
         CARD_DRIFT_KEY: training_spread_drift(panel),
+        # the benign error level its trees were grown on: ``score`` warns well beyond it
+        CARD_LEVEL_KEY: training_error_level(panel),
         "metrics": {"calibration_block": _block_metrics(est, ds, DEFAULT_AT_RISK)},
         "train_seconds": round(time.time() - started, 1),
     }

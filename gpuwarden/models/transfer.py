@@ -51,7 +51,7 @@ from gpuwarden.models.estimator import TimeSplitCalibratedClassifier
 from gpuwarden.models.features import FEATURE_NAMES
 from gpuwarden.models.labels import Dataset
 from gpuwarden.models.panel import HourlyPanel
-from gpuwarden.models.score import CARD_DRIFT_KEY
+from gpuwarden.models.score import CARD_DRIFT_KEY, CARD_LEVEL_KEY
 from gpuwarden.models.train import (
     TrainOptions,
     failing_lives,
@@ -402,6 +402,16 @@ def _drift_seen(base: dict | None, fleet: dict | None, info: dict[str, Any]) -> 
     }
 
 
+def _level_seen(base: dict | None, fleet: dict | None) -> dict | None:
+    """The error levels a recalibrated or warm-started model has seen: the base model's
+    training fleets' and this fleet's, whose rows fit its calibration (the highest of each)."""
+    if base is None or fleet is None:
+        return base or fleet
+    keys = (set(base) | set(fleet)) - {"fleets"}
+    out = {k: max(base.get(k, 0.0), fleet.get(k, 0.0)) for k in sorted(keys)}
+    return {**out, "fleets": base.get("fleets", 0) + fleet.get("fleets", 0)}
+
+
 def train_user_model(
     panel: HourlyPanel,
     *,
@@ -461,6 +471,8 @@ def train_user_model(
     card[CARD_DRIFT_KEY] = _drift_seen(
         base.card.get(CARD_DRIFT_KEY), card.get(CARD_DRIFT_KEY), info
     )
+    if info["how"] in ("recalibrate", "warm"):
+        card[CARD_LEVEL_KEY] = _level_seen(base.card.get(CARD_LEVEL_KEY), card.get(CARD_LEVEL_KEY))
     card["base_model"] = base_model_record(base)
     card["transfer"] = info
     return UserModel(RiskModel(est, card), info["how"], info["why"])

@@ -388,3 +388,89 @@ def test_the_older_week_is_read_for_the_counters_only_and_changes_no_feature(sim
     )
     assert np.isnan(older.gauge["gpu_temp_c"]).all()
     assert not np.isnan(older.inc["sbe"]).all()
+
+
+def test_the_error_level_reads_percentiles_of_the_gpus_that_read_a_field():
+    from gpuwarden.models.score import ERROR_LEVEL_MIN_GPUS, error_level
+
+    n = ERROR_LEVEL_MIN_GPUS * 2
+    X = pd.DataFrame(
+        {
+            "sbe_per_day_7d": np.r_[np.arange(n - 5, dtype=float), [np.nan] * 5],
+            "pcie_replay_per_min_7d": np.r_[np.ones(ERROR_LEVEL_MIN_GPUS - 1), [np.nan] * 21],
+        }
+    )
+    level = error_level(X)
+    sbe = np.arange(n - 5, dtype=float)  # unread GPUs are left out, not read as 0
+    assert level == {
+        "sbe_per_day_7d@0.75": pytest.approx(np.quantile(sbe, 0.75)),
+        "sbe_per_day_7d@0.9": pytest.approx(np.quantile(sbe, 0.9)),
+    }  # PCIe: read on too few GPUs to say
+
+
+def _noisy_store(tmp_path, factor: float):
+    from gpuwarden.models.simdata import fleet_spec
+    from gpuwarden.sim import Fleet
+
+    spec = fleet_spec(nodes=4, days=9.0, accel=1.0, seed=5, start_ts=T0).counters_scaled(factor)
+    db = tmp_path / "fleet.db"
+    with SqliteStore(db) as store:
+        for chunk in Fleet(spec).chunks(progress=False):
+            store.write_frame(chunk.samples)
+    return db
+
+
+@pytest.mark.parametrize("factor, warned", [(1.0, False), (30.0, True)])
+def test_a_fleet_logging_many_times_the_training_errors_is_warned_of(tmp_path, factor, warned):
+    """The shipped card records its training fleets' error levels; a fleet whose every error
+    rate runs 30x the default simulator's is past them, and ``score`` says so (wave 23: at x10
+    the shipped model's false flags rose from 0.15 to 3.3 per 1,000 GPU-days)."""
+    from click.testing import CliRunner
+
+    from gpuwarden.models.artifact import load_model
+    from gpuwarden.models.cli import score
+    from gpuwarden.models.score import CARD_LEVEL_KEY, ERROR_LEVEL_MARGIN, level_warnings
+
+    db = _noisy_store(tmp_path, factor)
+    model = load_model()
+    with SqliteStore(db) as store:
+        rows = score_store(store, model)
+    trained = model.card[CARD_LEVEL_KEY]
+    limit = rows.attrs["error_level_limit"]
+    assert limit == {k: ERROR_LEVEL_MARGIN * v for k, v in trained.items() if k != "fleets"}
+    level = rows.attrs["error_level"]
+    assert set(level) == set(limit)
+    assert any(level[k] > limit[k] for k in level) is warned, (level, limit)
+    assert bool(level_warnings(rows)) is warned
+    r = CliRunner().invoke(score, ["--store", f"sqlite:///{db}"])
+    assert r.exit_code == 0, r.output
+    said = [line for line in r.output.splitlines() if "log more errors" in line]
+    assert len(said) == int(warned)
+    if warned:
+        assert said[0].startswith("warning: the fleet's healthy boards log more errors than")
+        assert "at_risk_threshold" in said[0]
+
+
+def test_the_training_error_level_is_the_highest_fleets_and_cards_record_it(tiny_model, train_sim):
+    from gpuwarden.models.score import (
+        CARD_LEVEL_KEY,
+        level_limit,
+        level_warnings,
+        training_error_level,
+    )
+    from gpuwarden.models.simdata import concat_panels, fleet_spec, simulate_panel
+
+    assert tiny_model.card[CARD_LEVEL_KEY] == training_error_level(train_sim.panel)
+    assert tiny_model.card[CARD_LEVEL_KEY]["fleets"] == 1
+    spec = fleet_spec(nodes=4, days=10.0, accel=1.0, seed=5, start_ts=T0)
+    quiet = simulate_panel(spec).panel
+    loud = simulate_panel(spec.counters_scaled(30.0)).panel
+    alone = [training_error_level(p) for p in (quiet, loud)]
+    both = training_error_level(concat_panels([quiet, loud], ["a", "b"]))
+    assert both["fleets"] == 2 and alone[0]["fleets"] == alone[1]["fleets"] == 1
+    for key in set(both) - {"fleets"}:
+        assert both[key] == max(a.get(key, 0.0) for a in alone)
+    assert alone[1]["sbe_per_day_7d@0.75"] > 10 * max(alone[0]["sbe_per_day_7d@0.75"], 0.1)
+    # a card without the record (models trained before wave 23) never warns
+    assert level_limit({}) == {} and level_limit({CARD_LEVEL_KEY: None}) == {}
+    assert level_warnings(pd.DataFrame()) == []

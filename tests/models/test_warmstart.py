@@ -238,3 +238,16 @@ def test_a_user_models_card_says_which_drift_its_trees_grew_on():
     for how in ("shipped", "recalibrate"):  # the base's trees only: the base's range
         assert _drift_seen(base, fleet, {"how": how}) == base
     assert _drift_seen(None, fleet, {"how": "warm"}) is None
+
+
+def test_a_recalibrated_or_warm_model_has_seen_its_base_levels_and_this_fleets():
+    from gpuwarden.models.transfer import _level_seen
+
+    base = {"sbe_per_day_7d@0.75": 5.0, "pcie_replay_per_min_7d@0.9": 0.01, "fleets": 25}
+    fleet = {"sbe_per_day_7d@0.75": 40.0, "fleets": 1}
+    assert _level_seen(base, fleet) == {
+        "pcie_replay_per_min_7d@0.9": 0.01,
+        "sbe_per_day_7d@0.75": 40.0,
+        "fleets": 26,
+    }
+    assert _level_seen(None, fleet) == fleet and _level_seen(base, None) == base
