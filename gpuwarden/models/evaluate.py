@@ -128,6 +128,21 @@ class Evaluation:
                 f"on fleets reading up to {limit:g} C"
                 + ("; above that its thermal reasons are untested." if drift > limit else ".")
             )
+        if s.get("error_level"):
+            level, limit = s["error_level"], s.get("error_level_limit") or {}
+            said = ", ".join(
+                f"{k} {v:.3g}" + (f" (warns above {limit[k]:.3g})" if k in limit else "")
+                for k, v in level.items()
+            )
+            over = [k for k in level if k in limit and level[k] > limit[k] > 0]
+            lines.append(
+                f"Error level (percentiles over GPUs, median over the period's days): {said}"
+                + (
+                    "; past the training fleets': expect more false flags at the card's line."
+                    if over
+                    else "."
+                )
+            )
         for name, path in self.plots.items():
             lines.append(f"{name}: {path}")
         return "\n".join(lines)
@@ -511,7 +526,23 @@ def evaluate_store(
     )
     ev = evaluate_dataset(ds, failures_of(panel), model, horizon_s=model.horizon_s, out_dir=out_dir)
     ev.summary.update(_fleet_drift(panel, times, step_h, model))
+    ev.summary.update(_fleet_level(ds.X, ds.meta["at"].to_numpy(np.float64), step_h, model))
     return ev
+
+
+def _fleet_level(X: pd.DataFrame, at: np.ndarray, step_h: int, model: RiskModel) -> dict[str, Any]:
+    """The fleet's error level (``score.error_level``) at one scoring time a day, its median
+    per figure, beside the levels from which ``score`` warns (``score.level_limit``)."""
+    from gpuwarden.models.score import error_level, level_limit
+
+    times = np.unique(at)[:: max(1, 24 // step_h)]
+    daily = pd.DataFrame([error_level(X[at == t]) for t in times])
+    if daily.empty:
+        return {}
+    return {
+        "error_level": {k: float(v) for k, v in daily.median().items()},
+        "error_level_limit": level_limit(model.card),
+    }
 
 
 def _fleet_drift(

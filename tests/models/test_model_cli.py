@@ -154,6 +154,8 @@ def test_evaluate_prints_both_and_writes_plots(store_url, model_dir, tmp_path):
     assert result.exit_code == 0, result.output
     assert "ALL with precursors" in result.output and "ALL sudden" in result.output
     assert "false flags per 1,000 GPU-days" in result.output
+    (level,) = [x for x in result.output.splitlines() if x.startswith("Error level")]
+    assert "sbe_per_day_7d@0.75 " in level and "(warns above " in level
     for name in (
         "pr_curve.png",
         "reliability.png",
