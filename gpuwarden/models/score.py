@@ -327,7 +327,7 @@ def level_warnings(frame: pd.DataFrame) -> list[str]:
         for k in over
     )
     return [
-        f"the fleet's healthy boards log more errors than any fleet the model was trained on: "
+        f"the fleet's GPUs log more errors than any fleet the model was trained on: "
         f"{said}; expect more false flags at the card's line, and raise it with the "
         "at_risk_threshold setting or retrain with `gpuwarden train` (docs/models.md: "
         "choosing the at-risk line)"

@@ -447,7 +447,7 @@ def test_a_fleet_logging_many_times_the_training_errors_is_warned_of(tmp_path, f
     said = [line for line in r.output.splitlines() if "log more errors" in line]
     assert len(said) == int(warned)
     if warned:
-        assert said[0].startswith("warning: the fleet's healthy boards log more errors than")
+        assert said[0].startswith("warning: the fleet's GPUs log more errors than")
         assert "at_risk_threshold" in said[0]
 
 
