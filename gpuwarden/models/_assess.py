@@ -5,7 +5,8 @@ double-bit error or a fatal Xid acts at once whatever the model says. The record
 ``health.RiskAssessment``, the type serve decides on: nothing is re-parsed on the way.
 When the fleet's temperatures drift, or its healthy boards log more errors, than the model
 was trained on, it logs ``score.drift_warnings`` and ``score.level_warnings`` once a day, and ``spread_drift()`` gives serve's ``/metrics`` the
-figure (``gpuwarden_fleet_spread_drift_celsius``).
+figure (``gpuwarden_fleet_spread_drift_celsius``), ``error_level()`` the error level and its
+limits (``gpuwarden_fleet_error_level``, ``gpuwarden_fleet_error_level_limit``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ logger = logging.getLogger("gpuwarden.models")
 DRIFT_WARNING_EVERY_S = 86_400.0
 #: the fleet's HBM-core spread drift at the last scoring run, and when it last warned of it
 _drift: dict[str, float | None] = {"spread_drift_c": None, "warned_at": None}
+#: the fleet's error level at the last scoring run and the levels it warns above
+#: (``score.error_level``, ``score.level_limit``)
+_level: dict[str, dict[str, float]] = {"level": {}, "limit": {}}
 
 
 @functools.lru_cache(maxsize=1)
@@ -43,6 +47,12 @@ def spread_drift() -> float | None:
     return _drift["spread_drift_c"]
 
 
+def error_level() -> tuple[dict[str, float], dict[str, float]]:
+    """The fleet's error level at the last run of ``assess`` and the levels the model warns
+    above (``feature@quantile`` keys; empty before a run, or where the card has no record)."""
+    return _level["level"], _level["limit"]
+
+
 def _note_drift(drift: float | None, lines: list[str], at: float) -> None:
     """Keep the figure; log the warning at most once per ``DRIFT_WARNING_EVERY_S``."""
     _drift["spread_drift_c"] = drift
@@ -61,6 +71,8 @@ def assess(store: Store, at: float) -> list[RiskAssessment]:
 
     model = _model(os.environ.get("GPUWARDEN_MODEL") or None)
     frame = score_store(store, model, at=at)
+    _level["level"] = dict(frame.attrs.get("error_level") or {})
+    _level["limit"] = dict(frame.attrs.get("error_level_limit") or {})
     warnings = drift_warnings(frame) + level_warnings(frame)
     _note_drift(frame.attrs.get("spread_drift_c"), warnings, at)
     return assessments(frame)

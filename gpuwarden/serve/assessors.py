@@ -53,6 +53,13 @@ def model_spread_drift() -> float | None:
     return None if scorer is None else scorer.spread_drift()  # type: ignore[no-any-return]
 
 
+def model_error_level() -> tuple[dict[str, float], dict[str, float]]:
+    """The fleet's error level the model saw at its last scoring run, and the levels it warns
+    above (``feature@quantile`` keys); empty when serve does not score with the model."""
+    scorer = sys.modules.get("gpuwarden.models._assess")
+    return ({}, {}) if scorer is None else scorer.error_level()  # type: ignore[no-any-return]
+
+
 def combine(*assessors: Assessor) -> Assessor:
     """One assessor from several: per GPU the highest known risk, the first hard signal, and
     every reason (in order, without repeats)."""

@@ -13,6 +13,9 @@
 - when serve scores with the model and has a week of HBM temperatures:
   ``gpuwarden_fleet_spread_drift_celsius``, how much the HBM-core spread moves from day to day
   on the fleet's median GPU (``models.score.fleet_spread_drift``);
+- when serve scores with the model, ``gpuwarden_fleet_error_level{feature,quantile}`` and
+  ``gpuwarden_fleet_error_level_limit{feature,quantile}``: the fleet's correctable errors and
+  PCIe replays (``models.score.error_level``) and the level serve warns above;
 - with ``--spool``, per spool directory (``spool`` label): ``gpuwarden_spool_pending_batches``,
   ``gpuwarden_spool_bytes``, ``gpuwarden_spool_replayed_batches_total`` and
   ``gpuwarden_spool_dropped_batches_total{reason}`` (``size``, ``age``, or ``rejected`` by the
@@ -29,7 +32,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpuwarden.health import GpuState
-from gpuwarden.serve.assessors import model_spread_drift
+from gpuwarden.serve.assessors import model_error_level, model_spread_drift
 from gpuwarden.store.spool import Spool
 
 if TYPE_CHECKING:
@@ -141,7 +144,35 @@ class _DecisionCollector:
                 "a warning above what the model was trained on (docs/models.md).",
                 value=drift,
             )
+        yield from _level_metrics()
         yield from _spool_metrics(s)
+
+
+def _level_metrics() -> Iterator[Metric]:
+    level, limit = model_error_level()
+    if not level:
+        return
+    labels = ["feature", "quantile"]
+    now = GaugeMetricFamily(
+        "gpuwarden_fleet_error_level",
+        "The fleet's correctable errors and PCIe replays as the model last saw them: this "
+        "quantile over its GPUs of the feature (models.score.error_level).",
+        labels=labels,
+    )
+    line = GaugeMetricFamily(
+        "gpuwarden_fleet_error_level_limit",
+        "The level above which serve warns: twice the highest its training fleets read "
+        "(the card's error_level_trained).",
+        labels=labels,
+    )
+    for key, value in sorted(level.items()):
+        feature, _, q = key.partition("@")
+        now.add_metric([feature, q], value)
+        if key in limit:
+            line.add_metric([feature, q], limit[key])
+    yield now
+    if limit:
+        yield line
 
 
 def _spool_metrics(service: RiskService) -> Iterator[Metric]:

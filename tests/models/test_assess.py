@@ -83,3 +83,41 @@ def test_serve_warns_of_a_drifting_fleet_once_a_day_and_exports_the_figure(tmp_p
     line = next(s for s in text.splitlines() if s.startswith("gpuwarden_fleet_spread_drift_c"))
     assert float(line.split()[1]) == pytest.approx(_assess.spread_drift())
     store.close()
+
+
+def test_serve_warns_of_a_fleet_logging_more_errors_and_exports_its_level(tmp_path, caplog):
+    """A fleet whose every error rate runs 30x the default simulator's: serve's scorer logs the
+    error-level warning once a day, and ``/metrics`` carries the level and its limit, which
+    the shipped rule GpuFleetErrorLevelHigh compares."""
+    import logging
+
+    from gpuwarden.models import _assess
+    from gpuwarden.models.simdata import fleet_spec
+    from gpuwarden.serve.metrics import render
+    from gpuwarden.serve.service import RiskService
+    from gpuwarden.sim import Fleet
+
+    spec = fleet_spec(nodes=4, days=9.0, accel=1.0, seed=5, start_ts=T0).counters_scaled(30.0)
+    store = SqliteStore(tmp_path / "loud.db")
+    for chunk in Fleet(spec).chunks(progress=False):
+        store.write_frame(chunk.samples)
+    end = T0 + 9 * 86400
+    _assess._drift.update(spread_drift_c=None, warned_at=None)
+    caplog.set_level(logging.WARNING, logger="gpuwarden.models")
+    for at in (end - 3600, end - 1800):
+        assess(store, at)
+    said = [r.getMessage() for r in caplog.records if "log more errors" in r.getMessage()]
+    assert len(said) == 1, said
+    level, limit = _assess.error_level()
+    key = "sbe_per_day_7d@0.75"
+    assert level[key] > limit[key] > 0
+    service = RiskService(store, assess=default_assessor(), clock=lambda: end, verdicts=None)
+    service.tick()
+    text = render(service).decode()
+
+    def sample(name: str) -> float:
+        prefix = f'{name}{{feature="sbe_per_day_7d",quantile="0.75"}} '
+        return float(next(s for s in text.splitlines() if s.startswith(prefix)).split()[-1])
+
+    assert sample("gpuwarden_fleet_error_level") > sample("gpuwarden_fleet_error_level_limit")
+    store.close()
