@@ -237,11 +237,18 @@ def steady_risk(store: SqliteStore, at: float) -> list[RiskAssessment]:
 def fleet_prometheus(
     start_prometheus: Callable[[list[str]], Daemon], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Daemon, FaultyFleet]]:
-    # the model's drift figure needs a week of HBM temperatures, which this live fleet has not
-    # got: set it as the model's scorer leaves it, so that serve exports the gauge
+    # the model's drift figure and error level need a week of history, which this live fleet
+    # has not got: set them as the model's scorer leaves them, so that serve exports the gauges
     from gpuwarden.models import _assess
 
     monkeypatch.setitem(_assess._drift, "spread_drift_c", 0.42)
+    # ... and the error level with its limits, as the shipped card gives them
+    from gpuwarden.models.artifact import load_model
+    from gpuwarden.models.score import level_limit
+
+    limit = level_limit(load_model().card)
+    monkeypatch.setitem(_assess._level, "level", {k: v / 8 for k, v in limit.items()})
+    monkeypatch.setitem(_assess._level, "limit", limit)
     fleet = FaultyFleet(
         SimCollector.from_url("sim://?nodes=2&gpus=4&seed=1&models=H100-80GB,A100-80GB")
     )
