@@ -69,6 +69,14 @@ def test_few_failures_refit_the_calibration_and_the_card_names_the_base(
     assert card["base_model"]["created"] == base_card["created"]
     assert card["base_model"]["sha256"] == model_digest(base_dir)
     assert card["transfer"]["failures"] == 5 and card["transfer"]["calibration"] == "sigmoid"
+    # the error levels it has seen: the base's training fleets' and this fleet's, whose rows
+    # fit its calibration (score warns above them)
+    from gpuwarden.models.score import CARD_LEVEL_KEY, training_error_level
+
+    seen, here = card[CARD_LEVEL_KEY], training_error_level(panel)
+    assert seen["fleets"] == base_card[CARD_LEVEL_KEY]["fleets"] + here["fleets"]
+    for key in set(seen) - {"fleets"}:
+        assert seen[key] == max(base_card[CARD_LEVEL_KEY].get(key, 0.0), here.get(key, 0.0))
     # the same trees: the ranking of the rows is the base model's
     X = training_rows(eval_sim.panel, options=FAST).X.iloc[:2000]
     base = load_model(base_dir)
