@@ -3,9 +3,10 @@
 ``serve`` calls this every interval and combines it with its own hard-signal assessor, so a
 double-bit error or a fatal Xid acts at once whatever the model says. The records are
 ``health.RiskAssessment``, the type serve decides on: nothing is re-parsed on the way.
-When the fleet's temperatures drift, or its healthy boards log more errors, than the model
-was trained on, it logs ``score.drift_warnings`` and ``score.level_warnings`` once a day, and ``spread_drift()`` gives serve's ``/metrics`` the
-figure (``gpuwarden_fleet_spread_drift_celsius``), ``error_level()`` the error level and its
+When the fleet's temperatures drift more, or its GPUs log more errors, than on the fleets the
+model was trained on, it logs ``score.drift_warnings`` and ``score.level_warnings`` once a day.
+``spread_drift()`` gives serve's ``/metrics`` the drift
+(``gpuwarden_fleet_spread_drift_celsius``), and ``error_level()`` the error level and its
 limits (``gpuwarden_fleet_error_level``, ``gpuwarden_fleet_error_level_limit``).
 """
 

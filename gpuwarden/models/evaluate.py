@@ -129,17 +129,18 @@ class Evaluation:
                 + ("; above that its thermal reasons are untested." if drift > limit else ".")
             )
         if s.get("error_level"):
+            from gpuwarden.models.score import levels_over
+
             level, limit = s["error_level"], s.get("error_level_limit") or {}
             said = ", ".join(
                 f"{k} {v:.3g}" + (f" (warns above {limit[k]:.3g})" if k in limit else "")
                 for k, v in level.items()
             )
-            over = [k for k in level if k in limit and level[k] > limit[k] > 0]
             lines.append(
                 f"Error level (percentiles over GPUs, median over the period's days): {said}"
                 + (
                     "; past the training fleets': expect more false flags at the card's line."
-                    if over
+                    if levels_over(level, limit)
                     else "."
                 )
             )

@@ -313,12 +313,17 @@ def level_limit(card: dict[str, Any]) -> dict[str, float]:
     return {k: ERROR_LEVEL_MARGIN * float(v) for k, v in trained.items() if "@" in k}
 
 
+def levels_over(level: dict[str, float], limit: dict[str, float]) -> list[str]:
+    """The keys of ``level`` above their (positive) ``limit``."""
+    return [k for k in level if k in limit and level[k] > limit[k] > 0]
+
+
 def level_warnings(frame: pd.DataFrame) -> list[str]:
     """A line when the fleet logs more correctable errors or replays than the model's training
     fleets did (``frame.attrs``: ``error_level``, ``error_level_limit``)."""
     level = frame.attrs.get("error_level") or {}
     limit = frame.attrs.get("error_level_limit") or {}
-    over = [k for k in level if k in limit and level[k] > limit[k] > 0]
+    over = levels_over(level, limit)
     if not over:
         return []
     said = ", ".join(
