@@ -94,10 +94,14 @@ _line: float | None = None
 
 
 def at_risk_threshold(card: Mapping[str, Any] | None = None) -> float:
-    """The at-risk line: the ``at_risk_threshold`` setting when one is in force, else the
-    model card's ``threshold`` when it has one, else the default."""
-    if _line is not None:
-        return _line
+    """The at-risk line: the ``at_risk_threshold`` setting when one is in force, else
+    ``card_threshold``."""
+    return _line if _line is not None else card_threshold(card)
+
+
+def card_threshold(card: Mapping[str, Any] | None = None) -> float:
+    """The model card's own line (``threshold``), else the default; the setting aside. A model
+    trained from another carries this line over, whatever line the operator runs at."""
     if card is not None and card.get("threshold") is not None:
         return float(card["threshold"])
     return DEFAULT_AT_RISK

@@ -46,6 +46,7 @@ from sklearn.calibration import CalibratedClassifierCV
 from sklearn.frozen import FrozenEstimator
 
 from gpuwarden.errors import InputError
+from gpuwarden.health import card_threshold
 from gpuwarden.models.artifact import CARD_FILE, DEFAULT_DIR, MODEL_FILE, RiskModel, load_model
 from gpuwarden.models.estimator import TimeSplitCalibratedClassifier
 from gpuwarden.models.features import FEATURE_NAMES
@@ -289,14 +290,15 @@ def fit_from_base(
         # steps tie rows: PR-AUC 0.359 against the sigmoid's 0.379, bench_warmstart.py)
         cal, method = _calibrate(b.estimator_, Xu, ds.y, 0)
         est = _assemble(b, copy.deepcopy(b.estimator_), cal, ds, float(times.min()), method, o)
-        line = carried_threshold(b, est, ds, base.threshold)
+        base_line = card_threshold(base.card)  # the card's, not an operator's setting
+        line = carried_threshold(b, est, ds, base_line)
         return est, {
             **info,
             **note,
             "calibration": method,
             "calibration_rows": len(ds),
             "threshold": line,
-            "threshold_from": f"the base model's flags at {base.threshold:g} on this history",
+            "threshold_from": f"the base model's flags at {base_line:g} on this history",
         }
 
     if chosen == "recalibrate":

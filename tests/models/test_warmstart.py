@@ -91,6 +91,26 @@ def test_few_failures_refit_the_calibration_and_the_card_names_the_base(
     assert np.array_equal(new_flags, base.risk(rows) >= base.threshold) and new_flags.any()
 
 
+def test_a_recalibrated_model_carries_the_cards_line_not_the_operators(eval_sim, base_dir):
+    """The ``at_risk_threshold`` setting moves the line a fleet runs at; the line a user model
+    carries over from its base stays the base card's, so its card is the same either way."""
+    from gpuwarden.health import at_risk_threshold, use_at_risk_threshold
+
+    panel = keep_failures(eval_sim.panel, 5)
+    plain = train_user_model(panel, base_path=base_dir, options=FAST)
+    try:
+        assert use_at_risk_threshold("0.93") == 0.93
+        moved = train_user_model(panel, base_path=base_dir, options=FAST)
+        assert moved.model.threshold == 0.93 == at_risk_threshold(moved.model.card)
+    finally:
+        use_at_risk_threshold(None)
+    assert moved.model.card["threshold"] == plain.model.card["threshold"] == plain.model.threshold
+    assert (
+        moved.model.card["transfer"]["threshold_from"]
+        == (plain.model.card["transfer"]["threshold_from"])
+    )
+
+
 def test_warm_start_continues_the_base_trees(eval_sim, base_dir):
     base = load_base_model(base_dir)
     ds = training_rows(eval_sim.panel, options=FAST)
