@@ -21,23 +21,12 @@ import numpy as np
 import pandas as pd
 
 from gpuwarden.models.artifact import load_model
-from gpuwarden.models.features import compute_features, rows_at
-from gpuwarden.models.panel import HourlyPanel
-from gpuwarden.models.score import error_level, level_limit
+from gpuwarden.models.score import daily_error_levels, level_limit
 from gpuwarden.models.simdata import HideField, held_out_spec, simulate_panel
 from gpuwarden.sim.family import draw_family
 
 DAYS = 21.0
 NODES = 32
-
-
-def daily_levels(panel: HourlyPanel) -> pd.DataFrame:
-    """``error_level`` at one hour a day from the end of the first week, one row a day."""
-    t = np.arange(167, panel.shape[0], 24)
-    rows = rows_at(panel, t)
-    _, X = compute_features(panel, rows)
-    at = pd.Series(rows[:, 0])
-    return pd.DataFrame([error_level(X.loc[i]) for i in at.groupby(at).groups.values()])
 
 
 def fleets(defaults: list[int], family: list[int], factor: float):
@@ -68,7 +57,9 @@ def main() -> None:
     out = []
     for factor in (float(x) for x in args.counters.split(",")):
         for name, spec, hides, noise in fleets(seeds, members, factor):
-            daily = daily_levels(simulate_panel(spec, transforms=hides).panel)
+            daily = daily_error_levels(simulate_panel(spec, transforms=hides).panel).drop(
+                columns=["fleet", "t"]
+            )
             keys = [k for k in limit if k in daily]
             over = (daily[keys] > pd.Series({k: limit[k] for k in keys})).any(axis=1)
             median = daily.median()

@@ -284,22 +284,32 @@ def error_level(X: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+def daily_error_levels(panel: HourlyPanel) -> pd.DataFrame:
+    """``error_level`` at one bucket a day from the end of the first week, one row per fleet
+    (the ``fleet`` column of panels put side by side, else one) and day: columns ``fleet``,
+    ``t`` and the levels. Empty without a week of history."""
+    t = np.arange(167, panel.shape[0], 24)
+    rows = rows_at(panel, t) if t.size else np.empty((0, 2), dtype=np.int64)
+    if len(rows) == 0:
+        return pd.DataFrame(columns=["fleet", "t"])
+    _, X = compute_features(panel, rows)
+    fleets = panel.keys["fleet"].to_numpy() if "fleet" in panel.keys else np.zeros(panel.shape[1])
+    frame = pd.DataFrame({"fleet": fleets[rows[:, 1]], "t": rows[:, 0]})
+    groups = frame.groupby(["fleet", "t"], sort=False).groups
+    return pd.DataFrame(
+        [{"fleet": f, "t": int(t_), **error_level(X.loc[i])} for (f, t_), i in groups.items()]
+    )
+
+
 def training_error_level(panel: HourlyPanel) -> dict[str, Any] | None:
     """What a model trained on ``panel`` has seen: per fleet (as ``training_spread_drift``),
     the median over one scoring time a day of ``error_level``; the highest of those medians per
     key, and the number of fleets. None where no fleet has a week of history."""
-    t = np.arange(167, panel.shape[0], 24)
-    rows = rows_at(panel, t) if t.size else np.empty((0, 2), dtype=np.int64)
-    if len(rows) == 0:
-        return None
-    _, X = compute_features(panel, rows)
-    fleets = panel.keys["fleet"].to_numpy() if "fleet" in panel.keys else np.zeros(panel.shape[1])
-    frame = pd.DataFrame({"fleet": fleets[rows[:, 1]], "t": rows[:, 0]})
-    per_fleet = (
-        pd.DataFrame([error_level(X.loc[i]) for i in g.groupby("t").groups.values()]).median()
-        for _, g in frame.groupby("fleet", sort=False)
-    )
-    medians = [m for m in per_fleet if not m.empty]
+    daily = daily_error_levels(panel)
+    medians = [
+        g.drop(columns=["fleet", "t"]).median() for _, g in daily.groupby("fleet", sort=False)
+    ]
+    medians = [m for m in medians if not m.dropna().empty]
     if not medians:
         return None
     top = pd.DataFrame(medians).max()
