@@ -23,6 +23,8 @@ stopped and resumed, or extended with another model in another folder.
 drawn since wave 14 (into another ``--out``). ``--counters K`` multiplies every fleet's error
 rates, failing and benign alike, by K (``FleetSpec.counters_scaled``): another generator's
 units, beyond the family's committed ranges (wave 23 used 0.1 and 10; another ``--out`` too).
+``--narrow-noise`` draws the members' benign noise as before wave 24 (one level for SBE and PCIe
+in ``family.NARROW_NOISE_RANGE``; another ``--out``).
 
 Then ``pooled OUT choose|judge|fresh [MEMBERS]`` prints the pooled figures (optionally of some
 fleets only, e.g. ``4001,4002,4003`` or ``seed2,2001,2002``).
@@ -89,9 +91,11 @@ def _fleets(
     *,
     drift: bool = True,
     counters: float = 1.0,
+    wide_noise: bool = True,
 ) -> dict[str, list[tuple[str, Any, list[Any], float]]]:
     """(name, spec, transforms, first scoring time) per family of fleets; ``drift=False``: the
-    family members without their benign thermal drift (as drawn before wave 14); ``counters``:
+    family members without their benign thermal drift (as drawn before wave 14);
+    ``wide_noise=False``: their benign noise as drawn before wave 24; ``counters``:
     every fleet's error rates, failing and benign, x this (``FleetSpec.counters_scaled``)."""
     from gpuwarden.models.make_default import family_variants
     from gpuwarden.models.simdata import HideField, held_out_spec
@@ -108,7 +112,7 @@ def _fleets(
                 first,
             )
             for label, d in family_variants(
-                seeds, nodes, DAYS + 7, held.start_ts, thermal_drift=drift
+                seeds, nodes, DAYS + 7, held.start_ts, thermal_drift=drift, wide_noise=wide_noise
             )
         ]
 
@@ -159,6 +163,7 @@ def run(
     drift: bool = True,
     switch: tuple[str, str] | None = None,
     counters: float = 1.0,
+    wide_noise: bool = True,
 ) -> None:
     from tqdm import tqdm
 
@@ -173,7 +178,7 @@ def run(
         name, _, path = item.partition("=")
         models[name] = load_model(None if path in ("", "-") else path)
     sudden = sudden_kinds()
-    groups = _fleets(which, fresh, drift=drift, counters=counters)
+    groups = _fleets(which, fresh, drift=drift, counters=counters, wide_noise=wide_noise)
     todo = [(fam, *f) for fam, fleets in groups.items() for f in fleets]
     for fam, name, spec, hides, f0 in tqdm(todo, desc=f"{which} fleets", unit="fleet"):
         path = out / which / fam / f"{name}.json"
@@ -358,6 +363,12 @@ def main() -> None:
         help="every fleet's error rates, failing and benign, x this: another generator's units, "
         "beyond the family's committed ranges (wave 23: 0.1 and 10); use another --out",
     )
+    ap.add_argument(
+        "--narrow-noise",
+        action="store_true",
+        help="family members with their benign noise as drawn before wave 24 (one level for "
+        "SBE and PCIe, x0.2-x5); use another --out",
+    )
     ap.add_argument("--pair", default="", help="pairs: MODEL=TS/TD,... to print")
     ap.add_argument(
         "--switch",
@@ -401,6 +412,7 @@ def main() -> None:
             drift=not args.without_drift,
             switch=tuple(args.switch.split(">")) if args.switch else None,  # type: ignore[arg-type]
             counters=args.counters,
+            wide_noise=not args.narrow_noise,
         )
 
 

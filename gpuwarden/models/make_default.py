@@ -88,7 +88,10 @@ def lookalike_focused(draw: FamilyDraw) -> FamilyDraw:
     from gpuwarden.sim.family import LOOKALIKE_RANGE, NOISE_RANGE
 
     spec = replace(
-        draw.spec, lookalike_fraction=LOOKALIKE_RANGE[1], background_noise=NOISE_RANGE[1]
+        draw.spec,
+        lookalike_fraction=LOOKALIKE_RANGE[1],
+        background_noise=NOISE_RANGE[1],
+        pcie_noise=1.0,
     )
     return replace(draw, spec=spec)
 
@@ -255,16 +258,23 @@ def family_variants(
     start_ts: float,
     *,
     thermal_drift: bool = True,
+    wide_noise: bool = True,
 ) -> list[tuple[str, Any]]:
     """Each family member as drawn and link-focused (``LINK_KINDS``): (label, draw), label
     ``"<seed> as drawn"`` or ``"<seed> link-focused"``. ``days`` includes the history;
-    ``thermal_drift=False`` draws the members as before wave 14 (``sim.family.draw_family``)."""
+    ``thermal_drift=False`` draws the members as before wave 14, ``wide_noise=False`` their
+    benign noise as before wave 24 (``sim.family.draw_family``)."""
     from gpuwarden.sim.family import draw_family
 
     out = []
     for seed in seeds:
         draw = draw_family(
-            seed, nodes=nodes, days=days, start_ts=start_ts, thermal_drift=thermal_drift
+            seed,
+            nodes=nodes,
+            days=days,
+            start_ts=start_ts,
+            thermal_drift=thermal_drift,
+            wide_noise=wide_noise,
         )
         out += [
             (f"{seed} as drawn", draw),

@@ -135,6 +135,7 @@ class Engine:
             sp.precursor_magnitude_sd,
             sp.precursor_length,
             sp.background_noise,
+            sp.pcie_noise,
         )
         self.lives: list[L.Lifetime] = []
         self.slot_lives: list[list[int]] = [[] for _ in range(self.n_slots)]

@@ -114,6 +114,7 @@ class LifeContext:
     precursor_magnitude_sd: float = 0.0
     precursor_length: float = 1.0
     background_noise: float = 1.0
+    pcie_noise: float = 1.0
 
     def step_at(self, ts: float) -> int:
         """Index of the first sample at or after ``ts``."""
@@ -201,7 +202,7 @@ def new_lifetime(
         precursor_start_ts=None,
         lookalike=look,
     )
-    _draw_traits(life, rng, ctx.background_noise)
+    _draw_traits(life, rng, ctx.background_noise, ctx.pcie_noise)
     if np.isfinite(fail_ts):
         if kind in C.PRECURSOR_KINDS:
             _draw_precursor(ctx, life, rng)
@@ -216,7 +217,9 @@ def _lognormal(rng: np.random.Generator, median: float, sd: float) -> float:
     return float(median * np.exp(sd * rng.standard_normal()))
 
 
-def _draw_traits(life: Lifetime, rng: np.random.Generator, noise: float = 1.0) -> None:
+def _draw_traits(
+    life: Lifetime, rng: np.random.Generator, noise: float = 1.0, pcie_noise: float = 1.0
+) -> None:
     life.gpu_off_c = 1.5 * rng.standard_normal()
     life.mem_off_c = 1.5 * rng.standard_normal() + 0.3 * life.gpu_off_c
     life.theta_scale = 1.0 + 0.05 * rng.standard_normal()
@@ -242,6 +245,9 @@ def _draw_traits(life: Lifetime, rng: np.random.Generator, noise: float = 1.0) -
         life.burst_per_day *= noise
         life.pcie_blip_per_day *= noise
         life.pcie_steady_per_h *= noise
+    if pcie_noise != 1.0:  # the family's PCIe noise apart from the SBE noise (wave 24)
+        life.pcie_blip_per_day *= pcie_noise
+        life.pcie_steady_per_h *= pcie_noise
 
 
 def _draw_sudden(life: Lifetime, rng: np.random.Generator) -> None:

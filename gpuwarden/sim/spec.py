@@ -52,6 +52,7 @@ class FleetSpec:
     precursor_magnitude_sd: float = 0.0  # log-sd of a further per-failure factor
     precursor_length: float = 1.0  # multiplies the median precursor lengths
     background_noise: float = 1.0  # multiplies benign SBE, burst and PCIe replay rates
+    pcie_noise: float = 1.0  # further multiplies the benign PCIe replay rates alone
     #: Benign temperature drift a healthy board shows (fan curves, workload mix, inlet air):
     #: standard deviations (C) of offsets drawn every ``thermal_drift_period_h`` hours and
     #: joined linearly, per GPU on the core, per GPU on the HBM (apart from the core), and per

@@ -30,6 +30,7 @@ def test_draws_stay_inside_the_committed_ranges_and_differ_by_seed():
         assert _inside(s.precursor_length, F.LENGTH_RANGE)
         assert _inside(s.lookalike_fraction, F.LOOKALIKE_RANGE)
         assert _inside(s.background_noise, F.NOISE_RANGE)
+        assert _inside(s.background_noise * s.pcie_noise, F.NOISE_RANGE)
         assert _inside(s.reboot_rate_per_node_day, F.REBOOT_RANGE)
         assert _inside(s.driver_reload_rate_per_node_day, F.RELOAD_RANGE)
         assert _inside(s.sudden_fraction, F.SUDDEN_RANGE)
@@ -62,6 +63,35 @@ def test_drift_has_its_own_stream_so_members_drawn_before_it_are_unchanged():
         assert any(getattr(with_drift.spec, k) > 0 for k in drift)
         # everything else: exactly what the member was before wave 14
         assert replace(with_drift.spec, **dict.fromkeys(drift, 0.0)) == without.spec
+
+
+def test_wide_noise_has_its_own_stream_and_draws_sbe_and_pcie_apart():
+    """Wave 24 widened the benign noise and drew SBE and PCIe apart, on a stream of its own:
+    ``wide_noise=False`` is the member exactly as drawn before, one level for both."""
+    draws = [(F.draw_family(s), F.draw_family(s, wide_noise=False)) for s in range(100, 140)]
+    for wide, narrow in draws:
+        assert wide.hidden == narrow.hidden
+        assert narrow.spec.pcie_noise == 1.0
+        assert _inside(narrow.spec.background_noise, F.NARROW_NOISE_RANGE)
+        noise = {"background_noise": 1.0, "pcie_noise": 1.0}
+        assert replace(wide.spec, **noise) == replace(narrow.spec, **noise)
+    sbe = np.log10([w.spec.background_noise for w, _ in draws])
+    pcie = np.log10([w.spec.background_noise * w.spec.pcie_noise for w, _ in draws])
+    assert max(sbe) > math.log10(F.NARROW_NOISE_RANGE[1]) and max(pcie) > max(sbe) - 1.0
+    assert abs(np.corrcoef(sbe, pcie)[0, 1]) < 0.5  # drawn apart, not one level
+    assert F.NOISE_RANGE[0] <= F.NARROW_NOISE_RANGE[0] < F.NARROW_NOISE_RANGE[1] <= F.NOISE_RANGE[1]
+    narrow_variants = F.draw_family(1001, wide_noise=False).describe()
+    assert narrow_variants["background_noise_pcie"] == narrow_variants["background_noise"]
+
+
+def test_pcie_noise_moves_the_benign_replays_alone():
+    spec = FleetSpec(nodes=2, days=3, step_s=600, seed=5, lookalike_fraction=0.5)
+    loud = replace(spec, pcie_noise=30.0)
+    runs = [Fleet(s).run().samples.groupby("uuid").max(numeric_only=True) for s in (spec, loud)]
+    replays = [float(r["pcie_replay_total"].sum()) for r in runs]
+    assert replays[1] > 5 * replays[0] > 0, replays
+    sbe = [float(r["ecc_sbe_aggregate_total"].sum()) for r in runs]
+    assert sbe[0] == sbe[1]
 
 
 def test_judging_variants_can_be_drawn_without_drift():
@@ -143,10 +173,9 @@ def test_lookalike_focused_members_hold_more_lookalikes_inside_the_committed_ran
     draw = F.draw_family(111, nodes=8, days=5)  # 64 GPUs, look-alike share 0.045 as drawn
     hard = lookalike_focused(draw)
     assert hard.spec.lookalike_fraction == F.LOOKALIKE_RANGE[1]
-    assert hard.spec.background_noise == F.NOISE_RANGE[1]
-    assert replace(hard.spec, lookalike_fraction=0.0, background_noise=1.0) == replace(
-        draw.spec, lookalike_fraction=0.0, background_noise=1.0
-    )
+    assert hard.spec.background_noise == F.NOISE_RANGE[1] and hard.spec.pcie_noise == 1.0
+    calm = {"lookalike_fraction": 0.0, "background_noise": 1.0, "pcie_noise": 1.0}
+    assert replace(hard.spec, **calm) == replace(draw.spec, **calm)
     assert hard.hidden == draw.hidden
     counts = []
     for spec in (draw.spec, hard.spec):
