@@ -136,6 +136,7 @@ class Engine:
             sp.precursor_length,
             sp.background_noise,
             sp.pcie_noise,
+            sp.counter_scale,
         )
         self.lives: list[L.Lifetime] = []
         self.slot_lives: list[list[int]] = [[] for _ in range(self.n_slots)]

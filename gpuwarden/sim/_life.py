@@ -115,6 +115,7 @@ class LifeContext:
     precursor_length: float = 1.0
     background_noise: float = 1.0
     pcie_noise: float = 1.0
+    counter_scale: float = 1.0
 
     def step_at(self, ts: float) -> int:
         """Index of the first sample at or after ``ts``."""
@@ -367,7 +368,7 @@ def _draw_precursor(ctx: LifeContext, life: Lifetime, rng: np.random.Generator) 
     mag = ctx.precursor_magnitude
     if ctx.precursor_magnitude_sd > 0:
         mag *= float(np.exp(ctx.precursor_magnitude_sd * knob.standard_normal()))
-    intensity *= mag
+    intensity *= mag * ctx.counter_scale  # error counts; degrees undo counter_scale below
     if life.kind == C.HBM:
         peak = C.HBM_SBE_PEAK_PER_H * intensity / 3600
         sbe = _counts(ev, profile, peak, ctx.step_s)
@@ -417,8 +418,10 @@ def _draw_precursor(ctx: LifeContext, life: Lifetime, rng: np.random.Generator) 
         life.xid = C.XID_FELL_OFF_BUS
         life.xids += [XidRecord(fts, lid, "xid", life.xid), XidRecord(fts, lid, "gpu_lost")]
     elif life.kind == C.COOLING:
-        # degrees, not counts: the family's magnitude acts through its 0.35th power
-        life.cool_amp_c = C.COOLING_MEM_RISE_C * (intensity / mag) * mag**0.35
+        # degrees, not counts: the family's magnitude acts through its 0.35th power, and the
+        # scale of the error counters (another generator's units) not at all
+        base = intensity / (mag * ctx.counter_scale)
+        life.cool_amp_c = C.COOLING_MEM_RISE_C * base * mag**0.35
         life.cool_core_ratio = 0.2 + 0.3 * share
         life.cool_shape = 1.0 + 2.0 * extra
         if ending < 0.5:  # thermal shutdown drops it off the bus; else operators pull it

@@ -53,6 +53,9 @@ class FleetSpec:
     precursor_length: float = 1.0  # multiplies the median precursor lengths
     background_noise: float = 1.0  # multiplies benign SBE, burst and PCIe replay rates
     pcie_noise: float = 1.0  # further multiplies the benign PCIe replay rates alone
+    #: multiplies the error counts of every precursor (SBE, DBE, replays, NVLink errors), not
+    #: its temperatures: another generator's units (``counters_scaled``)
+    counter_scale: float = 1.0
     #: Benign temperature drift a healthy board shows (fan curves, workload mix, inlet air):
     #: standard deviations (C) of offsets drawn every ``thermal_drift_period_h`` hours and
     #: joined linearly, per GPU on the core, per GPU on the HBM (apart from the core), and per
@@ -97,7 +100,8 @@ class FleetSpec:
                 f"FleetSpec.precursor_shape: unknown shape {self.precursor_shape!r}; "
                 f"known: {', '.join(PRECURSOR_SHAPES)}"
             )
-        for name in ("precursor_magnitude", "precursor_length", "thermal_drift_period_h"):
+        positive = ("precursor_magnitude", "precursor_length", "thermal_drift_period_h")
+        for name in (*positive, "counter_scale"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"FleetSpec.{name} must be positive, got {getattr(self, name)!r}")
         for k in self.kinds:
@@ -108,13 +112,15 @@ class FleetSpec:
 
     def counters_scaled(self, factor: float) -> FleetSpec:
         """The same fleet with every error rate, failing and benign alike, x ``factor``
-        (``precursor_magnitude`` and ``background_noise``): another generator's units, where
-        the randomized family's committed ranges may be left behind on purpose."""
+        (``counter_scale`` and ``background_noise``): another generator's units, where the
+        randomized family's committed ranges may be left behind on purpose. Temperatures stay:
+        until wave 24 this scaled ``precursor_magnitude``, which also moves a cooling
+        failure's rise (x10 made it 2.2 times as large, x0.1 0.45 times)."""
         if not (math.isfinite(factor) and factor > 0):
             raise ConfigError(f"counters_scaled: the factor must be positive, got {factor!r}")
         return replace(
             self,
-            precursor_magnitude=self.precursor_magnitude * factor,
+            counter_scale=self.counter_scale * factor,
             background_noise=self.background_noise * factor,
         )
 

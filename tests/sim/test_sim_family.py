@@ -119,8 +119,8 @@ def test_counters_scaled_multiplies_failing_and_benign_error_rates_alike():
     ranges. Only the two rate knobs move, and the benign single-bit errors follow them."""
     spec = FleetSpec(nodes=2, days=3, step_s=600, seed=5, lookalike_fraction=0.5)
     hot = spec.counters_scaled(10.0)
-    assert (hot.precursor_magnitude, hot.background_noise) == (10.0, 10.0)
-    assert replace(hot, precursor_magnitude=1.0, background_noise=1.0) == spec
+    assert (hot.counter_scale, hot.background_noise) == (10.0, 10.0)
+    assert replace(hot, counter_scale=1.0, background_noise=1.0) == spec
     assert spec.counters_scaled(1.0) == spec
     for bad in (0.0, -1.0, float("nan")):
         with pytest.raises(ConfigError, match="factor must be positive"):
@@ -130,6 +130,31 @@ def test_counters_scaled_multiplies_failing_and_benign_error_rates_alike():
         for s in (spec, hot)
     ]
     assert sbe[1] > 5 * sbe[0] > 0, sbe
+
+
+def test_counters_scaled_leaves_temperatures_alone():
+    """Until wave 24 ``counters_scaled`` moved ``precursor_magnitude``, which also sets a
+    cooling failure's rise: x0.1 "units" made cooling failures 0.45 times as hot."""
+    spec = FleetSpec(
+        nodes=2,
+        days=8,
+        step_s=600,
+        accel=400,
+        seed=4,
+        kinds=("cooling_degradation", "pcie_degradation"),
+        sudden_fraction=0.0,
+    )
+    runs = [Fleet(spec.counters_scaled(k)).run() for k in (1.0, 0.1, 10.0)]
+    kinds = {f.kind for f in runs[0].failures}
+    assert kinds == {"cooling_degradation", "pcie_degradation"}, kinds
+    keys = ["uuid", "ts"]
+    for other in runs[1:]:  # a dropped scrape may fall elsewhere (the counts draw differently)
+        both = runs[0].samples.merge(other.samples, on=keys, suffixes=("", "_k"))
+        assert len(both) > 0.99 * len(runs[0].samples)
+        np.testing.assert_array_equal(both["mem_temp_c"], both["mem_temp_c_k"])
+        np.testing.assert_array_equal(both["gpu_temp_c"], both["gpu_temp_c_k"])
+    replays = [float(r.samples.groupby("uuid")["pcie_replay_total"].max().sum()) for r in runs]
+    assert replays[2] > 5 * replays[0] > 25 * replays[1] > 0, replays
 
 
 @pytest.mark.parametrize("shape", [s for s in C.PRECURSOR_SHAPES if s != "accelerating"])
