@@ -51,6 +51,19 @@ _BASE: tuple[Feature, ...] = (
     _f("sbe_per_day_6h", "memory", "errors/day", "Single-bit ECC errors, last 6 h, per day."),
     _f("sbe_per_day_24h", "memory", "errors/day", "Single-bit ECC errors, last 24 h."),
     _f("sbe_per_day_7d", "memory", "errors/day", "Single-bit ECC errors, last 7 days, per day."),
+    _f(
+        "sbe_fleet_level_7d",
+        "context",
+        "log errors/day",
+        "The fleet's benign single-bit noise: log(1 + sbe_per_day_7d) at its 90th percentile "
+        "over the fleet's GPUs at that hour.",
+    ),
+    _f(
+        "sbe_vs_fleet_level_7d",
+        "memory",
+        "log ratio",
+        "log(1 + sbe_per_day_7d) minus the fleet's level (sbe_fleet_level_7d).",
+    ),
     _f("sbe_rise_24h", "memory", "log ratio", "SBE rate of the last day vs the 6 days before."),
     _f("sbe_accel_6h", "memory", "log ratio", "SBE rate of the last 6 h vs the last day."),
     _f("sbe_rise_day", "memory", "log ratio", "SBE rate of the last day vs the day before."),
@@ -110,6 +123,19 @@ _BASE: tuple[Feature, ...] = (
     _f("pcie_replay_per_min_1h", "pcie", "replays/min", "PCIe replays per minute, last hour."),
     _f("pcie_replay_per_min_24h", "pcie", "replays/min", "PCIe replays per minute, last day."),
     _f("pcie_replay_per_min_7d", "pcie", "replays/min", "PCIe replays per minute, last week."),
+    _f(
+        "pcie_fleet_level_7d",
+        "context",
+        "log replays/day",
+        "The fleet's benign PCIe noise: log(1 + replays a day over the last week) at its 90th "
+        "percentile over the fleet's GPUs at that hour.",
+    ),
+    _f(
+        "pcie_vs_fleet_level_7d",
+        "pcie",
+        "log ratio",
+        "log(1 + replays a day over the last week) minus the fleet's level.",
+    ),
     _f("pcie_replay_vs_limit_1h", "pcie", "ratio", "Last hour's replay rate / DCGM's limit."),
     _f("pcie_replay_rise_24h", "pcie", "log ratio", "Replay rate, last day vs 6 days before."),
     _f("pcie_replay_trend_24h", "pcie", "log/h", "Slope of log(1 + hourly replays), last day."),
@@ -547,6 +573,34 @@ def _fleet_scaled(meta: pd.DataFrame, out: dict[str, np.ndarray]) -> None:
         out[name] = against_fleet(rise, groups)
 
 
+#: error rates read against the fleet's level at the same hour (wave 24): (source, per-day
+#: factor, level feature, against-the-level feature)
+FLEET_LEVEL = (
+    ("sbe_per_day_7d", 1.0, "sbe_fleet_level_7d", "sbe_vs_fleet_level_7d"),
+    ("pcie_replay_per_min_7d", 1440.0, "pcie_fleet_level_7d", "pcie_vs_fleet_level_7d"),
+)
+#: The quantile over the fleet's GPUs that reads its level: most boards log no error in a
+#: week, so the median says nothing; the 90th percentile moves with the benign noise.
+FLEET_LEVEL_QUANTILE = 0.9
+
+
+def _fleet_level(meta: pd.DataFrame, out: dict[str, np.ndarray]) -> None:
+    """Each error rate against the whole fleet's at the same hour.
+
+    Another generator's, or another fleet's, benign noise may be forty times this simulator's:
+    a single-bit burst every week on an ordinary board. The rate alone then reads as a
+    precursor; against the fleet's level it does not (issue 17, wave 24). NaN in a fleet of
+    fewer than ``FLEET_MIN_GPUS`` GPUs reading the counter."""
+    groups = [meta["t"].to_numpy(), meta["fleet"].to_numpy()]
+    for source, per_day, level, against in FLEET_LEVEL:
+        v = pd.Series(np.log1p(out[source] * per_day), dtype=float)
+        g = v.groupby(groups, sort=False)
+        q = g.transform("quantile", FLEET_LEVEL_QUANTILE)
+        known = (g.transform("count") >= FLEET_MIN_GPUS).to_numpy()
+        out[level] = np.where(known, q, np.nan)
+        out[against] = np.where(known, v - q, np.nan)
+
+
 def against_fleet(rise: np.ndarray | pd.Series, groups: list[np.ndarray]) -> np.ndarray:
     """Each value minus its group's median, over the group's 95th-percentile deviation (at
     least ``FLEET_SCALE_FLOOR_C``); NaN in a group of fewer than ``FLEET_MIN_GPUS`` values."""
@@ -592,6 +646,7 @@ def compute_features(panel: HourlyPanel, rows: np.ndarray) -> tuple[pd.DataFrame
     _peers(meta, out)
     _ranks(meta, out)
     _fleet_scaled(meta.assign(fleet=fleet), out)
+    _fleet_level(meta.assign(fleet=fleet), out)
     meta["fatal_xid"] = w.latest(panel.fatal_xid, H24)  # for the Xid catalogue's action
     for gauge in ("pcie_link_width", "pcie_link_width_max"):  # the link rule says them
         meta[gauge.replace("_link", "")] = w.last(panel.gauge[gauge])

@@ -114,3 +114,49 @@ def test_temperature_at_the_same_power_is_unknown_without_power_or_two_days_befo
     short = 24 + LOAD_FIT_MIN_H - 1  # one hour short of the fit's history
     meta, X = compute_features(panel, rows_at(panel, [short - 1]))
     assert X[["hbm_load_rise_vs_fleet", "core_load_rise_vs_fleet"]].isna().all().all()
+
+
+def _sbe_fleet(n: int, *, benign_per_day: float, sick_per_day: float = 200.0, unread: int = 0):
+    """``n`` GPUs for 8 days logging single-bit errors: every eighth board ``benign_per_day``
+    (benign noise), GPU ``SICK`` ``sick_per_day``, the rest none; the last ``unread`` boards do
+    not report the counter (NaN in every sample)."""
+
+    def sbe(ts: np.ndarray, g: int) -> np.ndarray:
+        per_day = sick_per_day if g == SICK else benign_per_day if g % 8 == 0 else 0.0
+        if g >= n - unread:
+            return np.full(ts.size, np.nan)
+        return per_day * (ts - T0) / 86400.0
+
+    values = {"ecc_sbe_volatile_total": sbe, "ecc_sbe_aggregate_total": sbe}
+    frame = make_frame(DAYS * 24, _gpus(n), step_s=3600, values=values)
+    return panel_from_frames([frame], no_events(), no_failures())
+
+
+def _level(panel):
+    meta, X = compute_features(panel, rows_at(panel, [panel.shape[0] - 1]))
+    return X.set_index(meta["key"])[["sbe_fleet_level_7d", "sbe_vs_fleet_level_7d"]]
+
+
+def test_an_error_rate_stands_out_on_a_quiet_fleet_and_not_on_a_noisy_one():
+    """Wave 24: another fleet's benign noise may be forty times this simulator's; the same
+    200 single-bit errors a day read against the fleet's level, not on their own."""
+    quiet = _level(_sbe_fleet(32, benign_per_day=2.0))
+    noisy = _level(_sbe_fleet(32, benign_per_day=300.0))
+    sick = next(k for k in quiet.index if k.endswith(f"GPU-{SICK}"))
+    assert noisy["sbe_fleet_level_7d"].iloc[0] > quiet["sbe_fleet_level_7d"].iloc[0] + 3
+    assert quiet.loc[sick, "sbe_vs_fleet_level_7d"] > 3  # log(201 / 3)
+    assert noisy.loc[sick, "sbe_vs_fleet_level_7d"] < 0.5
+    # one level per fleet and hour: every GPU reads the same
+    assert quiet["sbe_fleet_level_7d"].nunique() == 1
+
+
+def test_the_fleet_level_leaves_unread_counters_out_and_needs_enough_gpus():
+    small = _level(_sbe_fleet(FLEET_MIN_GPUS - 1, benign_per_day=2.0))
+    assert small.isna().all().all()
+    # 20 boards that do not report the counter are not 20 boards with no errors: the level is
+    # the read boards' (a fifth of which log errors), not pulled down by the unread ones
+    part = _level(_sbe_fleet(40, benign_per_day=300.0, unread=20))
+    read = _level(_sbe_fleet(20, benign_per_day=300.0))
+    assert part["sbe_fleet_level_7d"].iloc[0] == pytest.approx(read["sbe_fleet_level_7d"].iloc[0])
+    unread = [k for k in part.index if int(k.rsplit("-", 1)[1]) >= 20]
+    assert part.loc[unread, "sbe_vs_fleet_level_7d"].isna().all()
