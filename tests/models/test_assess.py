@@ -86,7 +86,7 @@ def test_serve_warns_of_a_drifting_fleet_once_a_day_and_exports_the_figure(tmp_p
 
 
 def test_serve_warns_of_a_fleet_logging_more_errors_and_exports_its_level(tmp_path, caplog):
-    """A fleet whose every error rate runs 30x the default simulator's: serve's scorer logs the
+    """A fleet whose every error rate runs 100x the default simulator's: serve's scorer logs the
     error-level warning once a day, and ``/metrics`` carries the level and its limit, which
     the shipped rule GpuFleetErrorLevelHigh compares."""
     import logging
@@ -97,7 +97,7 @@ def test_serve_warns_of_a_fleet_logging_more_errors_and_exports_its_level(tmp_pa
     from gpuwarden.serve.service import RiskService
     from gpuwarden.sim import Fleet
 
-    spec = fleet_spec(nodes=4, days=9.0, accel=1.0, seed=5, start_ts=T0).counters_scaled(30.0)
+    spec = fleet_spec(nodes=4, days=9.0, accel=1.0, seed=5, start_ts=T0).counters_scaled(100.0)
     store = SqliteStore(tmp_path / "loud.db")
     for chunk in Fleet(spec).chunks(progress=False):
         store.write_frame(chunk.samples)
@@ -109,14 +109,14 @@ def test_serve_warns_of_a_fleet_logging_more_errors_and_exports_its_level(tmp_pa
     said = [r.getMessage() for r in caplog.records if "log more errors" in r.getMessage()]
     assert len(said) == 1, said
     level, limit = _assess.error_level()
-    key = "sbe_per_day_7d@0.75"
+    key = "pcie_replay_per_min_7d@0.75"  # the single-bit level of x100 is inside x40's noise
     assert level[key] > limit[key] > 0
     service = RiskService(store, assess=default_assessor(), clock=lambda: end, verdicts=None)
     service.tick()
     text = render(service).decode()
 
     def sample(name: str) -> float:
-        prefix = f'{name}{{feature="sbe_per_day_7d",quantile="0.75"}} '
+        prefix = f'{name}{{feature="pcie_replay_per_min_7d",quantile="0.75"}} '
         return float(next(s for s in text.splitlines() if s.startswith(prefix)).split()[-1])
 
     assert sample("gpuwarden_fleet_error_level") > sample("gpuwarden_fleet_error_level_limit")

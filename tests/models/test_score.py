@@ -420,11 +420,12 @@ def _noisy_store(tmp_path, factor: float):
     return db
 
 
-@pytest.mark.parametrize("factor, warned", [(1.0, False), (30.0, True)])
+@pytest.mark.parametrize("factor, warned", [(1.0, False), (100.0, True)])
 def test_a_fleet_logging_many_times_the_training_errors_is_warned_of(tmp_path, factor, warned):
     """The shipped card records its training fleets' error levels; a fleet whose every error
-    rate runs 30x the default simulator's is past them, and ``score`` says so (wave 23: at x10
-    the shipped model's false flags rose from 0.15 to 3.3 per 1,000 GPU-days)."""
+    rate runs 100x the default simulator's is past them, and ``score`` says so (wave 23: at x10
+    W's false flags rose from 0.15 to 3.3 per 1,000 GPU-days; since wave 24 the training
+    family's benign noise reaches x40, so x30 is no longer past it)."""
     from click.testing import CliRunner
 
     from gpuwarden.models.artifact import load_model
