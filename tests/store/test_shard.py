@@ -1,7 +1,7 @@
 """``--shard i/n``: replicas reading one VictoriaMetrics score the fleet between them, whole
-racks each, with the states one process gives and its risks within 0.01 (the model compares a
+racks each, with the states one process gives and its risks within 0.05 (the model compares a
 GPU with its node's and its rack's GPUs, so a rack split across replicas would change them; its
-model-rank features see the shard's GPUs of that model)."""
+model-rank features and the fleet's levels see the shard's GPUs only)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,9 @@ from gpuwarden.store.victoriametrics import VictoriaMetricsStore
 pytestmark = pytest.mark.integration
 
 END = math.floor(time.time() / 3600) * 3600 - 1800.0  # half an hour ago, mid-hour
-# 12 nodes, 4 to a rack: 3 racks, which the hash puts in both shards of 2
-FLEET = {"nodes": 12, "gpus_per_node": 2, "models": "H100-80GB,A100-80GB", "days": 2.0,
+# 12 nodes, 4 to a rack: 3 racks, which the hash puts in both shards of 2 (16 and 31 GPUs: each
+# at least features.FLEET_MIN_GPUS, so each shard reads a fleet level of its own)
+FLEET = {"nodes": 12, "gpus_per_node": 4, "models": "H100-80GB,A100-80GB", "days": 2.0,
          "step_s": 600, "seed": 5, "accel": 300.0}  # fmt: skip
 
 
@@ -60,10 +61,11 @@ def test_shards_score_whole_racks_as_one_process_does(vm) -> None:
     both = both.reindex(full.index)
     assert (both["state"] == full["state"]).all()
     # node and rack peers are whole in a shard; the fleet-wide features see the shard's GPUs
-    # only and move a risk a little: the model ranks (a GPU against its model's GPUs) and the
-    # rises against the fleet's, unknown in these shards of under 16 GPUs (0.0099 at most with
-    # model W, 0.0111 with V, 0.0104 with U, 0.0015 before either)
-    assert np.allclose(both["risk"], full["risk"], atol=0.02, equal_nan=True)
+    # only and move a risk a little: the model ranks (a GPU against its model's GPUs), the
+    # rises against the fleet's, and since wave 24 the error rates against the fleet's level
+    # (model Q: 0.039 at most here, one GPU at 0.63 against 0.67; in shards under 16 GPUs,
+    # where the level is unknown, 0.17. Model W, 0.0099 in shards under 16 GPUs; V 0.0111)
+    assert np.allclose(both["risk"], full["risk"], atol=0.05, equal_nan=True)
 
 
 def test_serve_replicas_score_their_share(vm, tmp_path) -> None:
