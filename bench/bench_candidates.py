@@ -128,31 +128,24 @@ def _fleets(
     return {"default": default(3), "family": family(HELD_OUT_SEEDS + FRESH_SEEDS, 32)}
 
 
-def _own_columns(load_model: Any, path: str | None) -> Any:
-    """A model trained on fewer features than this code computes (the incumbent, scored
-    through a candidate's code): its trees read their own columns by name."""
-    import skops.io as sio
+def _own_columns(path: str | None) -> Any:
+    """A model, loaded as ``load_model`` does (its types checked); one trained on fewer features
+    than this code computes (the incumbent, scored through a candidate's code) reads its own
+    columns by name."""
+    from gpuwarden.models.artifact import RiskModel, load_any_features
+    from gpuwarden.models.features import FEATURE_NAMES
 
-    from gpuwarden.errors import InputError
-    from gpuwarden.models.artifact import DEFAULT_DIR, RiskModel
-
-    try:
-        return load_model(path)
-    except InputError as exc:
-        if "trained on other features" not in str(exc):
-            raise
-    folder = Path(path) if path else DEFAULT_DIR
-    est = sio.load(
-        folder / "model.skops", trusted=sio.get_untrusted_types(file=folder / "model.skops")
-    )
-    names = list(est.feature_names_in_)
+    model = load_any_features(path)
+    names = list(model.estimator.feature_names_in_)
+    if names == list(FEATURE_NAMES):
+        return model
 
     class Own(RiskModel):
         def risk(self, X: pd.DataFrame) -> np.ndarray:
             return super().risk(X[names]) if len(X) else np.empty(0)
 
-    print(f"{folder}: scored on its own {len(names)} columns")
-    return Own(est, json.loads((folder / "model_card.json").read_text()), str(folder))
+    print(f"{model.path}: scored on its own {len(names)} columns")
+    return Own(model.estimator, model.card, model.path)
 
 
 def _figures(ds: Any, fails: pd.DataFrame, flag: np.ndarray, sudden: tuple[str, ...]) -> dict:
@@ -195,7 +188,6 @@ def run(
 ) -> None:
     from tqdm import tqdm
 
-    from gpuwarden.models.artifact import load_model
     from gpuwarden.models.evaluate import evaluate_dataset, failures_of, sudden_kinds
     from gpuwarden.models.labels import build_dataset, scoring_indices
     from gpuwarden.models.rules import LinkRules, hard_signal
@@ -204,7 +196,7 @@ def run(
     models = {}
     for item in models_arg.split(","):
         name, _, path = item.partition("=")
-        models[name] = _own_columns(load_model, None if path in ("", "-") else path)
+        models[name] = _own_columns(None if path in ("", "-") else path)
     sudden = sudden_kinds()
     groups = _fleets(which, fresh, drift=drift, counters=counters, wide_noise=wide_noise)
     todo = [(fam, *f) for fam, fleets in groups.items() for f in fleets]

@@ -108,10 +108,30 @@ def save_model(model: RiskModel, out: str | Path) -> Path:
 
 def load_model(path: str | Path | None = None) -> RiskModel:
     """Load a model folder (or its ``model.skops``); None loads the shipped default."""
+    model = load_any_features(path)
+    names = list(getattr(model.estimator, "feature_names_in_", []))
+    if names != list(FEATURE_NAMES):
+        raise InputError(
+            f"{model_file(path)} was trained on other features "
+            f"(gpuwarden {model.card.get('gpuwarden_version', '?')}); "
+            "retrain it with `gpuwarden train`"
+        )
+    return model
+
+
+def model_file(path: str | Path | None) -> Path:
+    """The ``model.skops`` a model path names (None: the shipped default's)."""
+    folder = DEFAULT_DIR if path is None else Path(path)
+    return folder if folder.suffix == ".skops" else folder / MODEL_FILE
+
+
+def load_any_features(path: str | Path | None = None) -> RiskModel:
+    """``load_model`` without its check that the trees read this gpuwarden's features (a bench
+    scoring an incumbent through a candidate's code selects its columns itself)."""
     import skops.io as sio
 
     folder = DEFAULT_DIR if path is None else Path(path)
-    file = folder if folder.suffix == ".skops" else folder / MODEL_FILE
+    file = model_file(path)
     card_file = file.with_name(CARD_FILE)
     if not file.is_file():
         hint = " (run `make model` to build the default model)" if path is None else ""
@@ -133,10 +153,4 @@ def load_model(path: str | Path | None = None) -> RiskModel:
             card = json.loads(card_file.read_text())
         except json.JSONDecodeError as exc:
             raise InputError(f"{card_file} is not valid JSON: {exc}") from exc
-    names = list(getattr(estimator, "feature_names_in_", []))
-    if names != list(FEATURE_NAMES):
-        raise InputError(
-            f"{file} was trained on other features (gpuwarden {card.get('gpuwarden_version', '?')}); "
-            "retrain it with `gpuwarden train`"
-        )
     return RiskModel(estimator, card, str(folder))
