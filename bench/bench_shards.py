@@ -7,8 +7,10 @@ each score their shard (``--shard i/n``) at the same time, reading the same serv
 The store is one a benchmark left loaded (``bench_backends.py --workdir DIR``: start
 VictoriaMetrics again on ``DIR/vm``). Each replica is its own process (as serve replicas are),
 started together; a round's time is the slowest replica's wall time, from when all have
-imported gpuwarden. Also printed: the queries one round sends, and the CPU seconds the
-replicas and the server (``--server-pid``) spent.
+imported gpuwarden. A replica reads what ``score_store`` reads: its shard's history and, to
+read error rates against the whole fleet's level, the fleet's error counters over the week
+(``score.fleet_panel``; "fleet s", the slowest replica's). Also printed: the queries one round
+sends, and the CPU seconds the replicas and the server (``--server-pid``) spent.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from pathlib import Path
 _CHILD = r"""
 import json, sys, time
 from gpuwarden.models.artifact import load_model
+from gpuwarden.models.features import LONG_FIELDS, RECENT_H
 from gpuwarden.models.history import panel_of, read_history
-from gpuwarden.models.score import HISTORY_S, score_panel
+from gpuwarden.models.score import HISTORY_S, fleet_panel, score_panel
 from gpuwarden.store import open_store
 from gpuwarden.store.shard import HostShard
 url, at, index, count, go = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
@@ -35,12 +38,15 @@ view = store if count == 1 else HostShard(store, index, count)
 while time.time() < go:
     time.sleep(0.01)
 t0, c0 = time.perf_counter(), time.process_time()
-history = read_history(view, start=at - HISTORY_S, end=at)
+history = read_history(view, start=at - HISTORY_S, end=at, recent_from=at - RECENT_H * 3600,
+                       long_fields=LONG_FIELDS)
 t1 = time.perf_counter()
-rows = score_panel(panel_of(history), model, at=at)
+fleet = fleet_panel(view, at, at)  # a shard's read of the fleet's error counters (None: whole)
+tf = time.perf_counter()
+rows = score_panel(panel_of(history), model, at=at, fleet=fleet)
 t2, c2 = time.perf_counter(), time.process_time()
-print(json.dumps({"read": t1 - t0, "total": t2 - t0, "cpu": c2 - c0, "gpus": len(rows),
-                  "queries": store.api.queries}))
+print(json.dumps({"read": t1 - t0, "fleet": tf - t1, "total": t2 - t0, "cpu": c2 - c0,
+                  "gpus": len(rows), "queries": store.api.queries}))
 """
 
 
@@ -66,6 +72,7 @@ def round_of(url: str, at: float, count: int, pid: int | None) -> dict[str, floa
     outs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
     return {
         "read": max(o["read"] for o in outs),
+        "fleet": max(o["fleet"] for o in outs),
         "total": max(o["total"] for o in outs),
         "cpu": sum(o["cpu"] for o in outs),
         "server_cpu": server_cpu(pid) - s0,
@@ -84,12 +91,13 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="rounds each; the best is reported")
     ap.add_argument("--server-pid", type=int, default=None, help="the server, for its CPU")
     args = ap.parse_args()
-    print(f"{'replicas':>8}{'read s':>9}{'total s':>9}{'GPUs':>7}{'queries':>9}"
+    print(f"{'replicas':>8}{'read s':>9}{'fleet s':>9}{'total s':>9}{'GPUs':>7}{'queries':>9}"
           f"{'cpu s':>8}{'server cpu s':>13}")  # fmt: skip
     for count in (int(c) for c in args.replicas.split(",")):
         runs = [round_of(args.store, args.at, count, args.server_pid) for _ in range(args.repeat)]
         best = min(runs, key=lambda r: r["total"])
-        print(f"{count:>8}{best['read']:>9.2f}{best['total']:>9.2f}{int(best['gpus']):>7}"
+        print(f"{count:>8}{best['read']:>9.2f}{best['fleet']:>9.2f}{best['total']:>9.2f}"
+              f"{int(best['gpus']):>7}"
               f"{int(best['queries']):>9}{best['cpu']:>8.2f}{best['server_cpu']:>13.2f}",
               flush=True)  # fmt: skip
 

@@ -584,21 +584,61 @@ FLEET_LEVEL = (
 FLEET_LEVEL_QUANTILE = 0.9
 
 
-def _fleet_level(meta: pd.DataFrame, out: dict[str, np.ndarray]) -> None:
+def _fleet_level(
+    meta: pd.DataFrame, out: dict[str, np.ndarray], levels: pd.DataFrame | None = None
+) -> None:
     """Each error rate against the whole fleet's at the same hour.
 
     Another generator's, or another fleet's, benign noise may be forty times this simulator's:
     a single-bit burst every week on an ordinary board. The rate alone then reads as a
     precursor; against the fleet's level it does not (issue 17, wave 24). NaN in a fleet of
-    fewer than ``FLEET_MIN_GPUS`` GPUs reading the counter."""
+    fewer than ``FLEET_MIN_GPUS`` GPUs reading the counter. ``levels`` (``fleet_levels`` of
+    the whole fleet, by scoring time) replaces the level of the rows' own GPUs: a shard's."""
     groups = [meta["t"].to_numpy(), meta["fleet"].to_numpy()]
     for source, per_day, level, against in FLEET_LEVEL:
-        v = pd.Series(np.log1p(out[source] * per_day), dtype=float)
-        g = v.groupby(groups, sort=False)
-        q = g.transform("quantile", FLEET_LEVEL_QUANTILE)
-        known = (g.transform("count") >= FLEET_MIN_GPUS).to_numpy()
-        out[level] = np.where(known, q, np.nan)
-        out[against] = np.where(known, v - q, np.nan)
+        v = np.log1p(np.asarray(out[source], dtype=np.float64) * per_day)
+        if levels is None:
+            q = _group_level(v, groups)
+        else:  # a time the table lacks has no level: unknown, not the shard's own
+            q = levels[level].reindex(meta["at"].to_numpy()).to_numpy(np.float64)
+        out[level] = q
+        out[against] = v - q
+
+
+def _group_level(v: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
+    """``FLEET_LEVEL_QUANTILE`` of ``v`` per group, NaN under ``FLEET_MIN_GPUS`` readings."""
+    g = pd.Series(v, dtype=float).groupby(groups, sort=False)
+    q = g.transform("quantile", FLEET_LEVEL_QUANTILE).to_numpy(np.float64)
+    return np.where((g.transform("count") >= FLEET_MIN_GPUS).to_numpy(), q, np.nan)
+
+
+#: the counters ``fleet_levels`` reads: all a shard needs of the GPUs it does not score
+LEVEL_FIELDS: tuple[str, ...] = (*INCREASES["sbe"][0], *INCREASES["replay"][0])
+
+
+def _level_sources(p: HourlyPanel, w: Windows) -> dict[str, np.ndarray]:
+    """The rates ``FLEET_LEVEL`` reads, as ``_memory`` and ``_pcie`` compute them."""
+    return {
+        "sbe_per_day_7d": w.rates(p.inc["sbe"], (D7,), 24.0)[D7],
+        "pcie_replay_per_min_7d": w.rates(p.inc["replay"], (D7,), 1 / 60)[D7],
+    }
+
+
+def fleet_levels(panel: HourlyPanel, rows: np.ndarray) -> pd.DataFrame:
+    """The fleet's level of each ``FLEET_LEVEL`` rate over ``rows`` ((t, g) pairs), one row
+    per scoring time (index ``at``, as ``compute_features``' meta): what every shard of a
+    fleet passes to ``compute_features`` so that its GPUs are read against the whole fleet, not
+    against the shard. ``panel`` needs only ``LEVEL_FIELDS`` (``history.load_panel(fields=)``)."""
+    t, g = rows[:, 0], rows[:, 1]
+    at = (panel.hours[t] + HOUR_S).astype(np.float64)
+    w = Windows(t, g, panel.first, n_buckets=panel.shape[0], last_fraction=panel.last_fraction)
+    rates = _level_sources(panel, w)
+    table = {
+        level: _group_level(np.log1p(rates[source] * per_day), [t])
+        for source, per_day, level, _ in FLEET_LEVEL
+    }
+    frame = pd.DataFrame(table, index=pd.Index(at, name="at"))
+    return frame[~frame.index.duplicated()].sort_index()
 
 
 def against_fleet(rise: np.ndarray | pd.Series, groups: list[np.ndarray]) -> np.ndarray:
@@ -614,13 +654,16 @@ def against_fleet(rise: np.ndarray | pd.Series, groups: list[np.ndarray]) -> np.
     return np.where(known, z, np.nan)
 
 
-def compute_features(panel: HourlyPanel, rows: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
+def compute_features(
+    panel: HourlyPanel, rows: np.ndarray, *, levels: pd.DataFrame | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Features for ``rows`` ((t, g) pairs, e.g. from ``rows_at``): (meta, X).
 
     ``meta`` has ``at`` (the end of bucket t: the scoring time), the GPU's identity, ``t`` and
     ``fatal_xid`` (the last fatal Xid code in 24 h, NaN if none), ``pcie_width`` and
     ``pcie_width_max`` (the last read, for the link rule's words);
     ``X`` has one float column per ``FEATURE_NAMES`` entry, NaN where unknown.
+    ``levels``: the whole fleet's ``fleet_levels`` at the rows' times, for a shard of it.
     """
     t, g = rows[:, 0], rows[:, 1]
     keys = panel.keys
@@ -646,7 +689,7 @@ def compute_features(panel: HourlyPanel, rows: np.ndarray) -> tuple[pd.DataFrame
     _peers(meta, out)
     _ranks(meta, out)
     _fleet_scaled(meta.assign(fleet=fleet), out)
-    _fleet_level(meta.assign(fleet=fleet), out)
+    _fleet_level(meta.assign(fleet=fleet), out, levels)
     meta["fatal_xid"] = w.latest(panel.fatal_xid, H24)  # for the Xid catalogue's action
     for gauge in ("pcie_link_width", "pcie_link_width_max"):  # the link rule says them
         meta[gauge.replace("_link", "")] = w.last(panel.gauge[gauge])

@@ -41,36 +41,44 @@ def read_history(
     progress: bool = False,
     recent_from: float | None = None,
     long_fields: tuple[str, ...] = (),
+    fields: tuple[str, ...] | None = None,
 ) -> History:
     """Read ``[start, end)`` from the store: rollups for whole hours, raw samples after them.
     With ``recent_from``, the hours before it (from its hour down) hold ``long_fields`` only:
-    what features reaching that far back read, at a fraction of the cost of every field."""
+    what features reaching that far back read, at a fraction of the cost of every field.
+    ``fields``: these alone over the whole window, and no events (a shard's read of the rest
+    of the fleet, ``features.LEVEL_FIELDS``)."""
     if not end > start:
         raise InputError(f"history window is empty: start {start!r} is not before end {end!r}")
 
     first_hour = float(np.floor(start / HOUR_S) * HOUR_S)
     split = first_hour
-    if recent_from is not None:
+    if fields is not None:
+        split, long_fields = end, fields
+    elif recent_from is not None:
         split = min(max(float(np.floor(recent_from / HOUR_S) * HOUR_S), first_hour), end)
     parts = [
         H.from_rollups(
             store.read_window(
-                start=lo, end=hi, fields=list(fields), resolution_s=HOUR_S, progress=progress
+                start=lo, end=hi, fields=list(names), resolution_s=HOUR_S, progress=progress
             )
         )
-        for lo, hi, fields in ((first_hour, split, long_fields), (split, end, H.ROLLUP_FIELDS))
-        if hi > lo and fields
+        for lo, hi, names in ((first_hour, split, long_fields), (split, end, H.ROLLUP_FIELDS))
+        if hi > lo and names
     ]
     last_hour = float(np.floor((np.nextafter(end, -np.inf)) / HOUR_S) * HOUR_S)
     return History(
         hourly=H.combine(parts),
         ident=store.gpus(),
-        events=store.read_events(start=first_hour, end=end),
+        events=store.read_events(start=first_hour, end=end) if fields is None else _NO_EVENTS,
         failures=store.read_failures() if failures is None else failures,
         first_hour=first_hour,
         last_hour=last_hour,
         last_fraction=float(min(1.0, (end - last_hour) / HOUR_S)),
     )
+
+
+_NO_EVENTS = pd.DataFrame({"ts": [], "uuid": [], "kind": [], "code": []})
 
 
 def panel_of(history: History) -> HourlyPanel:
@@ -96,13 +104,14 @@ def load_panel(
     progress: bool = False,
     recent_from: float | None = None,
     long_fields: tuple[str, ...] = (),
+    fields: tuple[str, ...] | None = None,
 ) -> HourlyPanel:
     """History in ``[start, end)`` (Unix s) as an hourly panel; buckets start at ``start``'s
     hour and end with the hour that holds ``end`` (partial when ``end`` is not on the hour).
 
     ``failures`` (the store's ``read_failures`` layout) replaces the store's failure records,
     e.g. a user's failures file; they split a UUID's history and give the labels.
-    ``recent_from`` / ``long_fields``: as ``read_history``."""
+    ``recent_from`` / ``long_fields`` / ``fields``: as ``read_history``."""
     history = read_history(
         store,
         start=start,
@@ -111,6 +120,7 @@ def load_panel(
         progress=progress,
         recent_from=recent_from,
         long_fields=long_fields,
+        fields=fields,
     )
     return panel_of(history)
 

@@ -24,9 +24,11 @@ from gpuwarden.health import GpuState, Reason, RiskAssessment, Verdict
 from gpuwarden.models.artifact import RiskModel
 from gpuwarden.models.features import (
     HISTORY_H,
+    LEVEL_FIELDS,
     LONG_FIELDS,
     RECENT_H,
     compute_features,
+    fleet_levels,
     rows_at,
 )
 from gpuwarden.models.history import load_panel, newest_sample_ts
@@ -104,6 +106,7 @@ def _score_rows(
     partial: bool = False,
     timings: dict[str, float] | None = None,
     link_rules: LinkRules | None = None,
+    fleet: HourlyPanel | None = None,
 ) -> pd.DataFrame:
     """Rows for the GPUs reporting up to each bucket in ``t``. With ``partial`` (one ``t``, the
     hour still under way), risk and its reasons come from the last whole hour: the model learnt
@@ -111,16 +114,18 @@ def _score_rows(
     board with a steady 100 errors a day fell from 0.63 to 0.08 nine minutes past the hour).
     Hard signals the partial hour already shows count at once. ``timings`` gets the seconds
     spent on ``features`` and on the ``model`` (risk, states, reasons), for the benchmark.
-    ``link_rules`` (default: the ``link_rules`` setting) mark GPUs at-risk beside the model."""
+    ``link_rules`` (default: the ``link_rules`` setting) mark GPUs at-risk beside the model.
+    ``fleet``: the whole fleet's ``LEVEL_FIELDS`` over the same hours, where ``panel`` holds
+    a shard of it (``store.shard.HostShard``): its error rates are read against the fleet's
+    level, not the shard's."""
     started = time.perf_counter()
     rows = rows_at(panel, t, recent_h=REPORTING_H)
     if len(rows) == 0:
         return pd.DataFrame(columns=list(FRAME_COLUMNS))
-    if partial and t[0] > 0:
-        whole = rows.copy()
-        known = np.isin(rows[:, 1], rows_at(panel, [t[0] - 1], recent_h=REPORTING_H)[:, 1])
-        whole[known, 0] = t[0] - 1  # a GPU first seen in the partial hour is scored on it
-        meta_all, X_all = compute_features(panel, np.vstack([whole, rows]))
+    split = partial and t[0] > 0
+    levels = None if fleet is None else _levels_of(fleet, [float(panel.hours[i]) for i in t], split)
+    if split:
+        meta_all, X_all = compute_features(panel, _with_whole_hour(panel, rows), levels=levels)
         n = len(rows)
         meta = meta_all.iloc[n:].reset_index(drop=True)
         X_now = X_all.iloc[n:].reset_index(drop=True)
@@ -130,7 +135,7 @@ def _score_rows(
         hard = hard_signal(X_now)
         X.loc[hard] = X_now.loc[hard]  # an unhealthy GPU's reasons name the signal seen now
     else:
-        meta, X = compute_features(panel, rows)
+        meta, X = compute_features(panel, rows, levels=levels)
         featured = time.perf_counter()
         risk = model.risk(X)
         hard = hard_signal(X)
@@ -168,6 +173,39 @@ def _score_rows(
         timings["features"] = featured - started
         timings["model"] = time.perf_counter() - featured
     return out
+
+
+def _with_whole_hour(panel: HourlyPanel, rows: np.ndarray) -> np.ndarray:
+    """``rows`` (all at one bucket, the partial hour) after the same GPUs at the last whole
+    hour; a GPU first seen in the partial hour is scored on it."""
+    t0 = int(rows[0, 0])
+    whole = rows.copy()
+    known = np.isin(rows[:, 1], rows_at(panel, [t0 - 1], recent_h=REPORTING_H)[:, 1])
+    whole[known, 0] = t0 - 1
+    return np.vstack([whole, rows])
+
+
+def _levels_of(fleet: HourlyPanel, hours: list[float], split: bool) -> pd.DataFrame:
+    """``features.fleet_levels`` of the GPUs ``fleet`` holds that reported up to each hour
+    in ``hours`` (bucket starts), picked as ``_score_rows`` picks a shard's."""
+    if fleet.shape[0] == 0:
+        return pd.DataFrame()
+    t = [i for i in (fleet.index_of(h) for h in hours) if 0 <= i < fleet.shape[0]]
+    rows = rows_at(fleet, t, recent_h=REPORTING_H)
+    if split and len(rows):
+        rows = _with_whole_hour(fleet, rows)
+    return fleet_levels(fleet, rows)
+
+
+def fleet_panel(store: Store, first_at: float, last_at: float) -> HourlyPanel | None:
+    """What a shard reads of the whole fleet to score from ``first_at`` to ``last_at``: its
+    ``LEVEL_FIELDS`` over the week before; None where ``store`` is not a shard (a ``HostShard``
+    names the store it is cut from: ``fleet_store``)."""
+    whole = getattr(store, "fleet_store", None)
+    if whole is None:
+        return None
+    start = first_at - RECENT_H * HOUR_S
+    return load_panel(whole, start=start, end=last_at, fields=LEVEL_FIELDS)
 
 
 def _missing(panel: HourlyPanel, g: np.ndarray, models: np.ndarray) -> list[list[Signal]]:
@@ -374,7 +412,8 @@ def score_store(
         recent_from=at - RECENT_H * HOUR_S,
         long_fields=LONG_FIELDS,
     )
-    return score_panel(panel, model, at=at, explain_all=explain_all)
+    fleet = fleet_panel(store, at, at)
+    return score_panel(panel, model, at=at, explain_all=explain_all, fleet=fleet)
 
 
 def score_panel(
@@ -385,8 +424,9 @@ def score_panel(
     explain_all: bool = False,
     timings: dict[str, float] | None = None,
     link_rules: LinkRules | None = None,
+    fleet: HourlyPanel | None = None,
 ) -> pd.DataFrame:
-    """``score_store`` on a panel already read, ending at ``at``."""
+    """``score_store`` on a panel already read, ending at ``at`` (``fleet``: as ``_score_rows``)."""
     last = panel.shape[0] - 1
     partial = bool(at < panel.hours[last] + HOUR_S) if last >= 0 else False
     out = _score_rows(
@@ -397,6 +437,7 @@ def score_panel(
         partial=partial,
         timings=timings,
         link_rules=link_rules,
+        fleet=fleet,
     )
     out["at"] = float(at)
     level = out.attrs.get("error_level", {})
@@ -441,8 +482,9 @@ def backtest(
             long_fields=LONG_FIELDS,
         )
         t = [panel.index_of(a) - 1 for a in times]  # bucket t ends at hours[t] + 1 h == a
+        fleet = fleet_panel(store, times[0], times[-1])
         parts = [
-            _score_rows(panel, t[i : i + 168], model)
+            _score_rows(panel, t[i : i + 168], model, fleet=fleet)
             for i in tqdm(range(0, len(t), 168), disable=not progress, desc="scoring")
         ]
     else:

@@ -60,6 +60,12 @@ class HostShard:
         self.index = int(index)
         self.count = int(count)
 
+    @property
+    def fleet_store(self) -> Any:
+        """The store this shard is cut from: what a score reads the fleet's error levels from
+        (``models.score.fleet_panel``)."""
+        return self.store
+
     def _owned(self) -> set[str]:
         """The hosts of this shard: by rack, or by hostname where the rack is unknown."""
         gpus = self.store.gpus()

@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 from modelkit import T0, make_frame, no_events, no_failures
 
-from gpuwarden.models.features import FLEET_MIN_GPUS, LOAD_FIT_MIN_H, compute_features, rows_at
+from gpuwarden.models.features import (
+    FLEET_MIN_GPUS,
+    LOAD_FIT_MIN_H,
+    compute_features,
+    fleet_levels,
+    rows_at,
+)
 from gpuwarden.models.panel import panel_from_frames
 from gpuwarden.models.simdata import concat_panels
 
@@ -160,3 +166,25 @@ def test_the_fleet_level_leaves_unread_counters_out_and_needs_enough_gpus():
     assert part["sbe_fleet_level_7d"].iloc[0] == pytest.approx(read["sbe_fleet_level_7d"].iloc[0])
     unread = [k for k in part.index if int(k.rsplit("-", 1)[1]) >= 20]
     assert part.loc[unread, "sbe_vs_fleet_level_7d"].isna().all()
+
+
+def test_a_shard_reads_its_gpus_against_the_whole_fleets_level():
+    """``fleet_levels`` of the whole fleet, passed to a shard's ``compute_features``, gives its
+    GPUs the levels one process gives them, also in a shard too small to read a level of its
+    own; a time the table lacks has no level (NaN), not the shard's."""
+    panel = _sbe_fleet(40, benign_per_day=300.0)
+    last = panel.shape[0] - 1
+    everyone = rows_at(panel, [last - 1, last])
+    levels = fleet_levels(panel, everyone)
+    assert list(levels.index) == [float(panel.hours[t] + 3600) for t in (last - 1, last)]
+    _, whole = compute_features(panel, everyone)
+    shard = everyone[everyone[:, 1] < FLEET_MIN_GPUS - 1]  # 15 GPUs at each of the two hours
+    mine = np.isin(np.arange(len(everyone)), np.flatnonzero(everyone[:, 1] < FLEET_MIN_GPUS - 1))
+    names = ["sbe_fleet_level_7d", "sbe_vs_fleet_level_7d", "pcie_vs_fleet_level_7d"]
+    _, alone = compute_features(panel, shard)
+    assert alone[names[:2]].isna().all().all()
+    _, shared = compute_features(panel, shard, levels=levels)
+    assert np.allclose(shared[names], whole.loc[mine, names], equal_nan=True)
+    assert shared["sbe_fleet_level_7d"].notna().all()
+    _, late = compute_features(panel, shard, levels=levels.iloc[:1])
+    assert late["sbe_fleet_level_7d"].isna().sum() == len(shard) // 2
