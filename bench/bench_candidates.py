@@ -148,6 +148,24 @@ def _own_columns(path: str | None) -> Any:
     return Own(model.estimator, model.card, model.path)
 
 
+def judged_dataset(
+    spec: Any, hides: list[Any], f0: float, *, step_h: int = 1, drop_unknown: bool = False
+) -> tuple[Any, Any]:
+    """The fleet simulated, and its rows every ``step_h`` hours from ``f0`` with the 7-day
+    label (kept past the records' end, unlabelled, unless ``drop_unknown``): (sim, dataset)."""
+    from gpuwarden.models.labels import build_dataset, scoring_indices
+    from gpuwarden.models.simdata import simulate_panel
+
+    sim = simulate_panel(spec, transforms=hides)
+    ds = build_dataset(
+        sim.panel,
+        scoring_indices(sim.panel, step_h=step_h, start=f0),
+        horizon_s=7 * 86400,
+        drop_unknown=drop_unknown,
+    )
+    return sim, ds
+
+
 def _figures(ds: Any, fails: pd.DataFrame, flag: np.ndarray, sudden: tuple[str, ...]) -> dict:
     from gpuwarden.models import _metrics as M
     from gpuwarden.models.evaluate import LEAD_S
@@ -189,9 +207,7 @@ def run(
     from tqdm import tqdm
 
     from gpuwarden.models.evaluate import evaluate_dataset, failures_of, sudden_kinds
-    from gpuwarden.models.labels import build_dataset, scoring_indices
     from gpuwarden.models.rules import LinkRules, hard_signal
-    from gpuwarden.models.simdata import simulate_panel
 
     models = {}
     for item in models_arg.split(","):
@@ -205,14 +221,8 @@ def run(
         if path.exists():
             continue
         t0 = time.time()
-        sim = simulate_panel(spec, transforms=hides)
+        sim, ds = judged_dataset(spec, hides, f0)
         fails = failures_of(sim.panel)
-        ds = build_dataset(
-            sim.panel,
-            scoring_indices(sim.panel, step_h=1, start=f0),
-            horizon_s=7 * 86400,
-            drop_unknown=False,
-        )
         hard = hard_signal(ds.X) | LinkRules.in_force().flag(ds.X)
         key = ds.meta["key"].astype(str).to_numpy()
         order = np.lexsort((ds.meta["at"].to_numpy(), key))
