@@ -8,7 +8,8 @@ The store is one a benchmark left loaded (``bench_backends.py --workdir DIR``: s
 VictoriaMetrics again on ``DIR/vm``). Each replica is its own process (as serve replicas are),
 started together; a round's time is the slowest replica's wall time, from when all have
 imported gpuwarden. A replica reads what ``score_store`` reads: its shard's history and, to
-read error rates against the whole fleet's level, the fleet's error counters over the week
+read error rates and thermal rises against the whole fleet's, the fleet's error counters,
+temperatures and power over the week
 (``score.fleet_panel``; "fleet s", the slowest replica's). Also printed: the queries one round
 sends, and the CPU seconds the replicas and the server (``--server-pid``) spent.
 """
@@ -41,7 +42,7 @@ t0, c0 = time.perf_counter(), time.process_time()
 history = read_history(view, start=at - HISTORY_S, end=at, recent_from=at - RECENT_H * 3600,
                        long_fields=LONG_FIELDS)
 t1 = time.perf_counter()
-fleet = fleet_panel(view, at, at)  # a shard's read of the fleet's error counters (None: whole)
+fleet = fleet_panel(view, at, at)  # a shard's read of the fleet (None: one process)
 tf = time.perf_counter()
 rows = score_panel(panel_of(history), model, at=at, fleet=fleet)
 t2, c2 = time.perf_counter(), time.process_time()

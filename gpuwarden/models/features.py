@@ -364,9 +364,16 @@ def _thermal(p: HourlyPanel, w: Windows, out: dict[str, np.ndarray]) -> None:
     )
     out["power_w_24h"] = w.means(p.gauge["power_w"], (H24,))[H24]
     out["gpu_util_pct_24h"] = w.means(p.gauge["gpu_util_pct"], (H24,))[H24]
+    out.update(_load_rises(p, w))
+
+
+def _load_rises(p: HourlyPanel, w: Windows) -> dict[str, np.ndarray]:
+    """HBM and core temperature at the same power, last day against the 6 before."""
     power = p.gauge["power_w"]
-    out["_hbm_load_rise"] = _load_rise(w, mem, power)
-    out["_core_load_rise"] = _load_rise(w, p.gauge["gpu_temp_c"], power)
+    return {
+        "_hbm_load_rise": _load_rise(w, p.gauge["mem_temp_c"], power),
+        "_core_load_rise": _load_rise(w, p.gauge["gpu_temp_c"], power),
+    }
 
 
 #: hours of the 6 days before the last day a temperature-on-power fit needs
@@ -561,16 +568,31 @@ FLEET_SCALED = (
 )
 
 
-def _fleet_scaled(meta: pd.DataFrame, out: dict[str, np.ndarray]) -> None:
+#: what ``fleet_stats`` keeps of each rise against the fleet's: its median and scale
+_STATS = ("median", "scale")
+
+
+def _fleet_scaled(
+    meta: pd.DataFrame, out: dict[str, np.ndarray], fleet: pd.DataFrame | None = None
+) -> None:
     """Thermal rises against the rises of the whole fleet at the same scoring hour.
 
     Benign drift moves every board's temperatures from day to day; a failing cold plate moves
     one. The fleet's own p95 deviation is the scale: on a still fleet a 2 C rise stands out, on
-    one whose spreads wander by 2 C a day it does not (issue 17, waves 16-17)."""
+    one whose spreads wander by 2 C a day it does not (issue 17, waves 16-17). ``fleet``
+    (``fleet_stats`` of the whole fleet, by scoring time) gives the median and scale in place
+    of the rows' own: a shard's."""
     groups = [meta["t"].to_numpy(), meta["fleet"].to_numpy()]
     for source, name in FLEET_SCALED:
         rise = out.pop(source) if source.startswith("_") else out[source]
-        out[name] = against_fleet(rise, groups)
+        if fleet is None:
+            out[name] = against_fleet(rise, groups)
+        else:
+            at = meta["at"].to_numpy()
+            med, scale = (fleet[f"{name}:{k}"].reindex(at).to_numpy(np.float64) for k in _STATS)
+            out[name] = (np.asarray(rise, dtype=np.float64) - med) / np.maximum(
+                scale, FLEET_SCALE_FLOOR_C
+            )
 
 
 #: error rates read against the fleet's level at the same hour (wave 24): (source, per-day
@@ -585,22 +607,22 @@ FLEET_LEVEL_QUANTILE = 0.9
 
 
 def _fleet_level(
-    meta: pd.DataFrame, out: dict[str, np.ndarray], levels: pd.DataFrame | None = None
+    meta: pd.DataFrame, out: dict[str, np.ndarray], fleet: pd.DataFrame | None = None
 ) -> None:
     """Each error rate against the whole fleet's at the same hour.
 
     Another generator's, or another fleet's, benign noise may be forty times this simulator's:
     a single-bit burst every week on an ordinary board. The rate alone then reads as a
     precursor; against the fleet's level it does not (issue 17, wave 24). NaN in a fleet of
-    fewer than ``FLEET_MIN_GPUS`` GPUs reading the counter. ``levels`` (``fleet_levels`` of
-    the whole fleet, by scoring time) replaces the level of the rows' own GPUs: a shard's."""
+    fewer than ``FLEET_MIN_GPUS`` GPUs reading the counter. ``fleet`` (``fleet_stats`` of the
+    whole fleet, by scoring time) gives the level in place of the rows' own: a shard's."""
     groups = [meta["t"].to_numpy(), meta["fleet"].to_numpy()]
     for source, per_day, level, against in FLEET_LEVEL:
         v = np.log1p(np.asarray(out[source], dtype=np.float64) * per_day)
-        if levels is None:
+        if fleet is None:
             q = _group_level(v, groups)
         else:  # a time the table lacks has no level: unknown, not the shard's own
-            q = levels[level].reindex(meta["at"].to_numpy()).to_numpy(np.float64)
+            q = fleet[level].reindex(meta["at"].to_numpy()).to_numpy(np.float64)
         out[level] = q
         out[against] = v - q
 
@@ -612,31 +634,47 @@ def _group_level(v: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
     return np.where((g.transform("count") >= FLEET_MIN_GPUS).to_numpy(), q, np.nan)
 
 
-#: the counters ``fleet_levels`` reads: all a shard needs of the GPUs it does not score
-LEVEL_FIELDS: tuple[str, ...] = (*INCREASES["sbe"][0], *INCREASES["replay"][0])
+#: the fields ``fleet_stats`` reads: all a shard needs of the GPUs it does not score (the
+#: error counters for the levels, temperatures and power for the thermal rises)
+FLEET_FIELDS: tuple[str, ...] = (
+    *INCREASES["sbe"][0],
+    *INCREASES["replay"][0],
+    "gpu_temp_c",
+    "mem_temp_c",
+    "power_w",
+)
 
 
-def _level_sources(p: HourlyPanel, w: Windows) -> dict[str, np.ndarray]:
-    """The rates ``FLEET_LEVEL`` reads, as ``_memory`` and ``_pcie`` compute them."""
+def _fleet_sources(p: HourlyPanel, w: Windows) -> dict[str, np.ndarray]:
+    """The values ``FLEET_LEVEL`` and ``FLEET_SCALED`` read, as ``_memory``, ``_pcie`` and
+    ``_thermal`` compute them."""
+    spread = p.gauge["spread_c"]
     return {
         "sbe_per_day_7d": w.rates(p.inc["sbe"], (D7,), 24.0)[D7],
         "pcie_replay_per_min_7d": w.rates(p.inc["replay"], (D7,), 1 / 60)[D7],
+        "spread_rise_c": w.means(spread, (H24,))[H24] - _mean_before(w, spread),
+        **_load_rises(p, w),
     }
 
 
-def fleet_levels(panel: HourlyPanel, rows: np.ndarray) -> pd.DataFrame:
-    """The fleet's level of each ``FLEET_LEVEL`` rate over ``rows`` ((t, g) pairs), one row
-    per scoring time (index ``at``, as ``compute_features``' meta): what every shard of a
-    fleet passes to ``compute_features`` so that its GPUs are read against the whole fleet, not
-    against the shard. ``panel`` needs only ``LEVEL_FIELDS`` (``history.load_panel(fields=)``)."""
+def fleet_stats(panel: HourlyPanel, rows: np.ndarray) -> pd.DataFrame:
+    """What the features read of the whole fleet, over ``rows`` ((t, g) pairs), one row per
+    scoring time (index ``at``, as ``compute_features``' meta): each ``FLEET_LEVEL`` level,
+    and the median and scale (``<feature>:median``, ``<feature>:scale``) of each
+    ``FLEET_SCALED`` rise. Every shard of a fleet passes it to ``compute_features``, so its
+    GPUs are read against the whole fleet, not the shard. ``panel`` needs only
+    ``FLEET_FIELDS`` (``history.load_panel(fields=)``)."""
     t, g = rows[:, 0], rows[:, 1]
     at = (panel.hours[t] + HOUR_S).astype(np.float64)
     w = Windows(t, g, panel.first, n_buckets=panel.shape[0], last_fraction=panel.last_fraction)
-    rates = _level_sources(panel, w)
+    src = _fleet_sources(panel, w)
     table = {
-        level: _group_level(np.log1p(rates[source] * per_day), [t])
+        level: _group_level(np.log1p(src[source] * per_day), [t])
         for source, per_day, level, _ in FLEET_LEVEL
     }
+    for source, name in FLEET_SCALED:
+        med, scale = _median_scale(src[source], [t])
+        table[f"{name}:median"], table[f"{name}:scale"] = med, scale
     frame = pd.DataFrame(table, index=pd.Index(at, name="at"))
     return frame[~frame.index.duplicated()].sort_index()
 
@@ -644,18 +682,26 @@ def fleet_levels(panel: HourlyPanel, rows: np.ndarray) -> pd.DataFrame:
 def against_fleet(rise: np.ndarray | pd.Series, groups: list[np.ndarray]) -> np.ndarray:
     """Each value minus its group's median, over the group's 95th-percentile deviation (at
     least ``FLEET_SCALE_FLOOR_C``); NaN in a group of fewer than ``FLEET_MIN_GPUS`` values."""
-    rise = pd.Series(rise, dtype=float)
+    med, scale = _median_scale(rise, groups)
+    z = (np.asarray(rise, dtype=np.float64) - med) / np.maximum(scale, FLEET_SCALE_FLOOR_C)
+    return np.where(np.isnan(med), np.nan, z)
+
+
+def _median_scale(
+    rise: np.ndarray | pd.Series, groups: list[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per value, its group's median and 95th-percentile deviation from it; NaN in a group of
+    fewer than ``FLEET_MIN_GPUS`` values."""
+    rise = pd.Series(np.asarray(rise, dtype=np.float64))
     g = rise.groupby(groups, sort=False)
     med = g.transform("median")
-    dev = (rise - med).abs()
-    scale = dev.groupby(groups, sort=False).transform("quantile", 0.95)
-    known = g.transform("count") >= FLEET_MIN_GPUS
-    z = (rise - med) / np.maximum(scale, FLEET_SCALE_FLOOR_C)
-    return np.where(known, z, np.nan)
+    scale = (rise - med).abs().groupby(groups, sort=False).transform("quantile", 0.95)
+    known = (g.transform("count") >= FLEET_MIN_GPUS).to_numpy()
+    return np.where(known, med, np.nan), np.where(known, scale, np.nan)
 
 
 def compute_features(
-    panel: HourlyPanel, rows: np.ndarray, *, levels: pd.DataFrame | None = None
+    panel: HourlyPanel, rows: np.ndarray, *, fleet: pd.DataFrame | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Features for ``rows`` ((t, g) pairs, e.g. from ``rows_at``): (meta, X).
 
@@ -663,7 +709,7 @@ def compute_features(
     ``fatal_xid`` (the last fatal Xid code in 24 h, NaN if none), ``pcie_width`` and
     ``pcie_width_max`` (the last read, for the link rule's words);
     ``X`` has one float column per ``FEATURE_NAMES`` entry, NaN where unknown.
-    ``levels``: the whole fleet's ``fleet_levels`` at the rows' times, for a shard of it.
+    ``fleet``: the whole fleet's ``fleet_stats`` at the rows' times, for a shard of it.
     """
     t, g = rows[:, 0], rows[:, 1]
     keys = panel.keys
@@ -680,7 +726,7 @@ def compute_features(
         }
     )
     # one fleet per panel, unless panels of several were put side by side (``concat_panels``)
-    fleet = keys["fleet"].to_numpy()[g] if "fleet" in keys else np.full(len(t), "")
+    fleet_of = keys["fleet"].to_numpy()[g] if "fleet" in keys else np.full(len(t), "")
     w = Windows(t, g, panel.first, n_buckets=panel.shape[0], last_fraction=panel.last_fraction)
     out: dict[str, np.ndarray] = {}
     for part in (_memory, _thermal, _pcie, _nvlink, _xid, _relative, _gaps):
@@ -688,8 +734,8 @@ def compute_features(
     out["history_h"] = np.minimum(w.age, float(D7))
     _peers(meta, out)
     _ranks(meta, out)
-    _fleet_scaled(meta.assign(fleet=fleet), out)
-    _fleet_level(meta.assign(fleet=fleet), out, levels)
+    _fleet_scaled(meta.assign(fleet=fleet_of), out, fleet)
+    _fleet_level(meta.assign(fleet=fleet_of), out, fleet)
     meta["fatal_xid"] = w.latest(panel.fatal_xid, H24)  # for the Xid catalogue's action
     for gauge in ("pcie_link_width", "pcie_link_width_max"):  # the link rule says them
         meta[gauge.replace("_link", "")] = w.last(panel.gauge[gauge])

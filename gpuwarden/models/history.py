@@ -47,7 +47,7 @@ def read_history(
     With ``recent_from``, the hours before it (from its hour down) hold ``long_fields`` only:
     what features reaching that far back read, at a fraction of the cost of every field.
     ``fields``: these alone over the whole window, and no events (a shard's read of the rest
-    of the fleet, ``features.LEVEL_FIELDS``)."""
+    of the fleet, ``features.FLEET_FIELDS``)."""
     if not end > start:
         raise InputError(f"history window is empty: start {start!r} is not before end {end!r}")
 

@@ -23,12 +23,12 @@ from gpuwarden.errors import InputError
 from gpuwarden.health import GpuState, Reason, RiskAssessment, Verdict
 from gpuwarden.models.artifact import RiskModel
 from gpuwarden.models.features import (
+    FLEET_FIELDS,
     HISTORY_H,
-    LEVEL_FIELDS,
     LONG_FIELDS,
     RECENT_H,
     compute_features,
-    fleet_levels,
+    fleet_stats,
     rows_at,
 )
 from gpuwarden.models.history import load_panel, newest_sample_ts
@@ -115,17 +115,17 @@ def _score_rows(
     Hard signals the partial hour already shows count at once. ``timings`` gets the seconds
     spent on ``features`` and on the ``model`` (risk, states, reasons), for the benchmark.
     ``link_rules`` (default: the ``link_rules`` setting) mark GPUs at-risk beside the model.
-    ``fleet``: the whole fleet's ``LEVEL_FIELDS`` over the same hours, where ``panel`` holds
-    a shard of it (``store.shard.HostShard``): its error rates are read against the fleet's
-    level, not the shard's."""
+    ``fleet``: the whole fleet's ``FLEET_FIELDS`` over the same hours, where ``panel`` holds
+    a shard of it (``store.shard.HostShard``): its error rates and thermal rises are read
+    against the whole fleet's, not the shard's."""
     started = time.perf_counter()
     rows = rows_at(panel, t, recent_h=REPORTING_H)
     if len(rows) == 0:
         return pd.DataFrame(columns=list(FRAME_COLUMNS))
     split = partial and t[0] > 0
-    levels = None if fleet is None else _levels_of(fleet, [float(panel.hours[i]) for i in t], split)
+    stats = None if fleet is None else _stats_of(fleet, [float(panel.hours[i]) for i in t], split)
     if split:
-        meta_all, X_all = compute_features(panel, _with_whole_hour(panel, rows), levels=levels)
+        meta_all, X_all = compute_features(panel, _with_whole_hour(panel, rows), fleet=stats)
         n = len(rows)
         meta = meta_all.iloc[n:].reset_index(drop=True)
         X_now = X_all.iloc[n:].reset_index(drop=True)
@@ -135,7 +135,7 @@ def _score_rows(
         hard = hard_signal(X_now)
         X.loc[hard] = X_now.loc[hard]  # an unhealthy GPU's reasons name the signal seen now
     else:
-        meta, X = compute_features(panel, rows, levels=levels)
+        meta, X = compute_features(panel, rows, fleet=stats)
         featured = time.perf_counter()
         risk = model.risk(X)
         hard = hard_signal(X)
@@ -185,8 +185,8 @@ def _with_whole_hour(panel: HourlyPanel, rows: np.ndarray) -> np.ndarray:
     return np.vstack([whole, rows])
 
 
-def _levels_of(fleet: HourlyPanel, hours: list[float], split: bool) -> pd.DataFrame:
-    """``features.fleet_levels`` of the GPUs ``fleet`` holds that reported up to each hour
+def _stats_of(fleet: HourlyPanel, hours: list[float], split: bool) -> pd.DataFrame:
+    """``features.fleet_stats`` of the GPUs ``fleet`` holds that reported up to each hour
     in ``hours`` (bucket starts), picked as ``_score_rows`` picks a shard's."""
     if fleet.shape[0] == 0:
         return pd.DataFrame()
@@ -194,18 +194,18 @@ def _levels_of(fleet: HourlyPanel, hours: list[float], split: bool) -> pd.DataFr
     rows = rows_at(fleet, t, recent_h=REPORTING_H)
     if split and len(rows):
         rows = _with_whole_hour(fleet, rows)
-    return fleet_levels(fleet, rows)
+    return fleet_stats(fleet, rows)
 
 
 def fleet_panel(store: Store, first_at: float, last_at: float) -> HourlyPanel | None:
     """What a shard reads of the whole fleet to score from ``first_at`` to ``last_at``: its
-    ``LEVEL_FIELDS`` over the week before; None where ``store`` is not a shard (a ``HostShard``
+    ``FLEET_FIELDS`` over the week before; None where ``store`` is not a shard (a ``HostShard``
     names the store it is cut from: ``fleet_store``)."""
     whole = getattr(store, "fleet_store", None)
     if whole is None:
         return None
     start = first_at - RECENT_H * HOUR_S
-    return load_panel(whole, start=start, end=last_at, fields=LEVEL_FIELDS)
+    return load_panel(whole, start=start, end=last_at, fields=FLEET_FIELDS)
 
 
 def _missing(panel: HourlyPanel, g: np.ndarray, models: np.ndarray) -> list[list[Signal]]:

@@ -62,8 +62,8 @@ class HostShard:
 
     @property
     def fleet_store(self) -> Any:
-        """The store this shard is cut from: what a score reads the fleet's error levels from
-        (``models.score.fleet_panel``)."""
+        """The store this shard is cut from: what a score reads the fleet's error levels and
+        thermal rises from (``models.score.fleet_panel``)."""
         return self.store
 
     def _owned(self) -> set[str]:

@@ -11,7 +11,7 @@ from gpuwarden.models.features import (
     FLEET_MIN_GPUS,
     LOAD_FIT_MIN_H,
     compute_features,
-    fleet_levels,
+    fleet_stats,
     rows_at,
 )
 from gpuwarden.models.panel import panel_from_frames
@@ -169,13 +169,13 @@ def test_the_fleet_level_leaves_unread_counters_out_and_needs_enough_gpus():
 
 
 def test_a_shard_reads_its_gpus_against_the_whole_fleets_level():
-    """``fleet_levels`` of the whole fleet, passed to a shard's ``compute_features``, gives its
+    """``fleet_stats`` of the whole fleet, passed to a shard's ``compute_features``, gives its
     GPUs the levels one process gives them, also in a shard too small to read a level of its
     own; a time the table lacks has no level (NaN), not the shard's."""
     panel = _sbe_fleet(40, benign_per_day=300.0)
     last = panel.shape[0] - 1
     everyone = rows_at(panel, [last - 1, last])
-    levels = fleet_levels(panel, everyone)
+    levels = fleet_stats(panel, everyone)
     assert list(levels.index) == [float(panel.hours[t] + 3600) for t in (last - 1, last)]
     _, whole = compute_features(panel, everyone)
     shard = everyone[everyone[:, 1] < FLEET_MIN_GPUS - 1]  # 15 GPUs at each of the two hours
@@ -183,8 +183,22 @@ def test_a_shard_reads_its_gpus_against_the_whole_fleets_level():
     names = ["sbe_fleet_level_7d", "sbe_vs_fleet_level_7d", "pcie_vs_fleet_level_7d"]
     _, alone = compute_features(panel, shard)
     assert alone[names[:2]].isna().all().all()
-    _, shared = compute_features(panel, shard, levels=levels)
+    _, shared = compute_features(panel, shard, fleet=levels)
     assert np.allclose(shared[names], whole.loc[mine, names], equal_nan=True)
     assert shared["sbe_fleet_level_7d"].notna().all()
-    _, late = compute_features(panel, shard, levels=levels.iloc[:1])
+    _, late = compute_features(panel, shard, fleet=levels.iloc[:1])
     assert late["sbe_fleet_level_7d"].isna().sum() == len(shard) // 2
+
+
+def test_a_shard_reads_its_thermal_rises_against_the_whole_fleets():
+    """The same for the rises against the fleet's (median and scale of the whole fleet)."""
+    panel = _fleet(32, wander_c=1.0)
+    everyone = rows_at(panel, [panel.shape[0] - 1])
+    _, whole = compute_features(panel, everyone)
+    mine = everyone[:, 1] < FLEET_MIN_GPUS - 1  # GPU SICK among them
+    name = "spread_rise_vs_fleet"
+    _, alone = compute_features(panel, everyone[mine])
+    assert alone[name].isna().all()  # too few GPUs for a scale of their own
+    _, shared = compute_features(panel, everyone[mine], fleet=fleet_stats(panel, everyone))
+    assert np.allclose(shared[name], whole.loc[mine, name], equal_nan=True)
+    assert shared[name].notna().all() and int(shared[name].to_numpy().argmax()) == SICK
