@@ -673,8 +673,8 @@ def fleet_stats(panel: HourlyPanel, rows: np.ndarray) -> pd.DataFrame:
         for source, per_day, level, _ in FLEET_LEVEL
     }
     for source, name in FLEET_SCALED:
-        med, scale = _median_scale(src[source], [t])
-        table[f"{name}:median"], table[f"{name}:scale"] = med, scale
+        for k, v in zip(_STATS, _median_scale(src[source], [t]), strict=True):
+            table[f"{name}:{k}"] = v
     frame = pd.DataFrame(table, index=pd.Index(at, name="at"))
     return frame[~frame.index.duplicated()].sort_index()
 
