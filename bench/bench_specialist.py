@@ -3,9 +3,11 @@ telemetry's and how much the shipped model's.
 
     .venv/bin/python bench/bench_specialist.py --family 22001,22002 --out DIR
     .venv/bin/python bench/bench_specialist.py --default 22 --out DIR     # 128 nodes: ~17 min
+    .venv/bin/python bench/bench_specialist.py --family 1001 --link-focused --out DIR
     .venv/bin/python bench/bench_specialist.py --pool DIR
 
-For each fleet (as ``bench_candidates.py fresh`` draws it; family members as drawn), a
+For each fleet (as ``bench_candidates.py fresh`` draws it; family members as drawn, and
+link-focused too with ``--link-focused``), a
 *specialist* is trained on ``--siblings`` other fleets of exactly its parameters (the same
 ``FleetSpec`` and hidden fields, other simulation seeds): what a model could learn if it had
 been trained on the generator it is judged on. The specialist is the shipped recipe's trees
@@ -135,12 +137,15 @@ def main() -> None:
 
     ap = fleet_args(__doc__ or "", "family members, comma-separated (as drawn)")
     ap.add_argument("--siblings", type=int, default=3, help="fleets the specialist trains on")
+    ap.add_argument(
+        "--link-focused", action="store_true", help="each member's link-focused variant too"
+    )
     args = ap.parse_args()
 
     def one(name: str, spec: Any, hides: list[Any], f0: float, model: Any) -> dict[str, Any]:
         return run_fleet(name, spec, hides, f0, model, args.siblings)
 
-    run_fleets(ap, args, one, pool, as_drawn_only=True)
+    run_fleets(ap, args, one, pool, as_drawn_only=not args.link_focused)
 
 
 if __name__ == "__main__":
