@@ -23,7 +23,8 @@ stopped and resumed, or extended with another model in another folder.
 drawn since wave 14 (into another ``--out``). ``--counters K`` multiplies every fleet's error
 rates, failing and benign alike, by K (``FleetSpec.counters_scaled``): another generator's
 units, beyond the family's committed ranges (wave 23 used 0.1 and 10; another ``--out`` too).
-``--narrow-noise`` draws the members' benign noise as before wave 24 (one level for SBE and PCIe
+``--family-only`` leaves the default simulator's fleet out (a stressed run of the members
+alone). ``--narrow-noise`` draws the members' benign noise as before wave 24 (one level for SBE and PCIe
 in ``family.NARROW_NOISE_RANGE``; another ``--out``).
 
 Then ``pooled OUT choose|judge|fresh [MEMBERS]`` prints the pooled figures (optionally of some
@@ -204,6 +205,7 @@ def run(
     switch: tuple[str, str] | None = None,
     counters: float = 1.0,
     wide_noise: bool = True,
+    family_only: bool = False,
 ) -> None:
     from tqdm import tqdm
 
@@ -216,6 +218,8 @@ def run(
         models[name] = _own_columns(None if path in ("", "-") else path)
     sudden = sudden_kinds()
     groups = _fleets(which, fresh, drift=drift, counters=counters, wide_noise=wide_noise)
+    if family_only:
+        groups.pop("default")
     todo = [(fam, *f) for fam, fleets in groups.items() for f in fleets]
     for fam, name, spec, hides, f0 in tqdm(todo, desc=f"{which} fleets", unit="fleet"):
         path = out / which / fam / f"{name}.json"
@@ -402,6 +406,9 @@ def main() -> None:
     )
     ap.add_argument("--pair", default="", help="pairs: MODEL=TS/TD,... to print")
     ap.add_argument(
+        "--family-only", action="store_true", help="run the family's fleets, not the default's"
+    )
+    ap.add_argument(
         "--switch",
         default=None,
         help="STILL>DRIFTING: also the figures of model STILL on the fleet's still hours and "
@@ -444,6 +451,7 @@ def main() -> None:
             switch=tuple(args.switch.split(">")) if args.switch else None,  # type: ignore[arg-type]
             counters=args.counters,
             wide_noise=not args.narrow_noise,
+            family_only=args.family_only,
         )
 
 
