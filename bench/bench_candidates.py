@@ -24,8 +24,8 @@ drawn since wave 14 (into another ``--out``). ``--counters K`` multiplies every 
 rates, failing and benign alike, by K (``FleetSpec.counters_scaled``): another generator's
 units, beyond the family's committed ranges (wave 23 used 0.1 and 10; another ``--out`` too).
 ``--family-only`` leaves the default simulator's fleet out (a stressed run of the members
-alone). ``--narrow-noise`` draws the members' benign noise as before wave 24 (one level for SBE and PCIe
-in ``family.NARROW_NOISE_RANGE``; another ``--out``).
+alone). ``--narrow-noise`` draws the members' benign noise as before wave 24 (one level for SBE
+and PCIe in ``family.NARROW_NOISE_RANGE``; another ``--out``).
 
 Then ``pooled OUT choose|judge|fresh [MEMBERS]`` prints the pooled figures (optionally of some
 fleets only, e.g. ``4001,4002,4003`` or ``seed2,2001,2002``).

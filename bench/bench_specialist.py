@@ -7,10 +7,9 @@ telemetry's and how much the shipped model's.
     .venv/bin/python bench/bench_specialist.py --pool DIR
 
 For each fleet (as ``bench_candidates.py fresh`` draws it; family members as drawn, and
-link-focused too with ``--link-focused``), a
-*specialist* is trained on ``--siblings`` other fleets of exactly its parameters (the same
-``FleetSpec`` and hidden fields, other simulation seeds): what a model could learn if it had
-been trained on the generator it is judged on. The specialist is the shipped recipe's trees
+link-focused too with ``--link-focused``), a *specialist* is trained on ``--siblings`` other
+fleets of exactly its parameters (the same ``FleetSpec`` and hidden fields, other simulation
+seeds): what a model could learn if it had been trained on the generator it is judged on. The specialist is the shipped recipe's trees
 (``estimator.default_trees``) on the same 130 features, every second hour of the siblings'
 history, labelled as ``make model`` labels (a failure within 7 days), without calibration: only
 its ranking is used.
