@@ -9,10 +9,10 @@ telemetry's and how much the shipped model's.
 For each fleet (as ``bench_candidates.py fresh`` draws it; family members as drawn, and
 link-focused too with ``--link-focused``), a *specialist* is trained on ``--siblings`` other
 fleets of exactly its parameters (the same ``FleetSpec`` and hidden fields, other simulation
-seeds): what a model could learn if it had been trained on the generator it is judged on. The specialist is the shipped recipe's trees
-(``estimator.default_trees``) on the same 130 features, every second hour of the siblings'
-history, labelled as ``make model`` labels (a failure within 7 days), without calibration: only
-its ranking is used.
+seeds): what a model could learn if it had been trained on the generator it is judged on.
+The specialist is the shipped recipe's trees (``estimator.default_trees``) on the same 130
+features, every second hour of the siblings' history, labelled as ``make model`` labels (a
+failure within 7 days), without calibration: only its ranking is used.
 
 Both the specialist and the shipped model are then read at the *same* operating point, chosen
 on the judged fleet itself: the lowest line that flags at most 1 of its healthy GPU-days in
