@@ -109,7 +109,9 @@ def training_summary(panel: HourlyPanel, ds: Dataset, split: float) -> dict[str,
     }
 
 
-def _block_metrics(est: TimeSplitCalibratedClassifier, ds: Dataset, threshold: float) -> dict:
+def block_metrics(est: TimeSplitCalibratedClassifier, ds: Dataset, threshold: float) -> dict:
+    """How ``est`` ranks and flags the rows of ``ds`` from its split time on (the calibration
+    block, which its trees never saw), at the at-risk line ``threshold``."""
     from sklearn.metrics import average_precision_score, brier_score_loss
 
     late = ds.meta["at"].to_numpy() >= est.split_time_
@@ -175,7 +177,7 @@ def model_card(
         CARD_DRIFT_KEY: training_spread_drift(panel),
         # the benign error level its trees were grown on: ``score`` warns well beyond it
         CARD_LEVEL_KEY: training_error_level(panel),
-        "metrics": {"calibration_block": _block_metrics(est, ds, DEFAULT_AT_RISK)},
+        "metrics": {"calibration_block": block_metrics(est, ds, DEFAULT_AT_RISK)},
         "train_seconds": round(time.time() - started, 1),
     }
 

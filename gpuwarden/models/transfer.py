@@ -55,6 +55,7 @@ from gpuwarden.models.panel import HourlyPanel
 from gpuwarden.models.score import CARD_DRIFT_KEY, CARD_LEVEL_KEY
 from gpuwarden.models.train import (
     TrainOptions,
+    block_metrics,
     failing_lives,
     fit_on_rows,
     kind_weights,
@@ -333,7 +334,16 @@ def fit_from_base(
         )
     cal, method = _calibrate(trees, Xu[late], ds.y[late], n_late)
     est = _assemble(b, trees, cal, ds, split, method, o)
-    return est, {**info, **grown, "calibration": method, "calibration_rows": int(late.sum())}
+    base_line = card_threshold(base.card)
+    return est, {
+        **info,
+        **grown,
+        "calibration": method,
+        "calibration_rows": int(late.sum()),
+        "threshold": matched_threshold(b, est, ds, base_line),
+        "threshold_from": f"as many of this history's rows flagged as the base model flags at "
+        f"{base_line:g}",
+    }
 
 
 def carried_threshold(
@@ -351,6 +361,22 @@ def carried_threshold(
     if not flagged.any():
         return line  # nothing flagged to carry over: keep the base model's line
     return float(est.predict_proba(ds.X[flagged])[:, 1].min())
+
+
+def matched_threshold(
+    base: TimeSplitCalibratedClassifier,
+    est: TimeSplitCalibratedClassifier,
+    ds: Dataset,
+    line: float,
+) -> float:
+    """The at-risk line of the warm-started ``est`` that flags as many rows of ``ds`` as the
+    base model flags at ``line``. Its trees rank the rows anew, so the same rows cannot be
+    carried over (``carried_threshold``); the same share of them is. Without it a warm model
+    kept the default line (0.7) whatever its base's card said."""
+    k = int((base.predict_proba(ds.X)[:, 1] >= line).sum())
+    if k == 0:
+        return line  # nothing flagged to carry over: keep the base model's line
+    return float(np.sort(est.predict_proba(ds.X)[:, 1])[::-1][k - 1])
 
 
 def keep_best_trees(
@@ -467,9 +493,11 @@ def train_user_model(
         card = model_card(
             est, panel, ds, options=options, estimator=what, source=source, started=started
         )
+    if info["how"] in ("recalibrate", "warm"):
+        card["threshold"] = info["threshold"]  # the figures below at the line it runs at
+        card["metrics"]["calibration_block"] = block_metrics(est, ds, info["threshold"])
     if info["how"] == "recalibrate":
         card["metrics"]["calibration_block"]["block"] = "every row of the history"
-        card["threshold"] = info["threshold"]
     card[CARD_DRIFT_KEY] = _drift_seen(
         base.card.get(CARD_DRIFT_KEY), card.get(CARD_DRIFT_KEY), info
     )

@@ -152,6 +152,33 @@ def test_warm_model_round_trips_through_skops_with_trusted_types_only(eval_sim, 
     assert np.allclose(again.risk(ds.X.iloc[:500]), est.predict_proba(ds.X.iloc[:500])[:, 1])
 
 
+def test_a_warm_model_runs_at_its_bases_line_as_many_rows_flagged(eval_sim, base_dir, tmp_path):
+    """Its trees rank the rows anew, so the base card's line is carried as a share: the warm
+    model flags as many of the history's rows as the base model flags at its line (it kept
+    the default 0.7 before, whatever the base card said)."""
+    import shutil
+
+    moved = tmp_path / "base"
+    shutil.copytree(base_dir, moved)
+    card = json.loads((moved / "model_card.json").read_text())
+    (moved / "model_card.json").write_text(json.dumps({**card, "threshold": 0.35}))
+    panel = keep_failures(eval_sim.panel, 40)
+    done = train_user_model(
+        panel, base_path=moved, adapt="warm", options=FAST, warm=WarmOptions(extra_iter=15)
+    )
+    assert done.how == "warm", done.why
+    line = done.model.card["threshold"]
+    assert line != 0.7 and done.model.threshold == line
+    assert "0.35" in done.model.card["transfer"]["threshold_from"]
+    ds = training_rows(panel, options=FAST)
+    base = load_base_model(moved)
+    n_base = int((base.risk(ds.X) >= 0.35).sum())
+    assert n_base > 0 and int((done.model.risk(ds.X) >= line).sum()) == n_base
+    block = done.model.card["metrics"]["calibration_block"]
+    late = ds.meta["at"].to_numpy() >= done.model.estimator.split_time_
+    assert block["rows_flagged"] == int((done.model.risk(ds.X[late]) >= line).sum())
+
+
 def test_warm_start_refuses_a_block_without_failures(eval_sim, base_dir):
     base = load_base_model(base_dir)
     ds = training_rows(keep_failures(eval_sim.panel, 1), options=FAST)
