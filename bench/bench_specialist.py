@@ -132,19 +132,11 @@ def pool(out: Path) -> None:
 
 
 def main() -> None:
-    from bench_visibility import fleet_args, run_fleets
+    from bench_visibility import fleet_args, run_members
 
-    ap = fleet_args(__doc__ or "", "family members, comma-separated (as drawn)")
+    ap = fleet_args(__doc__ or "", "family members, comma-separated (as drawn)", link_focused=True)
     ap.add_argument("--siblings", type=int, default=3, help="fleets the specialist trains on")
-    ap.add_argument(
-        "--link-focused", action="store_true", help="each member's link-focused variant too"
-    )
-    args = ap.parse_args()
-
-    def one(name: str, spec: Any, hides: list[Any], f0: float, model: Any) -> dict[str, Any]:
-        return run_fleet(name, spec, hides, f0, model, args.siblings)
-
-    run_fleets(ap, args, one, pool, as_drawn_only=not args.link_focused)
+    run_members(ap, run_fleet, pool, "siblings")
 
 
 if __name__ == "__main__":

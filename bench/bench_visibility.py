@@ -178,8 +178,11 @@ def _row(fam: str, mode: str, g: pd.DataFrame) -> dict[str, Any]:
     }
 
 
-def fleet_args(doc: str, family_help: str) -> argparse.ArgumentParser:
-    """The options both benches take: which fleets, which model, where the figures go."""
+def fleet_args(
+    doc: str, family_help: str, *, link_focused: bool = False
+) -> argparse.ArgumentParser:
+    """The options the fleet benches take: which fleets, which model, where the figures go;
+    ``link_focused``: also ``--link-focused`` (each member's link-focused variant too)."""
     ap = argparse.ArgumentParser(
         description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -188,7 +191,27 @@ def fleet_args(doc: str, family_help: str) -> argparse.ArgumentParser:
     ap.add_argument("--model", default=None, help="model directory (default: the shipped one)")
     ap.add_argument("--out", type=Path, default=None, help="per-fleet figures go here")
     ap.add_argument("--pool", type=Path, default=None, help="print a folder's figures pooled")
+    if link_focused:
+        ap.add_argument(
+            "--link-focused", action="store_true", help="each member's link-focused variant too"
+        )
     return ap
+
+
+def run_members(
+    ap: argparse.ArgumentParser,
+    run_fleet: Callable[..., dict[str, Any]],
+    pool_of: Callable[[Path], Any],
+    option: str,
+) -> None:
+    """``run_fleets`` for a bench whose ``run_fleet`` takes one more argument, the value of
+    its own option ``option`` (``ap`` from ``fleet_args(..., link_focused=True)``)."""
+    args = ap.parse_args()
+
+    def one(name: str, spec: Any, hides: list[Any], f0: float, model: Any) -> dict[str, Any]:
+        return run_fleet(name, spec, hides, f0, model, getattr(args, option))
+
+    run_fleets(ap, args, one, pool_of, as_drawn_only=not args.link_focused)
 
 
 def run_fleets(
