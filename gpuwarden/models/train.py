@@ -109,7 +109,7 @@ def training_summary(panel: HourlyPanel, ds: Dataset, split: float) -> dict[str,
     }
 
 
-def block_metrics(est: TimeSplitCalibratedClassifier, ds: Dataset, threshold: float) -> dict:
+def _block_metrics(est: TimeSplitCalibratedClassifier, ds: Dataset, threshold: float) -> dict:
     """How ``est`` ranks and flags the rows of ``ds`` from its split time on (the calibration
     block, which its trees never saw), at the at-risk line ``threshold``."""
     from sklearn.metrics import average_precision_score, brier_score_loss
@@ -160,13 +160,15 @@ def model_card(
     estimator: str,
     source: dict[str, Any] | None,
     started: float,
+    threshold: float = DEFAULT_AT_RISK,
 ) -> dict[str, Any]:
-    """The card of a model fit on ``ds`` (rows of ``panel``); ``estimator`` says how."""
+    """The card of a model fit on ``ds`` (rows of ``panel``); ``estimator`` says how, and
+    ``threshold`` is the at-risk line it runs at (its calibration-block figures are at it)."""
     o = options
     return {
         "gpuwarden_version": __version__,
         "created": pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds"),
-        "threshold": DEFAULT_AT_RISK,
+        "threshold": threshold,
         "horizon_s": o.horizon_s,
         "label": f"fails within {o.horizon_s / 86400:g} days after the scoring time",
         "features": list(FEATURE_NAMES),
@@ -177,7 +179,7 @@ def model_card(
         CARD_DRIFT_KEY: training_spread_drift(panel),
         # the benign error level its trees were grown on: ``score`` warns well beyond it
         CARD_LEVEL_KEY: training_error_level(panel),
-        "metrics": {"calibration_block": block_metrics(est, ds, DEFAULT_AT_RISK)},
+        "metrics": {"calibration_block": _block_metrics(est, ds, threshold)},
         "train_seconds": round(time.time() - started, 1),
     }
 

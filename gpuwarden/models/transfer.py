@@ -55,7 +55,6 @@ from gpuwarden.models.panel import HourlyPanel
 from gpuwarden.models.score import CARD_DRIFT_KEY, CARD_LEVEL_KEY
 from gpuwarden.models.train import (
     TrainOptions,
-    block_metrics,
     failing_lives,
     fit_on_rows,
     kind_weights,
@@ -491,11 +490,15 @@ def train_user_model(
         card["training_data"] = {**(source or {}), **training_summary(panel, ds, float("nan"))}
     else:
         card = model_card(
-            est, panel, ds, options=options, estimator=what, source=source, started=started
+            est,
+            panel,
+            ds,
+            options=options,
+            estimator=what,
+            source=source,
+            started=started,
+            threshold=info["threshold"],  # recalibrated and warm: the base's line, carried
         )
-    if info["how"] in ("recalibrate", "warm"):
-        card["threshold"] = info["threshold"]  # the figures below at the line it runs at
-        card["metrics"]["calibration_block"] = block_metrics(est, ds, info["threshold"])
     if info["how"] == "recalibrate":
         card["metrics"]["calibration_block"]["block"] = "every row of the history"
     card[CARD_DRIFT_KEY] = _drift_seen(
