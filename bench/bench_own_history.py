@@ -32,7 +32,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 #: who is read, in the order the tables print them
@@ -48,25 +47,10 @@ WHO = (
 HISTORY_DAYS = 60.0
 
 
-def history_line(score: np.ndarray, meta: pd.DataFrame, hard: np.ndarray) -> float:
-    """The line on ``score`` above which at most 1 healthy GPU-day in 1,000 of ``meta``'s rows
-    flags (a day flagged by a hard signal counts against it); 1.0 where none may."""
-    from bench_specialist import BUDGET_PER_1000
-    from bench_visibility import healthy_days
-
-    gid = healthy_days(meta)
-    ok = (gid >= 0) & ~hard
-    day_score = pd.Series(score[ok]).groupby(gid[ok]).max().to_numpy()
-    hard_days = len(set(gid[(gid >= 0) & hard]))
-    allowed = int(np.floor(len(set(gid[gid >= 0])) * BUDGET_PER_1000 / 1000)) - hard_days
-    top = np.sort(day_score)[::-1]
-    return float(top[allowed]) if 0 <= allowed < top.size else 1.0
-
-
 def run_fleet(
     name: str, spec: Any, hides: list[Any], f0: float, model: Any, days: float
 ) -> dict[str, Any]:
-    from bench_specialist import budget_flags
+    from bench_specialist import budget_cut, budget_flags
     from bench_visibility import catchable_tables
 
     from gpuwarden.models import _metrics as M
@@ -93,7 +77,7 @@ def run_fleet(
     hist = hist.select(hist.meta["at"].to_numpy() < f0)
     hard = hard_signal(held.X) | rules.flag(held.X)
     hard_h = hard_signal(hist.X) | rules.flag(hist.X)
-    line = history_line(model.risk(hist.X), hist.meta, hard_h)
+    line = budget_cut(model.risk(hist.X), hist.meta, hard_h)  # the history line
     risk = model.risk(held.X)
     flags = {
         "shipped": (risk >= model.threshold) | hard,

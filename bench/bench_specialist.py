@@ -42,9 +42,10 @@ BUDGET_PER_1000 = 1.0
 SIBLING_STRIDE = 10_000_000
 
 
-def budget_flags(score: np.ndarray, meta: pd.DataFrame, hard: np.ndarray) -> np.ndarray:
-    """Flags at the lowest line on ``score`` that flags at most ``BUDGET_PER_1000`` of the
-    fleet's healthy GPU-days (as ``_metrics.false_flag_days`` counts them), or a hard signal."""
+def budget_cut(score: np.ndarray, meta: pd.DataFrame, hard: np.ndarray) -> float:
+    """The lowest line on ``score`` above which at most ``BUDGET_PER_1000`` of the fleet's
+    healthy GPU-days flag (as ``_metrics.false_flag_days`` counts them; a day a hard signal
+    flags counts against it): inf where the hard signals alone spend the budget."""
     from bench_visibility import healthy_days
 
     gid = healthy_days(meta)
@@ -54,9 +55,13 @@ def budget_flags(score: np.ndarray, meta: pd.DataFrame, hard: np.ndarray) -> np.
     allowed = int(np.floor(len(set(gid[gid >= 0])) * BUDGET_PER_1000 / 1000)) - hard_days
     top = np.sort(day_score)[::-1]
     if allowed < 0:
-        return hard.copy()
-    cut = top[allowed] if allowed < top.size else -np.inf
-    return (score > cut) | hard
+        return np.inf
+    return float(top[allowed]) if allowed < top.size else -np.inf
+
+
+def budget_flags(score: np.ndarray, meta: pd.DataFrame, hard: np.ndarray) -> np.ndarray:
+    """Flags above ``budget_cut``, or a hard signal."""
+    return (score > budget_cut(score, meta, hard)) | hard
 
 
 def run_fleet(
