@@ -110,7 +110,7 @@ def card_threshold(card: Mapping[str, Any] | None = None) -> float:
 def use_at_risk_threshold(value: str | float | None) -> float | None:
     """Put the ``at_risk_threshold`` setting in force over every model card (None or "": the
     card's line again). A fleet whose healthy boards log many times the training fleets'
-    correctable errors needs a higher line (docs/models.md, wave 23). A value that is not a
+    correctable errors needs a higher line (docs/models.md, "Choosing the at-risk line"). A value that is not a
     risk above 0 and at most 1 is a ``ConfigError`` naming the setting. Returns the line in
     force, or None."""
     global _line

@@ -303,7 +303,7 @@ def drift_warnings(frame: pd.DataFrame) -> list[str]:
         f"the HBM-core temperature spread moves {drift:.1f} C from day to day on the median "
         f"GPU, more than on any fleet the model was trained on (up to {limit:g} C); its "
         "thermal reasons are untested there and may flag healthy boards (docs/models.md: "
-        "benign temperature drift)"
+        "`gpuwarden score`, its drift warning)"
     ]
 
 
