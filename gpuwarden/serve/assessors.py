@@ -46,6 +46,15 @@ def model_threshold() -> float:
         return DEFAULT_AT_RISK
 
 
+def decision_lines(
+    enter_at: float | None = None, exit_below: float | None = None
+) -> tuple[float, float]:
+    """``serve``'s hysteresis lines: at-risk from ``enter_at`` (default: the model's line,
+    ``model_threshold``), ok again under ``exit_below`` (default: 0.5, at most the line)."""
+    enter = model_threshold() if enter_at is None else enter_at
+    return enter, (min(0.5, enter) if exit_below is None else exit_below)
+
+
 def model_spread_drift() -> float | None:
     """The fleet's HBM-core spread drift the model saw at its last scoring run (C), or None
     when serve does not score with the model (nothing is imported for it)."""

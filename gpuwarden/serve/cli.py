@@ -187,9 +187,9 @@ def _serve(ctx: click.Context, **o: Any) -> None:
     from gpuwarden.serve.api import ENV_API_TOKEN
     from gpuwarden.serve.assessors import (
         combine,
+        decision_lines,
         default_assessor,
         load_assessor,
-        model_threshold,
     )
     from gpuwarden.serve.server import ServeHandle, run_serve
     from gpuwarden.serve.service import RiskService
@@ -200,8 +200,7 @@ def _serve(ctx: click.Context, **o: Any) -> None:
     at = None if o["at"] is None else parse_time(o["at"], "--at")
     host, port = parse_listen(o["listen"])
     interval = o["interval_s"] or cfg["interval_s"]
-    enter_at = o["enter_at"] if o["enter_at"] is not None else model_threshold()
-    exit_below = o["exit_below"] if o["exit_below"] is not None else min(0.5, enter_at)
+    enter_at, exit_below = decision_lines(o["enter_at"], o["exit_below"])
     engine = DecisionEngine(
         enter_at=enter_at,
         exit_below=exit_below,

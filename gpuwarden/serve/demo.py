@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuwarden.alerts.base import RiskAssessment
-from gpuwarden.serve.assessors import Assessor, combine
+from gpuwarden.serve.assessors import Assessor, combine, decision_lines
 from gpuwarden.telemetry import GpuId
 
 
@@ -60,9 +60,12 @@ def run_loop_demo(
     step_s: int = 300,
     start_ts: float = 1_767_225_600.0,
     assess: Assessor | None = None,
+    enter_at: float | None = None,
     echo: Callable[[str], None] = print,
 ) -> LoopDemoResult:
-    """Run ``steps`` scoring intervals over a simulated fleet and narrate the loop."""
+    """Run ``steps`` scoring intervals over a simulated fleet and narrate the loop; a GPU turns
+    at-risk as ``gpuwarden serve`` turns it (``enter_at``: default, the shipped model's line)."""
+    from gpuwarden.alerts.decision import DecisionEngine
     from gpuwarden.alerts.hard_signals import HardSignalAssessor
     from gpuwarden.collectors.sim import SimCollector
     from gpuwarden.scheduler import Job, NodeSpec, Scheduler
@@ -90,15 +93,21 @@ def run_loop_demo(
         task = scheduler.placements["train-llm"].tasks[0]
         target = next(g for g in gpus if (g.hostname, g.index) == (task.node, task.gpus[0]))
         scorer = assess or ramp_assessor(target, first.ts, step_s)
+        enter, leave = decision_lines(enter_at)
         service = RiskService(
             store,
             assess=combine(scorer, HardSignalAssessor(lookback_s=2 * step_s)),
+            engine=DecisionEngine(enter_at=enter, exit_below=leave),
             taggers=[BundledTagger(SchedulerTarget(scheduler))],
             interval_s=step_s,
             breaker_share=1.0,
             clock=lambda: clock[0],
         )
         echo(f"risk loop: {len(gpus)} GPUs on {len(hosts)} nodes, scored every {step_s} s")
+        scored_by = (
+            "the scorer given" if assess else "a scripted risk ramp, standing in for the model"
+        )
+        echo(f"risk from {scored_by}; at-risk from {enter:.2f}, as gpuwarden serve decides")
         echo(f"watching {target.hostname}/{target.index} ({target.uuid})")
         flagged, evicted = None, []
         for step in range(steps):
