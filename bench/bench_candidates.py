@@ -88,6 +88,7 @@ SPENT: tuple[tuple[int, tuple[int, ...], int], ...] = (
     (25, (25001, 25002, 25003, 25004), 27),  # bench_own_history.py, 60 days earlier
     (26, (26001, 26002, 26003, 26004), 28),
     (27, (27001, 27002, 27003, 27004), 28),  # bench_burst_veto.py
+    (28, (28001, 28002, 28003, 28004), 28),  # a second line on loud fleets (L)
 )
 DAYS = 60.0
 
