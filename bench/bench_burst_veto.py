@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from bench_visibility import catchable_tables, fleet_args, run_members
+from bench_visibility import flag_counts, fleet_args, pooled_counts, run_members
 
 #: the busiest hour's share of the day's single-bit errors from which a day reads as a burst
 PEAK_SHARE = 0.2
@@ -66,7 +66,6 @@ def run_fleet(
 ) -> dict[str, Any]:
     from bench_candidates import judged_dataset
 
-    from gpuwarden.models import _metrics as M
     from gpuwarden.models.evaluate import failures_of
     from gpuwarden.models.rules import LinkRules, hard_signal
 
@@ -75,42 +74,17 @@ def run_fleet(
     at = model.risk(ds.X) >= model.threshold
     two, three = burst_marks(ds, sim.panel)
     flags = dict(zip(VARIANTS, (at | hard, (at & ~two) | hard, (at & ~three) | hard), strict=True))
-    out: dict[str, Any] = {"fleet": name, "counters": counters}
-    tables = catchable_tables(ds, failures_of(sim.panel), flags, out)
-    for who, flag in flags.items():
-        t = tables[who]
-        cooling = t["fail_kind"].astype(str).str.startswith("cool")
-        on, days = M.false_flag_days(ds.meta, flag)
-        out[who] = {
-            "catchable": len(t),
-            "caught": int(t["caught"].sum()),
-            "cooling": int(t.loc[cooling, "caught"].sum()),
-            "ff_days": int(on),
-            "gpu_days": float(days),
-        }
-    return out
+    counts = flag_counts(ds, failures_of(sim.panel), flags)
+    return {"fleet": name, "counters": counters, **counts}
 
 
 def pool(folder: Path) -> None:
     rows = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
     for group in ("default", "family"):
         mine = [r for r in rows if r["fleet"].startswith("seed") == (group == "default")]
-        if not mine:
-            continue
-        print(f"{group}: {', '.join(r['fleet'] for r in mine)}")
-        table = []
-        for who in VARIANTS:
-            s = {k: sum(r[who][k] for r in mine) for k in mine[0][who]}
-            table.append(
-                {
-                    "variant": who,
-                    "caught": f"{s['caught']} of {s['catchable']}",
-                    "cooling": s["cooling"],
-                    "false-flag GPU-days": s["ff_days"],
-                    "per 1,000": round(1000 * s["ff_days"] / s["gpu_days"], 2),
-                }
-            )
-        print(pd.DataFrame(table).to_string(index=False))
+        if mine:
+            print(f"{group}: {', '.join(r['fleet'] for r in mine)}")
+            print(pooled_counts(mine, list(VARIANTS)).to_string(index=False))
 
 
 def main() -> None:

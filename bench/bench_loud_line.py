@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 LEVELS = (2, 3, 4, 5, 6, 7)
 LINES = (0.55, 0.60, 0.65, 0.70)
@@ -35,9 +34,8 @@ LINES = (0.55, 0.60, 0.65, 0.70)
 
 def run_fleet(spec: Any, hides: list[Any], f0: float, model: Any) -> dict[str, Any]:
     from bench_candidates import judged_dataset
-    from bench_visibility import catchable_tables
+    from bench_visibility import flag_counts
 
-    from gpuwarden.models import _metrics as M
     from gpuwarden.models.evaluate import failures_of
     from gpuwarden.models.rules import LinkRules, hard_signal
 
@@ -51,25 +49,13 @@ def run_fleet(spec: Any, hides: list[Any], f0: float, model: Any) -> dict[str, A
             loud = level >= lv  # unknown (too few GPUs reading): not loud
         for line in LINES:
             flags[f"{lv}/{line:.2f}"] = (risk >= np.where(loud, line, model.threshold)) | hard
-    out: dict[str, Any] = {
-        "level_median": float(np.nanmedian(level)) if np.isfinite(level).any() else None
-    }
-    tables = catchable_tables(ds, failures_of(sim.panel), flags, {})
-    for who, flag in flags.items():
-        t = tables[who]
-        cooling = t["fail_kind"].astype(str).str.startswith("cool")
-        on, days = M.false_flag_days(ds.meta, flag)
-        out[who] = [
-            int(t["caught"].sum()),
-            len(t),
-            int(t.loc[cooling, "caught"].sum()),
-            int(on),
-            float(days),
-        ]
-    return out
+    median = float(np.nanmedian(level)) if np.isfinite(level).any() else None
+    return {"level_median": median, **flag_counts(ds, failures_of(sim.panel), flags)}
 
 
 def pool(path: Path, pair: str | None) -> None:
+    from bench_visibility import pooled_counts
+
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     for group in ("default", "family"):
         mine = [r for r in rows if r["fleet"].startswith("seed") == (group == "default")]
@@ -78,20 +64,8 @@ def pool(path: Path, pair: str | None) -> None:
         who = (
             ["model", pair] if pair else [k for k in mine[0] if k not in ("fleet", "level_median")]
         )
-        table = []
-        for w in who:
-            caught, of, cooling, ff, days = (sum(r[w][i] for r in mine) for i in range(5))
-            table.append(
-                {
-                    "flags": w,
-                    "caught": f"{caught} of {of}",
-                    "cooling": cooling,
-                    "false-flag GPU-days": ff,
-                    "per 1,000": round(1000 * ff / days, 2),
-                }
-            )
         print(f"{group}: {len(mine)} fleets")
-        print(pd.DataFrame(table).to_string(index=False))
+        print(pooled_counts(mine, who).to_string(index=False))
 
 
 def main() -> None:

@@ -107,6 +107,44 @@ def catchable_tables(
     return tables
 
 
+def flag_counts(ds: Any, fails: pd.DataFrame, flags: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Per detector: its catchable failures, those caught 24 h ahead, the cooling ones caught,
+    its false-flag GPU-days (30-day outcome) and the GPU-days they are counted over."""
+    from gpuwarden.models import _metrics as M
+
+    tables = catchable_tables(ds, fails, flags, {})
+    out = {}
+    for who, flag in flags.items():
+        t = tables[who]
+        cooling = t["fail_kind"].astype(str).str.startswith("cool")
+        on, days = M.false_flag_days(ds.meta, flag)
+        out[who] = {
+            "catchable": len(t),
+            "caught": int(t["caught"].sum()),
+            "cooling": int(t.loc[cooling, "caught"].sum()),
+            "ff_days": int(on),
+            "gpu_days": float(days),
+        }
+    return out
+
+
+def pooled_counts(rows: list[dict[str, Any]], who: list[str]) -> pd.DataFrame:
+    """``flag_counts`` of several fleets (``rows``, one dict per fleet), pooled per detector."""
+    table = []
+    for w in who:
+        s = {k: sum(r[w][k] for r in rows) for k in rows[0][w]}
+        table.append(
+            {
+                "flags": w,
+                "caught": f"{s['caught']} of {s['catchable']}",
+                "cooling": s["cooling"],
+                "false-flag GPU-days": s["ff_days"],
+                "per 1,000": round(1000 * s["ff_days"] / s["gpu_days"], 2),
+            }
+        )
+    return pd.DataFrame(table)
+
+
 def run_fleet(name: str, spec: Any, hides: list[Any], f0: float, model: Any) -> dict[str, Any]:
     from bench_candidates import judged_dataset
 
