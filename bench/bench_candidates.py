@@ -89,6 +89,7 @@ SPENT: tuple[tuple[int, tuple[int, ...], int], ...] = (
     (26, (26001, 26002, 26003, 26004), 28),
     (27, (27001, 27002, 27003, 27004), 28),  # bench_burst_veto.py
     (28, (28001, 28002, 28003, 28004), 28),  # a second line on loud fleets (L)
+    (29, (29001, 29002, 29003, 29004), 29),  # boosting until it stops (G)
 )
 DAYS = 60.0
 
