@@ -21,6 +21,12 @@ rules flagging as in ``gpuwarden score``. That line is tuned on the fleet it jud
 deployed model can do; it puts both models at the target's false-flag rate, so their catches
 compare rankings. The shipped model is also read at its own threshold.
 
+Each fleet also gets both models' PR-AUC on the horizon label over the ground-truth bound, as
+``gpuwarden evaluate`` (``evaluate.evaluate_dataset``) reports it for the judges: hard signals
+rank first, the specialist's uncalibrated risk stands in for the calibrated one (a monotone
+map leaves PR-AUC as it is). So issue 17's PR-AUC target can be read against what a model of
+the judged fleet's own generator ranks.
+
 A failure is counted as in ``bench_candidates.py``: catchable (its precursor began 24 h or
 more ahead, sudden kinds left out), caught when flagged 7 days to 24 h ahead.
 """
@@ -103,11 +109,33 @@ def run_fleet(
     table = caught["specialist"][["fail_kind"]].copy()
     for who in flags:
         table[who] = caught[who]["caught"].reindex(table.index).to_numpy()
+    out["pr_auc_vs_bound"] = {
+        "specialist": _pr_auc_vs_bound(ds, fails, _Ranked(trees, list(X.columns), model), model),
+        "shipped": _pr_auc_vs_bound(ds, fails, model, model),
+    }
     out["failures"] = [
         {"mode": str(r["fail_kind"]).split("_")[0], **{w: bool(r[w]) for w in flags}}
         for _, r in table.iterrows()
     ]
     return out
+
+
+class _Ranked:
+    """The specialist's trees as ``evaluate_dataset`` reads a model: a risk per row (its own
+    columns) and a line (the shipped model's; the PR-AUC does not depend on it)."""
+
+    def __init__(self, trees: Any, columns: list[str], shipped: Any) -> None:
+        self.trees, self.columns, self.threshold = trees, columns, shipped.threshold
+
+    def risk(self, X: pd.DataFrame) -> np.ndarray:
+        return self.trees.predict_proba(X[self.columns])[:, 1]
+
+
+def _pr_auc_vs_bound(ds: Any, fails: pd.DataFrame, model: Any, shipped: Any) -> float | None:
+    from gpuwarden.models.evaluate import evaluate_dataset
+
+    ev = evaluate_dataset(ds, fails, model, horizon_s=shipped.horizon_s)
+    return ev.summary.get("pr_auc_vs_bound")
 
 
 def pool(out: Path) -> None:
@@ -120,7 +148,8 @@ def pool(out: Path) -> None:
             {"family": fam, "fleet": d["fleet"],
              **{f"{w} FF": d[f"{w}_ff_per_1000"] for w in ("specialist", "shipped_at_budget", "shipped")},
              **{w: int(sum(r[w] for r in d["failures"])) for w in ("specialist", "shipped_at_budget", "shipped")},
-             "catchable": len(d["failures"])}
+             "catchable": len(d["failures"]),
+             **{f"{w} PR-AUC/bound": v for w, v in d.get("pr_auc_vs_bound", {}).items()}}
         )  # fmt: skip
     df = pd.DataFrame(rows)
     who = ["specialist", "shipped_at_budget", "shipped"]
@@ -131,9 +160,13 @@ def pool(out: Path) -> None:
         for w in who:
             row[w] = f"{int(g[w].sum())} ({100 * g[w].mean():.0f}%)"
         table.append(row)
+    per_fleet = pd.DataFrame(per)
     with pd.option_context("display.width", 220):
         print(pd.DataFrame(table).to_string(index=False))
-        print(pd.DataFrame(per).round(2).to_string(index=False))
+        print(per_fleet.round(2).to_string(index=False))
+        ranked = [c for c in per_fleet.columns if c.endswith("PR-AUC/bound")]
+        if ranked:  # the judges' figure: the mean over a family's runs
+            print(per_fleet.groupby("family")[ranked].mean().round(3).to_string())
 
 
 def main() -> None:
