@@ -342,6 +342,13 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="trees without features.ABSOLUTE_FEATURES (error rates in the simulator's units)",
     )
+    ap.add_argument(
+        "--random-state",
+        type=int,
+        default=0,
+        help="training's random seed (hidden HBM temperatures, negatives kept, early stopping's "
+        "split); 0 builds the shipped model, another draws the same recipe again",
+    )
     args = ap.parse_args(argv)
     t0 = time.time()
     if args.trained is not None:
@@ -364,7 +371,10 @@ def main(argv: list[str] | None = None) -> None:
             f"{n_fail} failures ({time.time() - t0:.0f} s)",
             flush=True,
         )
-        options = TrainOptions(exclude_features=ABSOLUTE_FEATURES if args.scale_free else ())
+        options = TrainOptions(
+            exclude_features=ABSOLUTE_FEATURES if args.scale_free else (),
+            random_state=args.random_state,
+        )
         model = train_on_panel(panel, options=options, source=source, progress=args.progress)
         del panel
         print(f"trained ({model.card['train_seconds']:.0f} s)", flush=True)
