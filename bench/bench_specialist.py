@@ -110,8 +110,8 @@ def run_fleet(
     for who in flags:
         table[who] = caught[who]["caught"].reindex(table.index).to_numpy()
     out["pr_auc_vs_bound"] = {
-        "specialist": _pr_auc_vs_bound(ds, fails, _Ranked(trees, list(X.columns), model), model),
-        "shipped": _pr_auc_vs_bound(ds, fails, model, model),
+        "specialist": _pr_auc_vs_bound(ds, fails, specialist, model),
+        "shipped": _pr_auc_vs_bound(ds, fails, shipped, model),
     }
     out["failures"] = [
         {"mode": str(r["fail_kind"]).split("_")[0], **{w: bool(r[w]) for w in flags}}
@@ -120,21 +120,23 @@ def run_fleet(
     return out
 
 
-class _Ranked:
-    """The specialist's trees as ``evaluate_dataset`` reads a model: a risk per row (its own
-    columns) and a line (the shipped model's; the PR-AUC does not depend on it)."""
+class _Scored:
+    """Risks already computed, as ``evaluate_dataset`` reads a model: the array per row and the
+    shipped model's line and horizon (the PR-AUC does not depend on the line)."""
 
-    def __init__(self, trees: Any, columns: list[str], shipped: Any) -> None:
-        self.trees, self.columns, self.threshold = trees, columns, shipped.threshold
+    def __init__(self, risk: np.ndarray, shipped: Any) -> None:
+        self._risk, self.threshold, self.horizon_s = risk, shipped.threshold, shipped.horizon_s
 
     def risk(self, X: pd.DataFrame) -> np.ndarray:
-        return self.trees.predict_proba(X[self.columns])[:, 1]
+        return self._risk
 
 
-def _pr_auc_vs_bound(ds: Any, fails: pd.DataFrame, model: Any, shipped: Any) -> float | None:
+def _pr_auc_vs_bound(ds: Any, fails: pd.DataFrame, risk: np.ndarray, shipped: Any) -> float | None:
+    """PR-AUC over the ground-truth bound of ``risk`` on ``ds``, as ``gpuwarden evaluate``
+    reports it (hard signals ranked first)."""
     from gpuwarden.models.evaluate import evaluate_dataset
 
-    ev = evaluate_dataset(ds, fails, model, horizon_s=shipped.horizon_s)
+    ev = evaluate_dataset(ds, fails, _Scored(risk, shipped), horizon_s=shipped.horizon_s)
     return ev.summary.get("pr_auc_vs_bound")
 
 
