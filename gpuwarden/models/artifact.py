@@ -36,6 +36,7 @@ DEFAULT_DIR = Path(__file__).parent / "default"
 TRUSTED_TYPES: frozenset[str] = frozenset(
     {
         "gpuwarden.models.estimator.TimeSplitCalibratedClassifier",
+        "gpuwarden.models.estimator.MeanOfDraws",
         "sklearn.calibration._CalibratedClassifier",
         "sklearn.calibration._SigmoidCalibration",
         "sklearn.calibration.CalibratedClassifierCV",

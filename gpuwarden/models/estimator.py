@@ -14,6 +14,11 @@ steps' values but interpolates between the blocks' centres instead (after centre
 regression, Oron and Flournoy, 2017; the centre here is the midpoint of a block's scores):
 still monotone and calibrated, and strictly increasing between the lowest and the highest
 block, so the risk keeps the trees' order.
+
+With ``n_draws`` above 1 the trees are grown that many times on the same training block, each
+time with its own draw of the healthy rows kept and of early stopping's split, and the score
+is the mean of their log-odds (``MeanOfDraws``), calibrated once: two trainings of one recipe
+then differ less than two single draws do.
 """
 
 from __future__ import annotations
@@ -62,6 +67,44 @@ def centred_isotonic(calibrator) -> np.ndarray | None:
     return np.vstack([cx, cy])
 
 
+#: seeds of draw k are ``random_state + DRAW_STRIDE * k``: draw 0 is the single model's, and
+#: the draws of two random states do not share a seed
+DRAW_STRIDE = 1000
+
+
+class MeanOfDraws(ClassifierMixin, BaseEstimator):
+    """Tree models fit on one block of rows with different random draws; the score is the
+    mean of their log-odds. Built from fitted members (``TimeSplitCalibratedClassifier``
+    fits them); ``fit`` is not supported."""
+
+    def __init__(self, members: tuple = ()):
+        self.members = members
+
+    def fit(self, X, y):  # noqa: ARG002 - sklearn's signature
+        raise NotImplementedError("MeanOfDraws is built from fitted members, not fit")
+
+    @classmethod
+    def of(cls, members: list) -> MeanOfDraws:
+        if not members:
+            raise ValueError("MeanOfDraws needs at least one fitted member")
+        out = cls(tuple(members))
+        out.members_ = list(members)
+        out.classes_ = members[0].classes_
+        out.n_iter_ = int(sum(getattr(m, "n_iter_", 0) for m in members))
+        return out
+
+    def decision_function(self, X) -> np.ndarray:
+        check_is_fitted(self, "members_")
+        return np.mean([_raw_score(m, X) for m in self.members_], axis=0)
+
+    def predict_proba(self, X) -> np.ndarray:
+        p = 1.0 / (1.0 + np.exp(-self.decision_function(X)))
+        return np.column_stack([1.0 - p, p])
+
+    def predict(self, X) -> np.ndarray:
+        return self.classes_[(self.decision_function(X) > 0).astype(int)]
+
+
 def _raw_score(trees, X: np.ndarray) -> np.ndarray:
     """The score ``CalibratedClassifierCV`` calibrates: the decision function if any."""
     if hasattr(trees, "decision_function"):
@@ -76,7 +119,7 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
     "sigmoid"), ``calibration_share`` (fraction of distinct scoring times, latest first, kept
     for calibration), ``negative_subsample`` (share of the healthy rows of the training
     block the trees see), ``exclude`` (feature names the trees never read; needs a DataFrame),
-    ``random_state``. Learned: ``estimator_``, ``calibrator_``, ``classes_``, ``split_time_``,
+    ``random_state``, ``n_draws`` (tree models averaged, see ``MeanOfDraws``). Learned: ``estimator_``, ``calibrator_``, ``classes_``, ``split_time_``,
     ``reference_`` (per-feature median of the negative rows, used to explain a score),
     ``used_features_`` (columns with at least one value in the training block),
     ``n_features_in_`` and ``feature_names_in_`` when fit on a DataFrame.
@@ -92,6 +135,7 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
         exclude: tuple[str, ...] = (),
         random_state: int = 0,
         centred: bool = True,
+        n_draws: int = 1,
     ):
         self.estimator = estimator
         self.method = method
@@ -100,6 +144,7 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
         self.exclude = exclude
         self.random_state = random_state
         self.centred = centred
+        self.n_draws = n_draws
 
     def fit(self, X, y, *, sample_time=None, sample_weight=None):
         """Fit on rows ordered in time by ``sample_time`` (Unix s; default: row order).
@@ -128,13 +173,10 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
         )
         split = distinct[cut]
         early, late = times < split, times >= split
-        if self.negative_subsample < 1.0:
-            # fewer healthy rows for the trees (they are class-weighted anyway); the
-            # calibration block keeps every row, so the probabilities keep the true base rate
-            rng = np.random.default_rng(self.random_state)
-            drop = (y == np.unique(y)[0]) & (rng.random(n) >= self.negative_subsample)
-            early = early & ~drop
-        for name, mask in (("training", early), ("calibration", late)):
+        if int(self.n_draws) < 1:
+            raise ValueError(f"n_draws must be at least 1, got {self.n_draws!r}")
+        blocks = [self._draw_rows(y, early, k) for k in range(int(self.n_draws))]
+        for name, mask in (("training", blocks[0]), ("calibration", late)):
             if np.unique(y[mask]).size < 2:
                 raise ValueError(
                     f"the {name} block (scoring times {'before' if name == 'training' else 'from'} "
@@ -157,8 +199,15 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
                 raise ValueError(f"exclude names unknown features: {sorted(unknown)[:5]}")
             self.used_features_ &= ~np.isin(np.asarray(X.columns, dtype=object), self.exclude)
         base = clone(self.estimator if self.estimator is not None else default_trees())
-        fit_kw = {} if weights is None else {"sample_weight": weights[early]}
-        self.estimator_ = base.fit(Xa[early][:, self.used_features_], y[early], **fit_kw)
+        members = []
+        for k, rows in enumerate(blocks):
+            trees = clone(base)
+            seed = trees.get_params().get("random_state")
+            if k and isinstance(seed, int | np.integer):
+                trees.set_params(random_state=int(seed) + DRAW_STRIDE * k)
+            fit_kw = {} if weights is None else {"sample_weight": weights[rows]}
+            members.append(trees.fit(Xa[rows][:, self.used_features_], y[rows], **fit_kw))
+        self.estimator_ = members[0] if len(members) == 1 else MeanOfDraws.of(members)
         cal = CalibratedClassifierCV(FrozenEstimator(self.estimator_), method=self.method)
         # unweighted: the calibration block says how often a score comes true, row for row
         self.set_calibrator(cal.fit(Xa[late][:, self.used_features_], y[late]))
@@ -170,6 +219,16 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
                 np.nanmedian(negatives, axis=0) if len(negatives) else np.full(Xa.shape[1], np.nan)
             )
         return self
+
+    def _draw_rows(self, y: np.ndarray, early: np.ndarray, k: int) -> np.ndarray:
+        """The training block's rows draw ``k`` grows its trees on: every failing row and
+        ``negative_subsample`` of the healthy ones (the calibration block keeps every row, so
+        the probabilities keep the true base rate)."""
+        if self.negative_subsample >= 1.0:
+            return early
+        rng = np.random.default_rng(self.random_state + DRAW_STRIDE * k)
+        drop = (y == np.unique(y)[0]) & (rng.random(y.size) >= self.negative_subsample)
+        return early & ~drop
 
     def set_calibrator(self, calibrator) -> None:
         """Use ``calibrator`` (a fitted ``CalibratedClassifierCV`` on ``estimator_``), centred

@@ -349,7 +349,16 @@ def main(argv: list[str] | None = None) -> None:
         help="training's random seed (hidden HBM temperatures, negatives kept, early stopping's "
         "split); 0 builds the shipped model, another draws the same recipe again",
     )
+    ap.add_argument(
+        "--draws",
+        type=int,
+        default=1,
+        help="tree models to grow on the training rows, each with its own draw of the negatives "
+        "kept and of early stopping's split, scored as the mean of their log-odds (1: shipped)",
+    )
     args = ap.parse_args(argv)
+    if args.draws < 1:
+        ap.error("--draws must be at least 1")
     t0 = time.time()
     if args.trained is not None:
         model = load_model(args.trained)
@@ -374,6 +383,7 @@ def main(argv: list[str] | None = None) -> None:
         options = TrainOptions(
             exclude_features=ABSOLUTE_FEATURES if args.scale_free else (),
             random_state=args.random_state,
+            draws=args.draws,
         )
         model = train_on_panel(panel, options=options, source=source, progress=args.progress)
         del panel

@@ -53,6 +53,9 @@ class TrainOptions:
     #: features the trees never read (e.g. ``features.ABSOLUTE_FEATURES``); they stay in X
     exclude_features: tuple[str, ...] = ()
     random_state: int = 0
+    #: tree models grown on the training rows, each with its own draw of the healthy rows kept
+    #: and of early stopping's split; the score is the mean of their log-odds
+    draws: int = 1
 
 
 def hide_memory_temperature(panel: HourlyPanel, share: float, seed: int) -> HourlyPanel:
@@ -222,6 +225,7 @@ def fit_on_rows(
         negative_subsample=o.negative_subsample,
         exclude=tuple(o.exclude_features),
         random_state=o.random_state,
+        n_draws=o.draws,
     )
     try:
         est.fit(
@@ -237,7 +241,9 @@ def fit_on_rows(
         panel,
         ds,
         options=o,
-        estimator="HistGradientBoostingClassifier (class_weight=balanced) + "
+        estimator="HistGradientBoostingClassifier (class_weight=balanced"
+        + (f"; mean log-odds of {o.draws} draws" if o.draws > 1 else "")
+        + ") + "
         f"{'centred isotonic' if o.method == 'isotonic' else o.method} calibration "
         "on a later time block",
         source=source,

@@ -9,7 +9,7 @@ import pytest
 from sklearn.base import clone
 from sklearn.ensemble import HistGradientBoostingClassifier
 
-from gpuwarden.models.estimator import TimeSplitCalibratedClassifier
+from gpuwarden.models.estimator import DRAW_STRIDE, MeanOfDraws, TimeSplitCalibratedClassifier
 from gpuwarden.models.features import FEATURE_NAMES
 from gpuwarden.models.rules import (
     AT_RISK,
@@ -180,3 +180,41 @@ def test_sigmoid_calibration_is_never_centred():
         HistGradientBoostingClassifier(max_iter=20), method="sigmoid"
     ).fit(X, y, sample_time=t)
     assert est.centres_ is None
+
+
+def test_draws_average_the_log_odds_of_trees_grown_on_their_own_negatives():
+    X, y, t = _data()
+    one = TimeSplitCalibratedClassifier(
+        HistGradientBoostingClassifier(max_iter=20, random_state=0), negative_subsample=0.5
+    ).fit(X, y, sample_time=t)
+    three = clone(one).set_params(n_draws=3).fit(X, y, sample_time=t)
+    mean = three.estimator_
+    assert isinstance(mean, MeanOfDraws) and len(mean.members_) == 3
+    Xu = X.to_numpy()[:, :3]
+    # draw 0 is the single model's trees; the others kept other healthy rows
+    np.testing.assert_array_equal(
+        mean.members_[0].decision_function(Xu), one.estimator_.decision_function(Xu)
+    )
+    raw = [m.decision_function(Xu) for m in mean.members_]
+    assert not np.allclose(raw[0], raw[1]) and not np.allclose(raw[1], raw[2])
+    np.testing.assert_allclose(mean.decision_function(Xu), np.mean(raw, axis=0))
+    assert [m.random_state for m in mean.members_] == [0, DRAW_STRIDE, 2 * DRAW_STRIDE]
+    # calibrated once, on the mean score, and still a ranking of the positives first
+    proba = three.predict_proba(X)[:, 1]
+    assert y[proba > 0.8].mean() > 0.8
+    np.testing.assert_array_equal(three.predict(X), three.classes_[(proba > 0.5).astype(int)])
+
+
+def test_draws_are_a_function_of_the_random_state():
+    X, y, t = _data()
+    est = TimeSplitCalibratedClassifier(
+        HistGradientBoostingClassifier(max_iter=20, random_state=0),
+        negative_subsample=0.5,
+        n_draws=2,
+    )
+    a, b = clone(est).fit(X, y, sample_time=t), clone(est).fit(X, y, sample_time=t)
+    np.testing.assert_array_equal(a.predict_proba(X), b.predict_proba(X))
+    with pytest.raises(ValueError, match="n_draws"):
+        clone(est).set_params(n_draws=0).fit(X, y, sample_time=t)
+    with pytest.raises(NotImplementedError, match="fitted members"):
+        MeanOfDraws().fit(X, y)

@@ -15,7 +15,7 @@ from gpuwarden.errors import InputError
 from gpuwarden.models.artifact import TRUSTED_TYPES, RiskModel, load_model, save_model
 from gpuwarden.models.cli import train
 from gpuwarden.models.panel import HourlyPanel
-from gpuwarden.models.train import TrainOptions, kind_weights, training_rows
+from gpuwarden.models.train import TrainOptions, kind_weights, train_on_panel, training_rows
 from gpuwarden.models.transfer import (
     WarmOptions,
     continue_trees,
@@ -306,3 +306,30 @@ def test_a_recalibrated_or_warm_model_has_seen_its_base_levels_and_this_fleets()
         "fleets": 26,
     }
     assert _level_seen(None, fleet) == fleet and _level_seen(base, None) == base
+
+
+def test_a_base_that_averages_draws_loads_recalibrates_and_refuses_warm_start(
+    train_sim, eval_sim, tmp_path
+):
+    import skops.io as sio
+
+    drawn = train_on_panel(train_sim.panel, options=TrainOptions(step_h=6, draws=2))
+    assert "mean log-odds of 2 draws" in drawn.card["estimator"]
+    assert drawn.card["options"]["draws"] == 2
+    folder = save_model(drawn, tmp_path / "drawn")
+    names = set(sio.get_untrusted_types(file=folder / "model.skops"))
+    assert "gpuwarden.models.estimator.MeanOfDraws" in names and names <= TRUSTED_TYPES
+    base = load_base_model(folder)
+    ds = training_rows(eval_sim.panel, options=FAST)
+    np.testing.assert_array_equal(base.risk(ds.X.iloc[:500]), drawn.risk(ds.X.iloc[:500]))
+    est, info = fit_from_base(base, ds, how="recalibrate")
+    assert info["how"] == "recalibrate" and 0 < info["threshold"] < 1
+    # the recalibrated model keeps the mean of both draws, and orders rows by it
+    raw = base.estimator.estimator_.decision_function(
+        ds.X.to_numpy(np.float64)[:, base.estimator.used_features_]
+    )
+    assert est.estimator_ is not base.estimator.estimator_
+    order = np.argsort(raw, kind="stable")
+    assert (np.diff(est.predict_proba(ds.X)[:, 1][order]) >= -1e-12).all()
+    with pytest.raises(InputError, match="averages 2; recalibrate it instead"):
+        fit_from_base(base, ds, how="warm", options=WarmOptions(extra_iter=5))
