@@ -23,6 +23,11 @@
    of ``HELD_OUT_SEEDS``, which chose nothing);
 5. write ``gpuwarden/models/default/`` (model.skops, model_card.json).
 
+``--random-state N`` draws the same recipe again (0 builds the shipped model); ``--draws K``
+grows the trees K times on the same rows, each with its own draw of the negatives kept and of
+early stopping's split, and scores the mean of their log-odds (``estimator.MeanOfDraws``;
+candidate E of wave 30).
+
 ``--trained DIR`` reuses the trees and calibration of a model this command trained before
 (steps 1-2 are deterministic: the same seeds give the same model) and redoes steps 3-5.
 
