@@ -91,6 +91,7 @@ SPENT: tuple[tuple[int, tuple[int, ...], int], ...] = (
     (28, (28001, 28002, 28003, 28004), 28),  # a second line on loud fleets (L)
     (29, (29001, 29002, 29003, 29004), 29),  # boosting until it stops (G)
     (30, (30001, 30002, 30003, 30004), 29),  # rounds chosen on the chooser's fleets (H)
+    (31, (31001, 31002, 31003, 31004), 30),  # the mean of five draws (E)
 )
 DAYS = 60.0
 
