@@ -119,6 +119,15 @@ def _model(path: str | None):
     help="From the base model: also grow trees on this fleet (kept only as far as they rank "
     "the later block better), not only refit the calibration.",
 )
+@click.option(
+    "--draws",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="With --from-scratch: grow the trees this many times, each on its own draw of the "
+    "healthy rows kept and of early stopping's split, and score the mean of their log-odds "
+    "(steadier from one training to the next; the tree time times this).",
+)
 @click.option("--progress/--no-progress", default=True, help="Show progress bars.")
 @click.pass_context
 @domain_errors()
@@ -134,6 +143,7 @@ def train(
     from_base: bool | None,
     base_model: str | None,
     warm_start: bool,
+    draws: int,
     progress: bool,
 ) -> None:
     """Train a risk model on your own fleet's history and write it to --out.
@@ -147,6 +157,10 @@ def train(
 
     if from_base is False and (base_model is not None or warm_start):
         raise click.UsageError("--base-model and --warm-start exclude --from-scratch")
+    if draws > 1 and from_base is not False:
+        raise click.UsageError(
+            "--draws grows trees from nothing: give --from-scratch (a base model's trees are kept)"
+        )
     start_from = (
         "scratch"
         if from_base is False
@@ -159,7 +173,10 @@ def train(
     if step_s % 3600:
         raise click.BadParameter("must be whole hours", param_hint="--step")
     options = TrainOptions(
-        horizon_s=parse_span(horizon, "--horizon"), step_h=int(step_s // 3600), method=calibration
+        horizon_s=parse_span(horizon, "--horizon"),
+        step_h=int(step_s // 3600),
+        method=calibration,
+        draws=draws,
     )
     failures = read_failures_file(failures_file) if failures_file else None
     store = open_store(cliutil.store_url(ctx, store_url))

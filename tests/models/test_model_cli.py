@@ -51,6 +51,25 @@ def test_train_writes_a_model_folder(store_url, tmp_path):
     assert card["training_data"]["store"] == url and card["options"]["step_h"] == 3
 
 
+def test_train_from_scratch_with_draws_writes_their_mean(store_url, tmp_path):
+    url, _ = store_url
+    out = tmp_path / "drawn"
+    args = ["--store", url, "--out", str(out), "--no-progress", "--step", "3h"]
+    result = run(train, [*args, "--from-scratch", "--draws", "3"])
+    assert result.exit_code == 0, result.output
+    assert "trained from scratch" in result.output
+    card = json.loads((out / "model_card.json").read_text())
+    assert card["options"]["draws"] == 3 and "mean log-odds of 3 draws" in card["estimator"]
+    from gpuwarden.models.artifact import load_model
+    from gpuwarden.models.estimator import MeanOfDraws
+
+    assert len(load_model(out).estimator.estimator_.members_) == 3
+    assert isinstance(load_model(out).estimator.estimator_, MeanOfDraws)
+    clash = CliRunner().invoke(train, [*args, "--draws", "3"])
+    assert clash.exit_code != 0 and "--draws grows trees from nothing" in clash.output
+    assert "not in the range x>=1" in CliRunner().invoke(train, [*args, "--draws", "0"]).output
+
+
 def test_train_with_a_failures_file_and_until(store_url, tmp_path):
     url, fleet = store_url
     rows = [
