@@ -73,25 +73,31 @@ DRAW_STRIDE = 1000
 
 
 class MeanOfDraws(ClassifierMixin, BaseEstimator):
-    """Tree models fit on one block of rows with different random draws; the score is the
-    mean of their log-odds. Built from fitted members (``TimeSplitCalibratedClassifier``
-    fits them); ``fit`` is not supported."""
+    """Tree models fit with different random draws; the score is the mean of their log-odds.
+
+    ``fit`` fits a clone of each of ``members`` on the same rows; ``of`` wraps members
+    already fit (``TimeSplitCalibratedClassifier`` fits each on its own draw of the rows)."""
 
     def __init__(self, members: tuple = ()):
         self.members = members
 
-    def fit(self, X, y):  # noqa: ARG002 - sklearn's signature
-        raise NotImplementedError("MeanOfDraws is built from fitted members, not fit")
+    def fit(self, X, y, sample_weight=None):
+        if not self.members:
+            raise ValueError("MeanOfDraws needs at least one member")
+        kw = {} if sample_weight is None else {"sample_weight": sample_weight}
+        return self._keep([clone(m).fit(X, y, **kw) for m in self.members])
 
     @classmethod
     def of(cls, members: list) -> MeanOfDraws:
         if not members:
             raise ValueError("MeanOfDraws needs at least one fitted member")
-        out = cls(tuple(members))
-        out.members_ = list(members)
-        out.classes_ = members[0].classes_
-        out.n_iter_ = int(sum(getattr(m, "n_iter_", 0) for m in members))
-        return out
+        return cls(tuple(members))._keep(list(members))
+
+    def _keep(self, fitted: list) -> MeanOfDraws:
+        self.members_ = fitted
+        self.classes_ = fitted[0].classes_
+        self.n_iter_ = int(sum(getattr(m, "n_iter_", 0) for m in fitted))
+        return self
 
     def decision_function(self, X) -> np.ndarray:
         check_is_fitted(self, "members_")

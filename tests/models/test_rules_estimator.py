@@ -197,6 +197,7 @@ def test_draws_average_the_log_odds_of_trees_grown_on_their_own_negatives():
     )
     raw = [m.decision_function(Xu) for m in mean.members_]
     assert not np.allclose(raw[0], raw[1]) and not np.allclose(raw[1], raw[2])
+    assert not np.allclose(raw[0], raw[1])
     np.testing.assert_allclose(mean.decision_function(Xu), np.mean(raw, axis=0))
     assert [m.random_state for m in mean.members_] == [0, DRAW_STRIDE, 2 * DRAW_STRIDE]
     # calibrated once, on the mean score, and still a ranking of the positives first
@@ -216,5 +217,14 @@ def test_draws_are_a_function_of_the_random_state():
     np.testing.assert_array_equal(a.predict_proba(X), b.predict_proba(X))
     with pytest.raises(ValueError, match="n_draws"):
         clone(est).set_params(n_draws=0).fit(X, y, sample_time=t)
-    with pytest.raises(NotImplementedError, match="fitted members"):
+    with pytest.raises(ValueError, match="at least one member"):
         MeanOfDraws().fit(X, y)
+    # fit on its own: a clone of each member on the same rows, the mean of their log-odds
+    members = tuple(HistGradientBoostingClassifier(max_iter=n) for n in (10, 30))
+    Xu = X[["a", "b", "c"]].to_numpy()
+    mean = MeanOfDraws(members).fit(Xu, y)
+    assert all(not hasattr(m, "n_iter_") for m in members)  # the templates stay unfitted
+    raw = [clone(m).fit(Xu, y).decision_function(Xu) for m in members]
+    assert not np.allclose(raw[0], raw[1])
+    np.testing.assert_allclose(mean.decision_function(Xu), np.mean(raw, axis=0))
+    assert mean.n_iter_ == sum(m.n_iter_ for m in mean.members_)
