@@ -44,6 +44,9 @@ def pr_curve(
         ):
             if flag.any():
                 ax.plot([y[flag].sum() / y.sum()], [y[flag].mean()], marker, label=name)
+        ax.legend(loc="upper right", fontsize=8)
+    else:  # a fleet with no failure in the horizon (or only failures) has no curve
+        ax.text(0.5, 0.5, "no curve: the rows hold one class", ha="center", va="center")
     ax.set(
         xlabel="recall (rows failing within the horizon)",
         ylabel="precision",
@@ -51,7 +54,6 @@ def pr_curve(
         ylim=(0, 1.02),
         title="Precision-recall, (GPU, time) rows",
     )
-    ax.legend(loc="upper right", fontsize=8)
     return _save(plt, fig, path)
 
 
