@@ -26,6 +26,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+from scipy.special import expit
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.calibration import CalibratedClassifierCV
 from sklearn.ensemble import HistGradientBoostingClassifier
@@ -104,7 +105,7 @@ class MeanOfDraws(ClassifierMixin, BaseEstimator):
         return np.mean([_raw_score(m, X) for m in self.members_], axis=0)
 
     def predict_proba(self, X) -> np.ndarray:
-        p = 1.0 / (1.0 + np.exp(-self.decision_function(X)))
+        p = expit(self.decision_function(X))
         return np.column_stack([1.0 - p, p])
 
     def predict(self, X) -> np.ndarray:
@@ -125,7 +126,8 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
     "sigmoid"), ``calibration_share`` (fraction of distinct scoring times, latest first, kept
     for calibration), ``negative_subsample`` (share of the healthy rows of the training
     block the trees see), ``exclude`` (feature names the trees never read; needs a DataFrame),
-    ``random_state``, ``n_draws`` (tree models averaged, see ``MeanOfDraws``). Learned: ``estimator_``, ``calibrator_``, ``classes_``, ``split_time_``,
+    ``random_state``, ``n_draws`` (tree models averaged, see ``MeanOfDraws``). Learned:
+    ``estimator_``, ``calibrator_``, ``classes_``, ``split_time_``,
     ``reference_`` (per-feature median of the negative rows, used to explain a score),
     ``used_features_`` (columns with at least one value in the training block),
     ``n_features_in_`` and ``feature_names_in_`` when fit on a DataFrame.
