@@ -18,7 +18,9 @@ block, so the risk keeps the trees' order.
 With ``n_draws`` above 1 the trees are grown that many times on the same training block, each
 time with its own draw of the healthy rows kept and of early stopping's split, and the score
 is the mean of their log-odds (``MeanOfDraws``), calibrated once: two trainings of one recipe
-then differ less than two single draws do.
+then differ less than two single draws do. ``fit(..., draw_X=)`` gives each later draw rows of
+its own (the same rows and columns with other values, e.g. another draw of the nodes whose
+HBM temperature is hidden); the calibration and the reference read ``X``, draw 0's.
 """
 
 from __future__ import annotations
@@ -154,11 +156,14 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
         self.centred = centred
         self.n_draws = n_draws
 
-    def fit(self, X, y, *, sample_time=None, sample_weight=None):
+    def fit(self, X, y, *, sample_time=None, sample_weight=None, draw_X=None):
         """Fit on rows ordered in time by ``sample_time`` (Unix s; default: row order).
 
         ``sample_weight`` weighs the rows the trees learn from (e.g. rare failure modes up);
         the calibration block is always unweighted, so the probabilities stay true rates.
+        ``draw_X``, a function of the draw ``k`` (1 to ``n_draws - 1``), gives the values that
+        draw's trees read instead of ``X``'s: the same rows in the same order, the same
+        columns. It is called once per draw, so the rows of only one draw need be held.
         """
         if self.method not in ("isotonic", "sigmoid"):
             raise ValueError(f"method must be 'isotonic' or 'sigmoid', got {self.method!r}")
@@ -214,7 +219,9 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
             if k and isinstance(seed, int | np.integer):
                 trees.set_params(random_state=int(seed) + DRAW_STRIDE * k)
             fit_kw = {} if weights is None else {"sample_weight": weights[rows]}
-            members.append(trees.fit(Xa[rows][:, self.used_features_], y[rows], **fit_kw))
+            Xk = Xa if k == 0 or draw_X is None else self._draw_values(draw_X, k, Xa.shape)
+            members.append(trees.fit(Xk[rows][:, self.used_features_], y[rows], **fit_kw))
+            del Xk
         self.estimator_ = members[0] if len(members) == 1 else MeanOfDraws.of(members)
         cal = CalibratedClassifierCV(FrozenEstimator(self.estimator_), method=self.method)
         # unweighted: the calibration block says how often a score comes true, row for row
@@ -227,6 +234,13 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
                 np.nanmedian(negatives, axis=0) if len(negatives) else np.full(Xa.shape[1], np.nan)
             )
         return self
+
+    @staticmethod
+    def _draw_values(draw_X, k: int, shape: tuple[int, ...]) -> np.ndarray:
+        Xk = np.asarray(draw_X(k), dtype=np.float64)
+        if Xk.shape != shape:
+            raise ValueError(f"draw {k}'s rows have shape {Xk.shape}, X has {shape}")
+        return Xk
 
     def _draw_rows(self, y: np.ndarray, early: np.ndarray, k: int) -> np.ndarray:
         """The training block's rows draw ``k`` grows its trees on: every failing row and

@@ -26,7 +26,8 @@
 ``--random-state N`` draws the same recipe again (0 builds the shipped model); ``--draws K``
 grows the trees K times on the same rows, each with its own draw of the negatives kept and of
 early stopping's split, and scores the mean of their log-odds (``estimator.MeanOfDraws``;
-candidate E of wave 30).
+candidate E of wave 30); ``--hide-per-draw`` builds the training rows once per draw, each draw
+hiding the HBM temperature of its own nodes (candidate F of wave 31).
 
 ``--trained DIR`` reuses the trees and calibration of a model this command trained before
 (steps 1-2 are deterministic: the same seeds give the same model) and redoes steps 3-5.
@@ -361,9 +362,17 @@ def main(argv: list[str] | None = None) -> None:
         help="tree models to grow on the training rows, each with its own draw of the negatives "
         "kept and of early stopping's split, scored as the mean of their log-odds (1: shipped)",
     )
+    ap.add_argument(
+        "--hide-per-draw",
+        action="store_true",
+        help="with --draws: each draw hides the HBM temperature of its own share of the nodes "
+        "(the training rows built once per draw)",
+    )
     args = ap.parse_args(argv)
     if args.draws < 1:
         ap.error("--draws must be at least 1")
+    if args.hide_per_draw and args.draws < 2:
+        ap.error("--hide-per-draw needs --draws 2 or more")
     t0 = time.time()
     if args.trained is not None:
         model = load_model(args.trained)
@@ -389,6 +398,7 @@ def main(argv: list[str] | None = None) -> None:
             exclude_features=ABSOLUTE_FEATURES if args.scale_free else (),
             random_state=args.random_state,
             draws=args.draws,
+            hide_per_draw=args.hide_per_draw,
         )
         model = train_on_panel(panel, options=options, source=source, progress=args.progress)
         del panel

@@ -12,6 +12,7 @@ has learnt what to do for boards that do not report it (NaN routes through the t
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,7 +23,7 @@ from gpuwarden import __version__
 from gpuwarden.errors import InputError
 from gpuwarden.health import DEFAULT_AT_RISK
 from gpuwarden.models.artifact import RiskModel
-from gpuwarden.models.estimator import TimeSplitCalibratedClassifier, default_trees
+from gpuwarden.models.estimator import DRAW_STRIDE, TimeSplitCalibratedClassifier, default_trees
 from gpuwarden.models.features import FEATURE_NAMES
 from gpuwarden.models.history import load_panel, newest_sample_ts
 from gpuwarden.models.labels import DEFAULT_HORIZON_S, Dataset, build_dataset, scoring_indices
@@ -56,6 +57,10 @@ class TrainOptions:
     #: tree models grown on the training rows, each with its own draw of the healthy rows kept
     #: and of early stopping's split; the score is the mean of their log-odds
     draws: int = 1
+    #: with ``draws`` above 1, each draw also hides the memory temperature of its own
+    #: ``robust_share`` of the nodes (the rows are built once per draw); draw 0 hides the
+    #: single model's, and the calibration reads draw 0's rows
+    hide_per_draw: bool = False
 
 
 def hide_memory_temperature(panel: HourlyPanel, share: float, seed: int) -> HourlyPanel:
@@ -138,11 +143,13 @@ def training_rows(
     labels_until: float | None = None,
     options: TrainOptions = TrainOptions(),
     progress: bool = False,
+    draw: int = 0,
 ) -> Dataset:
     """The (GPU, scoring time) rows a model learns from: every ``options.step_h`` hours, with
-    ``robust_share`` of the nodes' memory temperature hidden, labels known by ``labels_until``."""
+    ``robust_share`` of the nodes' memory temperature hidden (the nodes drawn with seed
+    ``random_state + DRAW_STRIDE * draw``), labels known by ``labels_until``."""
     o = options
-    work = hide_memory_temperature(panel, o.robust_share, o.random_state)
+    work = hide_memory_temperature(panel, o.robust_share, o.random_state + DRAW_STRIDE * draw)
     times = scoring_indices(work, step_h=o.step_h)
     return build_dataset(
         work, times, horizon_s=o.horizon_s, labels_until=labels_until, progress=progress
@@ -198,7 +205,20 @@ def train_on_panel(
     """Fit and calibrate a model on every scoring time of ``panel``; returns it with its card."""
     started = time.time()
     ds = training_rows(panel, labels_until=labels_until, options=options, progress=progress)
-    return fit_on_rows(panel, ds, options=options, source=source, started=started)
+    draw_X = None
+    if options.hide_per_draw and options.draws > 1 and options.robust_share > 0:
+
+        def draw_X(k: int) -> pd.DataFrame:
+            other = training_rows(
+                panel, labels_until=labels_until, options=options, progress=progress, draw=k
+            )
+            if not other.meta[["key", "at"]].equals(ds.meta[["key", "at"]]) or not np.array_equal(
+                other.y, ds.y
+            ):
+                raise RuntimeError(f"draw {k}'s training rows are not draw 0's rows")
+            return other.X
+
+    return fit_on_rows(panel, ds, options=options, source=source, started=started, draw_X=draw_X)
 
 
 def fit_on_rows(
@@ -208,8 +228,10 @@ def fit_on_rows(
     options: TrainOptions = TrainOptions(),
     source: dict[str, Any] | None = None,
     started: float | None = None,
+    draw_X: Callable[[int], Any] | None = None,
 ) -> RiskModel:
-    """A model from nothing on ``ds`` (``training_rows`` of ``panel``), with its card."""
+    """A model from nothing on ``ds`` (``training_rows`` of ``panel``), with its card;
+    ``draw_X`` gives each later draw its own values of the rows (see the estimator's ``fit``)."""
     o = options
     started = time.time() if started is None else started
     n_failed = failing_lives(ds)
@@ -233,6 +255,7 @@ def fit_on_rows(
             ds.y,
             sample_time=ds.meta["at"].to_numpy(),
             sample_weight=kind_weights(ds, o.rare_kind_power),
+            draw_X=draw_X,
         )
     except ValueError as exc:
         raise InputError(f"cannot train: {exc}") from exc
@@ -243,6 +266,7 @@ def fit_on_rows(
         options=o,
         estimator="HistGradientBoostingClassifier (class_weight=balanced"
         + (f"; mean log-odds of {o.draws} draws" if o.draws > 1 else "")
+        + ("; each draw hides its own nodes' HBM temperature" if draw_X is not None else "")
         + ") + "
         f"{'centred isotonic' if o.method == 'isotonic' else o.method} calibration "
         "on a later time block",

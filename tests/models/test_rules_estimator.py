@@ -228,3 +228,40 @@ def test_draws_are_a_function_of_the_random_state():
     assert not np.allclose(raw[0], raw[1])
     np.testing.assert_allclose(mean.decision_function(Xu), np.mean(raw, axis=0))
     assert mean.n_iter_ == sum(m.n_iter_ for m in mean.members_)
+
+
+def test_each_draw_can_read_values_of_its_own():
+    X, y, t = _data()
+    est = TimeSplitCalibratedClassifier(
+        HistGradientBoostingClassifier(max_iter=20, random_state=0),
+        negative_subsample=0.5,
+        n_draws=3,
+    )
+    plain = clone(est).fit(X, y, sample_time=t)
+    asked = []
+
+    def same(k):
+        asked.append(k)
+        return X
+
+    # the same values for every draw: the same model, each later draw asked once
+    np.testing.assert_array_equal(
+        clone(est).fit(X, y, sample_time=t, draw_X=same).predict_proba(X), plain.predict_proba(X)
+    )
+    assert asked == [1, 2]
+    # draw 2 reads "a" as unknown on half the rows: its trees differ, draws 0 and 1 do not
+    hidden = X.assign(a=X["a"].where(np.arange(len(X)) % 2 == 0))
+    other = clone(est).fit(X, y, sample_time=t, draw_X=lambda k: hidden if k == 2 else X)
+    Xu = X.to_numpy()[:, :3]
+    for k in (0, 1):
+        np.testing.assert_array_equal(
+            other.estimator_.members_[k].decision_function(Xu),
+            plain.estimator_.members_[k].decision_function(Xu),
+        )
+    assert not np.allclose(
+        other.estimator_.members_[2].decision_function(Xu),
+        plain.estimator_.members_[2].decision_function(Xu),
+    )
+    np.testing.assert_array_equal(other.reference_, plain.reference_)
+    with pytest.raises(ValueError, match="draw 1's rows have shape"):
+        clone(est).fit(X, y, sample_time=t, draw_X=lambda k: X.iloc[:-1])

@@ -333,3 +333,29 @@ def test_a_base_that_averages_draws_loads_recalibrates_and_refuses_warm_start(
     assert (np.diff(est.predict_proba(ds.X)[:, 1][order]) >= -1e-12).all()
     with pytest.raises(InputError, match="averages 2; recalibrate it instead"):
         fit_from_base(base, ds, how="warm", options=WarmOptions(extra_iter=5))
+
+
+def test_each_draw_can_hide_the_hbm_temperature_of_its_own_nodes(train_sim):
+    from gpuwarden.models.train import hide_memory_temperature
+
+    panel = train_sim.panel
+    options = TrainOptions(step_h=6, draws=2, robust_share=0.5)
+    hosts = panel.keys["hostname"].to_numpy()
+
+    def hidden(seed):
+        mem = hide_memory_temperature(panel, 0.5, seed).gauge["mem_temp_c"]
+        return set(hosts[np.isnan(mem).all(axis=0)])
+
+    # draw 1 hides other nodes than draw 0: rows of its own, the same rows and labels
+    assert hidden(0) != hidden(1000)
+    ds0, ds1 = (training_rows(panel, options=options, draw=k) for k in (0, 1))
+    assert ds0.meta[["key", "at"]].equals(ds1.meta[["key", "at"]])
+    assert not ds0.X["mem_temp_c_24h"].isna().equals(ds1.X["mem_temp_c_24h"].isna())
+    shared = train_on_panel(panel, options=options)
+    own = train_on_panel(panel, options=replace(options, hide_per_draw=True))
+    assert "each draw hides its own nodes' HBM temperature" in own.card["estimator"]
+    assert own.card["options"]["hide_per_draw"] is True
+    Xu = ds0.X.to_numpy(np.float64)[:, own.estimator.used_features_]
+    a, b = shared.estimator.estimator_.members_, own.estimator.estimator_.members_
+    np.testing.assert_array_equal(a[0].decision_function(Xu), b[0].decision_function(Xu))
+    assert not np.allclose(a[1].decision_function(Xu), b[1].decision_function(Xu))
