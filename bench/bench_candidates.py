@@ -92,6 +92,7 @@ SPENT: tuple[tuple[int, tuple[int, ...], int], ...] = (
     (29, (29001, 29002, 29003, 29004), 29),  # boosting until it stops (G)
     (30, (30001, 30002, 30003, 30004), 29),  # rounds chosen on the chooser's fleets (H)
     (31, (31001, 31002, 31003, 31004), 30),  # the mean of five draws (E)
+    (32, (32001, 32002, 32003, 32004), 31),  # each draw hides its own nodes (F)
 )
 DAYS = 60.0
 
