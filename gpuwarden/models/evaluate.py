@@ -206,6 +206,12 @@ def failures_of(panel: HourlyPanel) -> pd.DataFrame:
     return keys[keys["fail_ts"].notna()].reset_index(drop=True)
 
 
+#: Risk thresholds of the operating curve (the model's own is added), and the false-flag
+#: budgets (per 1,000 GPU-days) it reports the best recall at.
+CURVE_THRESHOLDS = tuple(round(x, 2) for x in np.arange(0.05, 0.96, 0.05))
+CURVE_BUDGETS = (0.5, 1.0, 2.0, 5.0)
+
+
 def evaluate_dataset(
     ds: Dataset,
     failures: pd.DataFrame,
@@ -214,8 +220,10 @@ def evaluate_dataset(
     horizon_s: float,
     out_dir: str | Path | None = None,
     sudden: tuple[str, ...] | None = None,
+    curve_thresholds: tuple[float, ...] = CURVE_THRESHOLDS,
 ) -> Evaluation:
-    """Score ``ds`` (hourly rows, ``meta.known`` set) with the model and the rules."""
+    """Score ``ds`` (hourly rows, ``meta.known`` set) with the model and the rules; the
+    operating curve is read at ``curve_thresholds`` and the model's own threshold."""
     sudden = sudden_kinds() if sudden is None else sudden
     known = ds.meta["known"].to_numpy(bool)
     risk = model.risk(ds.X)
@@ -263,7 +271,16 @@ def evaluate_dataset(
     summary["threshold"] = model.threshold
     summary.update(
         _robust_figures(
-            ds, failures, risk, hard, model_flag, rules_flag, summary, horizon_s, sudden
+            ds,
+            failures,
+            risk,
+            hard,
+            model_flag,
+            rules_flag,
+            summary,
+            horizon_s,
+            sudden,
+            curve_thresholds,
         )
     )
     m, r = tables["model"], tables["rules"]
@@ -337,12 +354,6 @@ def _oracle(
     }
 
 
-#: Risk thresholds of the operating curve (the model's own is added), and the false-flag
-#: budgets (per 1,000 GPU-days) it reports the best recall at.
-CURVE_THRESHOLDS = tuple(round(x, 2) for x in np.arange(0.05, 0.96, 0.05))
-CURVE_BUDGETS = (0.5, 1.0, 2.0, 5.0)
-
-
 def _robust_figures(
     ds: Dataset,
     failures: pd.DataFrame,
@@ -353,6 +364,7 @@ def _robust_figures(
     summary: dict[str, Any],
     horizon_s: float,
     sudden: tuple[str, ...],
+    curve_thresholds: tuple[float, ...] = CURVE_THRESHOLDS,
 ) -> dict[str, Any]:
     """Issue 17's figures: false flags with a 30-day outcome, the share of catchable failures
     caught per mode, PR-AUC against the ground-truth bound, the operating curve and the lead
@@ -392,7 +404,7 @@ def _robust_figures(
     )
     known = ds.meta["known"].to_numpy(bool)
     curve = []
-    for th in sorted({*CURVE_THRESHOLDS, float(summary["threshold"])}):
+    for th in sorted({*curve_thresholds, float(summary["threshold"])}):
         flag = (risk >= th) | hard
         ct = caught_table(flag)
         if use30:

@@ -29,6 +29,9 @@ early stopping's split, and scores the mean of their log-odds (``estimator.MeanO
 candidate E of wave 30); ``--hide-per-draw`` builds the training rows once per draw, each draw
 hiding the HBM temperature of its own nodes (candidate F of wave 31).
 
+``--line-step S`` reads the validation curves every S between 0.30 and 0.80 when choosing the
+line (``line_grid``; 0.05, the curve's own grid, by default).
+
 ``--trained DIR`` reuses the trees and calibration of a model this command trained before
 (steps 1-2 are deterministic: the same seeds give the same model) and redoes steps 3-5.
 
@@ -46,7 +49,12 @@ from typing import Any
 import numpy as np
 
 from gpuwarden.models.artifact import DEFAULT_DIR, RiskModel, load_model, save_model
-from gpuwarden.models.evaluate import Evaluation, evaluate_dataset, failures_of
+from gpuwarden.models.evaluate import (
+    CURVE_THRESHOLDS,
+    Evaluation,
+    evaluate_dataset,
+    failures_of,
+)
 from gpuwarden.models.features import ABSOLUTE_FEATURES
 from gpuwarden.models.labels import build_dataset, scoring_indices
 from gpuwarden.models.panel import HourlyPanel
@@ -289,7 +297,12 @@ def family_variants(
     return out
 
 
-def held_out(model: RiskModel, sim: SimPanel, first: float) -> tuple[Evaluation, Any]:
+def held_out(
+    model: RiskModel,
+    sim: SimPanel,
+    first: float,
+    curve_thresholds: tuple[float, ...] = CURVE_THRESHOLDS,
+) -> tuple[Evaluation, Any]:
     ds = build_dataset(
         sim.panel,
         scoring_indices(sim.panel, step_h=1, start=first),
@@ -297,7 +310,27 @@ def held_out(model: RiskModel, sim: SimPanel, first: float) -> tuple[Evaluation,
         drop_unknown=False,
     )
     fails = failures_of(sim.panel)
-    return evaluate_dataset(ds, fails, model, horizon_s=model.horizon_s), (ds, fails)
+    ev = evaluate_dataset(
+        ds, fails, model, horizon_s=model.horizon_s, curve_thresholds=curve_thresholds
+    )
+    return ev, (ds, fails)
+
+
+#: where ``--line-step`` reads the validation curves more finely: the lines every model so
+#: far chose from (0.50-0.60), with room either side
+FINE_LINES = (0.30, 0.80)
+
+
+def line_grid(step: float) -> tuple[float, ...]:
+    """The lines the chooser reads: ``CURVE_THRESHOLDS`` (steps of 0.05) and, for a smaller
+    ``step``, every ``step`` within ``FINE_LINES``."""
+    if not 0 < step <= 0.05:
+        raise ValueError(f"the line step must be in (0, 0.05], got {step!r}")
+    if step == 0.05:
+        return CURVE_THRESHOLDS
+    lo, hi = FINE_LINES
+    fine = np.round(np.arange(lo, hi + step / 2, step), 4)
+    return tuple(sorted({*CURVE_THRESHOLDS, *map(float, fine)}))
 
 
 def _card_metrics(ev: Evaluation, fleet: dict[str, Any]) -> dict[str, Any]:
@@ -368,7 +401,18 @@ def main(argv: list[str] | None = None) -> None:
         help="with --draws: each draw hides the HBM temperature of its own share of the nodes "
         "(the training rows built once per draw)",
     )
+    ap.add_argument(
+        "--line-step",
+        type=float,
+        default=0.05,
+        help="read the validation curves every this much between 0.30 and 0.80 when choosing "
+        "the line (0.05: the shipped grid)",
+    )
     args = ap.parse_args(argv)
+    try:
+        grid = line_grid(args.line_step)
+    except ValueError as exc:
+        ap.error(str(exc))
     if args.draws < 1:
         ap.error("--draws must be at least 1")
     if args.hide_per_draw and args.draws < 2:
@@ -408,12 +452,12 @@ def main(argv: list[str] | None = None) -> None:
     from gpuwarden.sim.family import HELD_OUT_SEEDS, draw_family
 
     held, first = held_out_spec(nodes=args.nodes, days=args.eval_days)
-    ev, (ds, fails) = held_out(model, simulate_panel(held, progress=args.progress), first)
+    ev, (ds, fails) = held_out(model, simulate_panel(held, progress=args.progress), first, grid)
     variants = family_variants(
         VALIDATION_SEEDS, max(1, args.nodes // 8), args.eval_days + 7, held.start_ts
     )
     family = [
-        held_out(model, family_panel(d), first)[0].summary
+        held_out(model, family_panel(d), first, grid)[0].summary
         for _, d in tqdm(
             variants,
             desc="validation family",
@@ -422,6 +466,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     ]
     choice = choose_threshold(ev.summary, family)
+    choice["line_step"] = args.line_step
     model.card["threshold"] = choice["threshold"]
     model.card["threshold_choice"] = choice
     print(f"threshold {choice['threshold']:g}: {choice['rule']}", flush=True)

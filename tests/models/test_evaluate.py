@@ -222,3 +222,25 @@ def test_evaluate_says_how_far_the_fleet_drifts_from_the_training_fleets(
     assert (drift > SPREAD_DRIFT_LIMIT_C) is untested, said
     assert ("thermal reasons are untested" in said[0]) is untested
     assert f"trained on fleets reading up to {SPREAD_DRIFT_LIMIT_C:g} C" in said[0]
+
+
+def test_the_operating_curve_is_read_at_the_lines_asked_for(eval_sim, tiny_model):
+    from gpuwarden.models.evaluate import CURVE_THRESHOLDS
+    from gpuwarden.models.make_default import line_grid
+
+    panel = eval_sim.panel
+    ds = build_dataset(panel, scoring_indices(panel, step_h=1), drop_unknown=False)
+    fails = failures_of(panel)
+    coarse = evaluate_dataset(ds, fails, tiny_model, horizon_s=7 * 86400).summary
+    fine = evaluate_dataset(
+        ds, fails, tiny_model, horizon_s=7 * 86400, curve_thresholds=line_grid(0.01)
+    ).summary
+    at = {c["threshold"]: c for c in fine["operating_curve"]}
+    assert {0.57, 0.3, 0.8} <= set(at) and 0.29 not in at and 0.81 not in at
+    assert len(at) == len({*CURVE_THRESHOLDS, *line_grid(0.01), tiny_model.threshold})
+    # the lines both read agree, and a higher line never catches more
+    for c in coarse["operating_curve"]:
+        assert at[c["threshold"]] == c
+    recall = [at[t]["recall_24h"] for t in sorted(at)]
+    assert all(a >= b for a, b in zip(recall, recall[1:], strict=False))
+    assert recall[0] > recall[-1]

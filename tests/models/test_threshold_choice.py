@@ -72,3 +72,22 @@ def test_curves_at_other_thresholds_are_refused():
         pooled_curve([a, b])
     with pytest.raises(ValueError, match="no family"):
         choose_threshold(a, [])
+
+
+def test_the_line_grid_is_the_curves_own_unless_asked_finer():
+    from gpuwarden.models.evaluate import CURVE_THRESHOLDS
+    from gpuwarden.models.make_default import line_grid, main
+
+    assert line_grid(0.05) == CURVE_THRESHOLDS
+    fine = line_grid(0.01)
+    assert set(CURVE_THRESHOLDS) <= set(fine) and fine == tuple(sorted(fine))
+    inside = [t for t in fine if 0.3 <= t <= 0.8]
+    assert len(inside) == 51 and 0.57 in inside
+    assert [t for t in fine if t < 0.3 or t > 0.8] == [
+        t for t in CURVE_THRESHOLDS if t < 0.3 or t > 0.8
+    ]
+    for bad in (0.0, -0.01, 0.1):
+        with pytest.raises(ValueError, match="line step"):
+            line_grid(bad)
+    with pytest.raises(SystemExit):
+        main(["--line-step", "0.2"])
