@@ -206,13 +206,17 @@ def test_draws_average_the_log_odds_of_trees_grown_on_their_own_negatives():
     np.testing.assert_array_equal(three.predict(X), three.classes_[(proba > 0.5).astype(int)])
 
 
-def test_draws_are_a_function_of_the_random_state():
-    X, y, t = _data()
-    est = TimeSplitCalibratedClassifier(
+def _drawn(n_draws: int) -> TimeSplitCalibratedClassifier:
+    return TimeSplitCalibratedClassifier(
         HistGradientBoostingClassifier(max_iter=20, random_state=0),
         negative_subsample=0.5,
-        n_draws=2,
+        n_draws=n_draws,
     )
+
+
+def test_draws_are_a_function_of_the_random_state():
+    X, y, t = _data()
+    est = _drawn(2)
     a, b = clone(est).fit(X, y, sample_time=t), clone(est).fit(X, y, sample_time=t)
     np.testing.assert_array_equal(a.predict_proba(X), b.predict_proba(X))
     with pytest.raises(ValueError, match="n_draws"):
@@ -232,11 +236,7 @@ def test_draws_are_a_function_of_the_random_state():
 
 def test_each_draw_can_read_values_of_its_own():
     X, y, t = _data()
-    est = TimeSplitCalibratedClassifier(
-        HistGradientBoostingClassifier(max_iter=20, random_state=0),
-        negative_subsample=0.5,
-        n_draws=3,
-    )
+    est = _drawn(3)
     plain = clone(est).fit(X, y, sample_time=t)
     asked = []
 
