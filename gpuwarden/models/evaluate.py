@@ -364,7 +364,7 @@ def _robust_figures(
     summary: dict[str, Any],
     horizon_s: float,
     sudden: tuple[str, ...],
-    curve_thresholds: tuple[float, ...] = CURVE_THRESHOLDS,
+    curve_thresholds: tuple[float, ...],
 ) -> dict[str, Any]:
     """Issue 17's figures: false flags with a 30-day outcome, the share of catchable failures
     caught per mode, PR-AUC against the ground-truth bound, the operating curve and the lead
