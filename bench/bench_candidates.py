@@ -5,7 +5,8 @@
 
 Each fleet is simulated once and scored by every model (``-`` is the shipped one) at risk
 thresholds ``THRESHOLDS``, on one score and on two hourly scores in a row; hard signals and
-the link rules flag as in ``gpuwarden score``. Per fleet, the catchable failures caught >= 24 h
+the link rules flag as in ``gpuwarden score``; each model is also read at its card's own line
+(``model_lines``). Per fleet, the catchable failures caught >= 24 h
 ahead by mode, the false flags (30-day outcome) and PR-AUC over the ground-truth bound go to
 ``OUT/<fleets>/<family>/<fleet>.json``; a fleet already there is not run again, so a run can be
 stopped and resumed, or extended with another model in another folder.
@@ -159,6 +160,12 @@ def _own_columns(path: str | None) -> Any:
     return Own(model.estimator, model.card, model.path)
 
 
+def model_lines(model: Any) -> list[float]:
+    """The lines a model is read at: ``THRESHOLDS`` and its card's own (a chooser on a finer
+    grid than this bench's picks lines between them)."""
+    return sorted(set(THRESHOLDS) | {round(float(model.threshold), 4)})
+
+
 def judged_dataset(
     spec: Any, hides: list[Any], f0: float, *, step_h: int = 1, drop_unknown: bool = False
 ) -> tuple[Any, Any]:
@@ -250,7 +257,7 @@ def run(
             two = np.empty_like(raw)  # the lower of this hour's score and the one before
             two[order] = np.minimum(s, np.where(same_prev, np.r_[0.0, s[:-1]], 0.0))
             for n, arr in ((1, raw), (2, two)):
-                for t in THRESHOLDS:
+                for t in model_lines(model):
                     res[f"{mname}|{n}|{t}"] = _figures(ds, fails, (arr >= t) | hard, sudden)
             for i, ts in enumerate(THRESHOLDS):
                 for td in THRESHOLDS[i + 1 :]:
