@@ -94,6 +94,7 @@ SPENT: tuple[tuple[int, tuple[int, ...], int], ...] = (
     (30, (30001, 30002, 30003, 30004), 29),  # rounds chosen on the chooser's fleets (H)
     (31, (31001, 31002, 31003, 31004), 30),  # the mean of five draws (E)
     (32, (32001, 32002, 32003, 32004), 31),  # each draw hides its own nodes (F)
+    (33, (33001, 33002, 33003, 33004), 32),  # F at the finer grid's line (F2)
 )
 DAYS = 60.0
 
