@@ -29,7 +29,9 @@ alone). ``--narrow-noise`` draws the members' benign noise as before wave 24 (on
 and PCIe in ``family.NARROW_NOISE_RANGE``; another ``--out``).
 
 Then ``pooled OUT choose|judge|fresh [MEMBERS]`` prints the pooled figures (optionally of some
-fleets only, e.g. ``4001,4002,4003`` or ``seed2,2001,2002``).
+fleets only, e.g. ``4001,4002,4003`` or ``seed2,2001,2002``), and ``versus
+Q=OUTQ,F2=OUTF2 fresh`` each later model's most catches at the first one's false flags, line
+by line (``matched``): two recipes compared along their curves, not at their choosers' lines.
 
 Adaptive operating point (wave 15): each fleet's file also holds, per model, the figures on one
 score at every pair of thresholds (t_still, t_drift), t_still < t_drift from ``THRESHOLDS``:
@@ -387,12 +389,61 @@ def pairs(out: Path, which: str, members: list[str] | None, named: dict[str, str
         _show(sel.sort_values("family"))
 
 
+def matched(base: pd.DataFrame, cand: pd.DataFrame) -> pd.DataFrame:
+    """For each line of ``base`` (one model's rows of ``_pool`` in one family, one score), the
+    line of ``cand`` with the most catches whose false flags are at most base's there (ties:
+    fewer false flags); NaN where none is. Two models compared at matched false flags, so that
+    a recipe is not judged by where its chooser's line fell."""
+    rows = []
+    for b in base.sort_values("threshold").itertuples():
+        ok = cand[cand["false_flags_per_1000"] <= b.false_flags_per_1000 + 1e-9]
+        best = (
+            ok.sort_values(["caught", "false_flags_per_1000"], ascending=[False, True]).iloc[0]
+            if len(ok)
+            else None
+        )
+        rows.append(
+            {
+                "line": b.threshold,
+                "caught": b.caught,
+                "false_flags": b.false_flags_per_1000,
+                "cand_caught": np.nan if best is None else best["caught"],
+                "cand_line": np.nan if best is None else best["threshold"],
+                "cand_false_flags": np.nan if best is None else best["false_flags_per_1000"],
+                "more": np.nan if best is None else best["caught"] - b.caught,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def versus(named: dict[str, Path], which: str, members: list[str] | None) -> None:
+    """Print each later model's most catches at the first model's false flags, line by line,
+    per family of fleets (each NAME=OUT: the model NAME's figures in OUT, which may be a run of
+    its own on the same fleets)."""
+    one = {}
+    for name, out in named.items():
+        df = _pool(out, which, members)
+        df = df[(df["model"] == name) & (df["in_a_row"] == 1) & (df["threshold"] == df["t_drift"])]
+        if df.empty:
+            raise SystemExit(f"{out}: no figures of model {name!r} on {which}")
+        one[name] = df
+    (base_name, base), *others = one.items()
+    for name, cand in others:
+        for fam in sorted(set(base["family"]) & set(cand["family"])):
+            print(f"{fam}: {name} at most {base_name}'s false flags, line by line")
+            _show(matched(base[base["family"] == fam], cand[cand["family"] == fam]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("fleets", choices=("choose", "judge", "fresh", "pooled", "pairs"))
-    ap.add_argument("models", help="NAME=DIR,... (DIR '-': the shipped model); for pooled: OUT")
+    ap.add_argument("fleets", choices=("choose", "judge", "fresh", "pooled", "pairs", "versus"))
+    ap.add_argument(
+        "models",
+        help="NAME=DIR,... (DIR '-': the shipped model); for pooled and pairs: OUT; for versus: "
+        "BASE=OUT,CAND=OUT,... (each model's figures in its own run's OUT)",
+    )
     ap.add_argument("which", nargs="?", help="pooled: choose, judge or fresh")
     ap.add_argument("members", nargs="?", help="pooled: family members, comma-separated")
     ap.add_argument("--out", type=Path, default=Path("/tmp/gpuwarden-bench-candidates"))
@@ -435,11 +486,16 @@ def main() -> None:
     tuning.apply(load_settings())
     from gpuwarden.sim.family import HELD_OUT_SEEDS, TRAIN_SEEDS, VALIDATION_SEEDS
 
-    if args.fleets in ("pooled", "pairs"):
+    if args.fleets in ("pooled", "pairs", "versus"):
         if args.which not in ("choose", "judge", "fresh"):
             ap.error(f"{args.fleets} OUT choose|judge|fresh [MEMBERS]")
         members = args.members.split(",") if args.members else None
-        if args.fleets == "pooled":
+        if args.fleets == "versus":
+            runs = dict(x.split("=", 1) for x in args.models.split(","))
+            if len(runs) < 2:
+                ap.error("versus BASE=OUT,CAND=OUT,...: at least two models")
+            versus({k: Path(v) for k, v in runs.items()}, args.which, members)
+        elif args.fleets == "pooled":
             pooled(Path(args.models), args.which, members)
         else:
             named = dict(x.split("=", 1) for x in args.pair.split(",")) if args.pair else {}
