@@ -97,6 +97,7 @@ SPENT: tuple[tuple[int, tuple[int, ...], int], ...] = (
     (31, (31001, 31002, 31003, 31004), 30),  # the mean of five draws (E)
     (32, (32001, 32002, 32003, 32004), 31),  # each draw hides its own nodes (F)
     (33, (33001, 33002, 33003, 33004), 32),  # F at the finer grid's line (F2)
+    (34, (34001, 34002, 34003, 34004), 32),  # twice the family members (D48)
 )
 DAYS = 60.0
 
