@@ -27,7 +27,9 @@
 grows the trees K times on the same rows, each with its own draw of the negatives kept and of
 early stopping's split, and scores the mean of their log-odds (``estimator.MeanOfDraws``;
 candidate E of wave 30); ``--hide-per-draw`` builds the training rows once per draw, each draw
-hiding the HBM temperature of its own nodes (candidate F of wave 31).
+hiding the HBM temperature of its own nodes (candidate F of wave 31); ``--default-weight W``
+weighs the default simulator's training rows W times in the trees (``TrainOptions.fleet_weights``:
+with ``--family-fleets 48``, W = 2 keeps the share it has beside 24 members; wave 32).
 
 ``--line-step S`` reads the validation curves every S between 0.30 and 0.80 when choosing the
 line (``line_grid``; 0.05, the curve's own grid, by default).
@@ -408,7 +410,16 @@ def main(argv: list[str] | None = None) -> None:
         help="read the validation curves every this much between 0.30 and 0.80 when choosing "
         "the line (0.05: the shipped grid)",
     )
+    ap.add_argument(
+        "--default-weight",
+        type=float,
+        default=1.0,
+        help="the default simulator's training rows weigh this much in the trees (1: shipped; "
+        "e.g. 2 with --family-fleets 48 keeps its share of a 24-member training)",
+    )
     args = ap.parse_args(argv)
+    if not (np.isfinite(args.default_weight) and args.default_weight > 0):
+        ap.error("--default-weight must be a positive number")
     try:
         grid = line_grid(args.line_step)
     except ValueError as exc:
@@ -443,6 +454,7 @@ def main(argv: list[str] | None = None) -> None:
             random_state=args.random_state,
             draws=args.draws,
             hide_per_draw=args.hide_per_draw,
+            fleet_weights=(("default", args.default_weight),) if args.default_weight != 1 else (),
         )
         model = train_on_panel(panel, options=options, source=source, progress=args.progress)
         del panel

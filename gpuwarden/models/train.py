@@ -61,6 +61,10 @@ class TrainOptions:
     #: ``robust_share`` of the nodes (the rows are built once per draw); draw 0 hides the
     #: single model's, and the calibration reads draw 0's rows
     hide_per_draw: bool = False
+    #: (fleet, weight) pairs: every row of that fleet (``simdata.concat_panels``' names, the
+    #: start of each key) weighs this much more in the trees, e.g. the default simulator's
+    #: fleet kept at its share of the training as the family grows; empty: every fleet 1
+    fleet_weights: tuple[tuple[str, float], ...] = ()
 
 
 def hide_memory_temperature(panel: HourlyPanel, share: float, seed: int) -> HourlyPanel:
@@ -94,6 +98,22 @@ def kind_weights(ds: Dataset, power: float) -> np.ndarray:
     counts = lives.loc[~lives["fail_kind"].isin(SUDDEN_KINDS), "fail_kind"].value_counts()
     for kind, n in counts.items():
         w[pos & (kinds == kind)] = (counts.max() / n) ** power
+    return w
+
+
+def row_weights(ds: Dataset, options: TrainOptions) -> np.ndarray:
+    """The trees' row weights: ``kind_weights``, times each named fleet's weight on its rows
+    (``options.fleet_weights``). A weight that is not a positive number, or a fleet no row
+    comes from, is refused by name."""
+    w = kind_weights(ds, options.rare_kind_power)
+    keys = ds.meta["key"].astype(str)
+    for fleet, weight in options.fleet_weights:
+        if not (np.isfinite(weight) and weight > 0):
+            raise InputError(f"fleet {fleet!r}: weight {weight!r} is not a positive number")
+        rows = keys.str.startswith(f"{fleet}/").to_numpy()
+        if not rows.any():
+            raise InputError(f"fleet {fleet!r}: no training row comes from it")
+        w[rows] *= weight
     return w
 
 
@@ -254,7 +274,7 @@ def fit_on_rows(
             ds.X,
             ds.y,
             sample_time=ds.meta["at"].to_numpy(),
-            sample_weight=kind_weights(ds, o.rare_kind_power),
+            sample_weight=row_weights(ds, o),
             draw_X=draw_X,
         )
     except ValueError as exc:
