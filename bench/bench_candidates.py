@@ -98,6 +98,7 @@ SPENT: tuple[tuple[int, tuple[int, ...], int], ...] = (
     (32, (32001, 32002, 32003, 32004), 31),  # each draw hides its own nodes (F)
     (33, (33001, 33002, 33003, 33004), 32),  # F at the finer grid's line (F2)
     (34, (34001, 34002, 34003, 34004), 32),  # twice the family members (D48)
+    (35, (35001, 35002, 35003, 35004), 32),  # ... the default simulator's share kept (D48w)
 )
 DAYS = 60.0
 
