@@ -57,8 +57,8 @@ from gpuwarden.models.train import (
     TrainOptions,
     failing_lives,
     fit_on_rows,
-    kind_weights,
     model_card,
+    row_weights,
     training_rows,
     training_summary,
 )
@@ -479,9 +479,7 @@ def train_user_model(
             f"the base model predicts failures within {base.horizon_s / 86400:g} days, "
             f"not {options.horizon_s / 86400:g}: train --from-scratch for another horizon"
         )
-    est, info = fit_from_base(
-        base, ds, how=adapt, options=warm, weight=kind_weights(ds, options.rare_kind_power)
-    )
+    est, info = fit_from_base(base, ds, how=adapt, options=warm, weight=row_weights(ds, options))
     what = {
         "shipped": "the base model as it is",
         "recalibrate": "the base model's trees, calibration refit on this fleet",
