@@ -37,6 +37,7 @@ TRUSTED_TYPES: frozenset[str] = frozenset(
     {
         "gpuwarden.models.estimator.TimeSplitCalibratedClassifier",
         "gpuwarden.models.estimator.MeanOfDraws",
+        "gpuwarden.models.estimator.AnyFailure",
         "sklearn.calibration._CalibratedClassifier",
         "sklearn.calibration._SigmoidCalibration",
         "sklearn.calibration.CalibratedClassifierCV",

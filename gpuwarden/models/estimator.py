@@ -21,6 +21,10 @@ is the mean of their log-odds (``MeanOfDraws``), calibrated once: two trainings 
 then differ less than two single draws do. ``fit(..., draw_X=)`` gives each later draw rows of
 its own (the same rows and columns with other values, e.g. another draw of the nodes whose
 HBM temperature is hidden); the calibration and the reference read ``X``, draw 0's.
+
+With ``AnyFailure`` as the estimator and ``fit(..., tree_y=modes)``, the trees learn which
+failure mode a row precedes (one class per mode) and are scored as "fails at all", so the
+calibration still sees one binary score.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from scipy.special import expit
+from scipy.special import expit, logsumexp
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.calibration import CalibratedClassifierCV
 from sklearn.ensemble import HistGradientBoostingClassifier
@@ -114,6 +118,55 @@ class MeanOfDraws(ClassifierMixin, BaseEstimator):
         return self.classes_[(self.decision_function(X) > 0).astype(int)]
 
 
+class AnyFailure(ClassifierMixin, BaseEstimator):
+    """Trees that learn which failure mode a row precedes, scored as the odds of any failure.
+
+    ``fit(X, modes)``: ``modes`` is 0 for a healthy row and 1, 2, ... for the mode of the
+    failure it precedes. ``estimator`` (default ``default_trees()``, its ``class_weight``
+    replaced) grows one tree per class each round, so each mode's trees follow its own signals
+    instead of one set of trees serving every mode at once. The score is the log-odds of "any
+    failure", ``log(sum over modes of exp f_mode) - f_healthy``, and ``classes_`` are 0 and 1,
+    so it calibrates like a binary model. The classes weigh as ``class_weight="balanced"`` does
+    on the binary label: the healthy rows together as much as all failing ones, the modes
+    within the failing rows as ``sample_weight`` says. With one mode it is that binary model.
+    """
+
+    def __init__(self, estimator=None):
+        self.estimator = estimator
+
+    def fit(self, X, y, sample_weight=None):
+        modes = np.asarray(y)
+        if modes.ndim != 1 or not np.issubdtype(modes.dtype, np.integer) or (modes < 0).any():
+            raise ValueError("AnyFailure learns modes: 0 for healthy rows, 1, 2, ... for failing")
+        healthy = modes == 0
+        n0, n1 = int(healthy.sum()), int((~healthy).sum())
+        if n0 == 0 or n1 == 0:
+            raise ValueError("AnyFailure needs healthy and failing rows")
+        w = np.where(healthy, modes.size / (2.0 * n0), modes.size / (2.0 * n1))
+        if sample_weight is not None:
+            w = w * np.asarray(sample_weight, dtype=np.float64)
+        trees = clone(self.estimator if self.estimator is not None else default_trees())
+        self.trees_ = trees.set_params(class_weight=None).fit(X, modes, sample_weight=w)
+        self.classes_ = np.array([0, 1])
+        self.n_iter_ = int(self.trees_.n_iter_)
+        return self
+
+    def decision_function(self, X) -> np.ndarray:
+        check_is_fitted(self, "trees_")
+        d = np.asarray(self.trees_.decision_function(X), dtype=np.float64)
+        if d.ndim == 1:  # one mode: the binary model's own log-odds
+            return d
+        healthy = self.trees_.classes_ == 0
+        return logsumexp(d[:, ~healthy], axis=1) - d[:, healthy][:, 0]
+
+    def predict_proba(self, X) -> np.ndarray:
+        p = expit(self.decision_function(X))
+        return np.column_stack([1.0 - p, p])
+
+    def predict(self, X) -> np.ndarray:
+        return self.classes_[(self.decision_function(X) > 0).astype(int)]
+
+
 def _raw_score(trees, X: np.ndarray) -> np.ndarray:
     """The score ``CalibratedClassifierCV`` calibrates: the decision function if any."""
     if hasattr(trees, "decision_function"):
@@ -156,7 +209,7 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
         self.centred = centred
         self.n_draws = n_draws
 
-    def fit(self, X, y, *, sample_time=None, sample_weight=None, draw_X=None):
+    def fit(self, X, y, *, sample_time=None, sample_weight=None, draw_X=None, tree_y=None):
         """Fit on rows ordered in time by ``sample_time`` (Unix s; default: row order).
 
         ``sample_weight`` weighs the rows the trees learn from (e.g. rare failure modes up);
@@ -178,6 +231,11 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
         )
         if times.shape != (n,):
             raise ValueError(f"sample_time has {times.size} values for {n} rows")
+        learn = y if tree_y is None else np.asarray(tree_y)
+        if tree_y is not None and (
+            learn.shape != (n,) or not np.array_equal(learn == 0, y == np.unique(y)[0])
+        ):
+            raise ValueError("tree_y must have one value per row, 0 exactly where y is healthy")
         distinct = np.unique(times)
         if distinct.size < 2:
             raise ValueError("need at least two distinct scoring times to split by time")
@@ -220,7 +278,7 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
                 trees.set_params(random_state=int(seed) + DRAW_STRIDE * k)
             fit_kw = {} if weights is None else {"sample_weight": weights[rows]}
             Xk = Xa if k == 0 or draw_X is None else self._draw_values(draw_X, k, Xa.shape)
-            members.append(trees.fit(Xk[rows][:, self.used_features_], y[rows], **fit_kw))
+            members.append(trees.fit(Xk[rows][:, self.used_features_], learn[rows], **fit_kw))
             del Xk
         self.estimator_ = members[0] if len(members) == 1 else MeanOfDraws.of(members)
         cal = CalibratedClassifierCV(FrozenEstimator(self.estimator_), method=self.method)

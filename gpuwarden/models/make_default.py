@@ -29,7 +29,9 @@ early stopping's split, and scores the mean of their log-odds (``estimator.MeanO
 candidate E of wave 30); ``--hide-per-draw`` builds the training rows once per draw, each draw
 hiding the HBM temperature of its own nodes (candidate F of wave 31); ``--default-weight W``
 weighs the default simulator's training rows W times in the trees (``TrainOptions.fleet_weights``:
-with ``--family-fleets 48``, W = 2 keeps the share it has beside 24 members; wave 32).
+with ``--family-fleets 48``, W = 2 keeps the share it has beside 24 members; wave 32);
+``--mode-classes`` has the trees learn which failure mode a row precedes, scored as any failure
+(``TrainOptions.mode_classes``, ``estimator.AnyFailure``; candidate M of wave 33).
 
 ``--line-step S`` reads the validation curves every S between 0.30 and 0.80 when choosing the
 line (``line_grid``; 0.05, the curve's own grid, by default).
@@ -417,6 +419,12 @@ def main(argv: list[str] | None = None) -> None:
         help="the default simulator's training rows weigh this much in the trees (1: shipped; "
         "e.g. 2 with --family-fleets 48 keeps its share of a 24-member training)",
     )
+    ap.add_argument(
+        "--mode-classes",
+        action="store_true",
+        help="the trees learn which failure mode a row precedes, scored as any failure "
+        "(TrainOptions.mode_classes; off: shipped)",
+    )
     args = ap.parse_args(argv)
     if not (np.isfinite(args.default_weight) and args.default_weight > 0):
         ap.error("--default-weight must be a positive number")
@@ -455,6 +463,7 @@ def main(argv: list[str] | None = None) -> None:
             draws=args.draws,
             hide_per_draw=args.hide_per_draw,
             fleet_weights=(("default", args.default_weight),) if args.default_weight != 1 else (),
+            mode_classes=args.mode_classes,
         )
         model = train_on_panel(panel, options=options, source=source, progress=args.progress)
         del panel

@@ -23,7 +23,12 @@ from gpuwarden import __version__
 from gpuwarden.errors import InputError
 from gpuwarden.health import DEFAULT_AT_RISK
 from gpuwarden.models.artifact import RiskModel
-from gpuwarden.models.estimator import DRAW_STRIDE, TimeSplitCalibratedClassifier, default_trees
+from gpuwarden.models.estimator import (
+    DRAW_STRIDE,
+    AnyFailure,
+    TimeSplitCalibratedClassifier,
+    default_trees,
+)
 from gpuwarden.models.features import FEATURE_NAMES
 from gpuwarden.models.history import load_panel, newest_sample_ts
 from gpuwarden.models.labels import DEFAULT_HORIZON_S, Dataset, build_dataset, scoring_indices
@@ -65,6 +70,10 @@ class TrainOptions:
     #: start of each key) weighs this much more in the trees, e.g. the default simulator's
     #: fleet kept at its share of the training as the family grows; empty: every fleet 1
     fleet_weights: tuple[tuple[str, float], ...] = ()
+    #: the trees learn which failure mode a row precedes (``mode_labels``: one class per kind
+    #: with precursors, the sudden kinds together) and are scored as any failure
+    #: (``AnyFailure``); False: one class for every failure
+    mode_classes: bool = False
 
 
 def hide_memory_temperature(panel: HourlyPanel, share: float, seed: int) -> HourlyPanel:
@@ -115,6 +124,26 @@ def row_weights(ds: Dataset, options: TrainOptions) -> np.ndarray:
             raise InputError(f"fleet {fleet!r}: no training row comes from it")
         w[rows] *= weight
     return w
+
+
+def mode_labels(ds: Dataset) -> np.ndarray:
+    """Per row, the class ``AnyFailure`` learns: 0 for a healthy row; for a failing one,
+    1 + the index of its mode among the dataset's failing modes (sorted by name). Each kind with
+    precursors is a mode of its own, every kind known to come without one (``SUDDEN_KINDS``)
+    shares one, and so do failures of no recorded kind (a failures file without a kind
+    column): a fleet whose failures carry no kind trains one failing class."""
+    from gpuwarden.sim import SUDDEN_KINDS
+
+    pos = ds.y == 1
+    kinds = ds.meta["fail_kind"].astype(object).to_numpy()
+    known = pd.notna(kinds) & (kinds != "")
+    mode = np.where(
+        np.isin(kinds, list(SUDDEN_KINDS)), "(sudden)", np.where(known, kinds, "(unknown)")
+    ).astype(str)
+    names = np.unique(mode[pos])
+    out = np.zeros(len(ds), dtype=np.int64)
+    out[pos] = 1 + np.searchsorted(names, mode[pos])
+    return out
 
 
 def training_summary(panel: HourlyPanel, ds: Dataset, split: float) -> dict[str, Any]:
@@ -260,8 +289,9 @@ def fit_on_rows(
             f"only {n_failed} GPU failure(s) fall inside the training history "
             f"(need at least {MIN_FAILURES}); give a longer history or a failures file"
         )
+    trees = default_trees(o.random_state)
     est = TimeSplitCalibratedClassifier(
-        default_trees(o.random_state),
+        AnyFailure(trees) if o.mode_classes else trees,
         method=o.method,
         calibration_share=o.calibration_share,
         negative_subsample=o.negative_subsample,
@@ -276,6 +306,7 @@ def fit_on_rows(
             sample_time=ds.meta["at"].to_numpy(),
             sample_weight=row_weights(ds, o),
             draw_X=draw_X,
+            tree_y=mode_labels(ds) if o.mode_classes else None,
         )
     except ValueError as exc:
         raise InputError(f"cannot train: {exc}") from exc
@@ -285,6 +316,7 @@ def fit_on_rows(
         ds,
         options=o,
         estimator="HistGradientBoostingClassifier (class_weight=balanced"
+        + ("; one class per failure mode, scored as any failure" if o.mode_classes else "")
         + (f"; mean log-odds of {o.draws} draws" if o.draws > 1 else "")
         + ("; each draw hides its own nodes' HBM temperature" if draw_X is not None else "")
         + ") + "

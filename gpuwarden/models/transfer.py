@@ -48,7 +48,7 @@ from sklearn.frozen import FrozenEstimator
 from gpuwarden.errors import InputError
 from gpuwarden.health import card_threshold
 from gpuwarden.models.artifact import CARD_FILE, DEFAULT_DIR, MODEL_FILE, RiskModel, load_model
-from gpuwarden.models.estimator import MeanOfDraws, TimeSplitCalibratedClassifier
+from gpuwarden.models.estimator import AnyFailure, MeanOfDraws, TimeSplitCalibratedClassifier
 from gpuwarden.models.features import FEATURE_NAMES
 from gpuwarden.models.labels import Dataset
 from gpuwarden.models.panel import HourlyPanel
@@ -307,6 +307,11 @@ def fit_from_base(
         raise InputError(
             f"warm start continues one tree model, and the base model averages "
             f"{len(b.estimator_.members_)}; recalibrate it instead"
+        )
+    if isinstance(b.estimator_, AnyFailure):
+        raise InputError(
+            "warm start continues binary trees, and the base model's trees learn failure "
+            "modes; recalibrate it instead"
         )
     if n_early == 0 or n_late == 0:
         raise InputError(
