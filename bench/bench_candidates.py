@@ -99,6 +99,7 @@ SPENT: tuple[tuple[int, tuple[int, ...], int], ...] = (
     (33, (33001, 33002, 33003, 33004), 32),  # F at the finer grid's line (F2)
     (34, (34001, 34002, 34003, 34004), 32),  # twice the family members (D48)
     (35, (35001, 35002, 35003, 35004), 32),  # ... the default simulator's share kept (D48w)
+    (36, (36001, 36002, 36003, 36004), 33),  # one class per failure mode (M)
 )
 DAYS = 60.0
 
