@@ -118,7 +118,7 @@ def test_each_mode_with_precursors_is_a_class_and_the_rest_share_theirs():
 def test_a_mode_model_trains_saves_loads_and_refuses_warm_start(train_sim, eval_sim, tmp_path):
     import skops.io as sio
 
-    options = TrainOptions(step_h=6, mode_classes=True)
+    options = TrainOptions(step_h=12, mode_classes=True)
     model = train_on_panel(train_sim.panel, options=options)
     assert "one class per failure mode" in model.card["estimator"]
     assert model.card["options"]["mode_classes"] is True
