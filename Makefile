@@ -4,6 +4,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# pytest-xdist workers: one per core (2 in CI). TEST_JOBS=0 runs the suite in one process.
+TEST_JOBS ?= auto
 
 .PHONY: install demo test lint format bench clean screenshots model
 
@@ -29,7 +31,7 @@ format: install
 	$(BIN)/ruff format gpuwarden tests bench
 
 test: lint
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_JOBS) $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python bench/bench_sim.py
