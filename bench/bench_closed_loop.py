@@ -3,6 +3,8 @@
     .venv/bin/python bench/bench_closed_loop.py                       # 5 seeds x 90 d x 512 GPUs,
                                                                       # sudden 0%, 30%, 50%
     .venv/bin/python bench/bench_closed_loop.py --seeds 1 --days 14   # quick look
+    .venv/bin/python bench/bench_closed_loop.py --threshold 0.6       # the model at another line
+    .venv/bin/python bench/bench_closed_loop.py --family              # randomized family members
 
 Prints the table (docs/benchmarks.md, docs/closed-loop.md) and writes it with the plots to
 ``--out``. The same as ``gpuwarden evaluate closed-loop``.
@@ -27,6 +29,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--gpus", type=int, default=512)
     ap.add_argument("--sudden", default="0,0.3,0.5")
     ap.add_argument("--accel", type=float, default=20.0)
+    ap.add_argument("--family", action="store_true", help="randomized family members")
+    ap.add_argument("--threshold", type=float, default=None, help="model arm's line")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--out", default="closed-loop")
     ap.add_argument("--no-progress", action="store_true")
@@ -38,6 +42,8 @@ def main(argv: list[str] | None = None) -> None:
         gpus=args.gpus,
         sudden=parse_shares(args.sudden),
         accel=args.accel,
+        threshold=args.threshold,
+        family=args.family,
         jobs=args.jobs,
         progress=not args.no_progress,
     )

@@ -34,7 +34,10 @@ def parse_shares(text: str) -> tuple[float, ...]:
 
 @click.command("closed-loop")
 @click.option(
-    "--seeds", default=5, show_default=True, help="Fleets per sudden share (seeds 101..)."
+    "--seeds",
+    default=5,
+    show_default=True,
+    help="Fleets per sudden share (seeds 101.., with --family 60101..).",
 )
 @click.option("--days", default=90.0, show_default=True, help="Simulated days evaluated.")
 @click.option("--gpus", default=512, show_default=True, help="GPUs in the fleet (8 per node).")
@@ -55,6 +58,17 @@ def parse_shares(text: str) -> tuple[float, ...]:
     default=0.0,
     show_default=True,
     help="Benign temperature drift: sd (C) per GPU on core and HBM and per node, daily knots.",
+)
+@click.option(
+    "--family",
+    is_flag=True,
+    help="Members of the randomized family (seeds 60101..) instead of the default simulator.",
+)
+@click.option(
+    "--threshold",
+    type=float,
+    default=None,
+    help="The model arm's at-risk line (default: the model's own, from its card).",
 )
 @click.option(
     "--checkpoint-min", default=60.0, show_default=True, help="Training checkpoint interval."
@@ -85,6 +99,8 @@ def closed_loop(
     accel: float,
     model_path: str | None,
     thermal_drift: float,
+    family: bool,
+    threshold: float | None,
     checkpoint_min: float,
     restart_min: float,
     jobs: int,
@@ -112,6 +128,8 @@ def closed_loop(
             model_path=model_path,
             workload=WorkloadSpec(checkpoint_s=checkpoint_min * 60, restart_s=restart_min * 60),
             thermal_drift_c=thermal_drift,
+            threshold=threshold,
+            family=family,
             jobs=jobs,
             progress=progress,
         )

@@ -15,11 +15,16 @@ from typing import Any
 
 import numpy as np
 
+from gpuwarden.errors import InputError
 from gpuwarden.sim import DEFAULT_START_TS, PRECURSOR_KINDS
 
 #: Held-out fleets: the shipped model trains on seed 1 and is checked on seed 2, at the default
 #: start and 200 days later; the closed loop starts at seed 101, 400 days later.
 FIRST_SEED = 101
+#: With ``family``, the members drawn are 60101, 60102, ...: seeds no model trains, chooses its
+#: line or is judged on (the family trains on 100-147, chooses on 2001-2012, is judged on
+#: 1001-1003 and 4001-4003, candidates on N001-N004: ``bench/bench_candidates.py``'s SPENT).
+FAMILY_FIRST_SEED = 60101
 START_TS = DEFAULT_START_TS + 400 * 86400.0
 HOUR_S = 3600.0
 
@@ -46,6 +51,7 @@ class FleetSpecSummary:
     sudden_fraction: float
     accel: float
     thermal_drift_c: float = 0.0
+    family: bool = False
 
 
 @dataclass
@@ -88,13 +94,20 @@ def scored_fleet(
     model: Any = None,
     link_rules: Any = None,
     block_h: int = 720,
+    family: bool = False,
 ) -> ScoredFleet:
     """Simulate ``gpus`` (a multiple of 8) for ``warmup_days + days`` and score the last
     ``days`` hour by hour with ``model`` (default: the shipped one, ``load_model()``) and the
     ``link_rules`` beside it (``models.rules.LinkRules``; default: the ``link_rules`` setting),
     as ``gpuwarden score`` does. ``thermal_drift_c``: benign temperature drift (standard
     deviation, C) per GPU on the core and on the HBM and per node, knots a day apart (the
-    simulator's ``thermal_drift_*`` knobs; 0: none, as the default simulator)."""
+    simulator's ``thermal_drift_*`` knobs; 0: none, as the default simulator).
+
+    ``family``: the fleet is member ``seed`` of the randomized family (``sim.family``): its
+    precursor shapes, magnitudes and lengths, benign noise and look-alikes, drift, sampling
+    interval, resets and unsupported fields as drawn. Three things are set as the other arms
+    of the comparison need them: ``sudden_fraction`` and ``accel`` as given (one table per
+    sudden share), and 8 GPUs a node (the workload's gangs are whole 8-GPU nodes)."""
     from gpuwarden.models.artifact import load_model
     from gpuwarden.models.features import compute_features, rows_at
     from gpuwarden.models.rules import LinkRules, hard_signal, rule_table
@@ -102,18 +115,32 @@ def scored_fleet(
 
     model = load_model() if model is None else model
     link_rules = LinkRules.in_force() if link_rules is None else link_rules
-    spec = fleet_spec(
-        nodes=max(1, gpus // 8),
-        days=warmup_days + days,
-        seed=seed,
-        start_ts=START_TS,
-        accel=accel,
-        sudden_fraction=sudden_fraction,
-        thermal_drift_core_c=thermal_drift_c,
-        thermal_drift_hbm_c=thermal_drift_c,
-        thermal_drift_node_c=thermal_drift_c,
-    )
-    sim = simulate_panel(spec)
+    if family:
+        if thermal_drift_c:
+            raise InputError("--thermal-drift: a family member draws its own drift")
+        from dataclasses import replace
+
+        from gpuwarden.models.simdata import family_panel
+        from gpuwarden.sim.family import draw_family
+
+        draw = draw_family(
+            seed, nodes=max(1, gpus // 8), days=warmup_days + days, start_ts=START_TS
+        )
+        spec = replace(draw.spec, gpus_per_node=8, sudden_fraction=sudden_fraction, accel=accel)
+        sim = family_panel(replace(draw, spec=spec))
+    else:
+        spec = fleet_spec(
+            nodes=max(1, gpus // 8),
+            days=warmup_days + days,
+            seed=seed,
+            start_ts=START_TS,
+            accel=accel,
+            sudden_fraction=sudden_fraction,
+            thermal_drift_core_c=thermal_drift_c,
+            thermal_drift_hbm_c=thermal_drift_c,
+            thermal_drift_node_c=thermal_drift_c,
+        )
+        sim = simulate_panel(spec)
     panel, fleet = sim.panel, sim.fleet
     slots = list(fleet.slots)
     slot_of = {s: i for i, s in enumerate(slots)}
@@ -165,7 +192,7 @@ def scored_fleet(
         return np.concatenate(parts).astype(dtype) if parts else np.empty(0, dtype)
 
     return ScoredFleet(
-        FleetSpecSummary(seed, len(slots), days, sudden_fraction, accel, thermal_drift_c),
+        FleetSpecSummary(seed, len(slots), days, sudden_fraction, accel, thermal_drift_c, family),
         [(h, m, n) for h, (m, n) in per_node.items()],
         slots,
         eval_start,

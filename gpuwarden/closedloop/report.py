@@ -84,13 +84,27 @@ def _pct(m: float, lo: float, hi: float) -> str:
     return f"{m:.0%} [{lo:.0%}, {hi:.0%}]"
 
 
+def _line(result: ClosedLoopResult) -> str:
+    """The model arm's at-risk line, and the one it would have had when ``--threshold`` moved
+    it (the ``at_risk_threshold`` setting, else the model card's)."""
+    from gpuwarden.health import at_risk_threshold
+
+    own = at_risk_threshold(result.model_card)
+    line = result.config.threshold
+    if line is None or line == own:
+        return f"; model line {own:.2f}"
+    return f"; model line {line:.2f} (--threshold; otherwise {own:.2f})"
+
+
 def render(result: ClosedLoopResult) -> str:
     """Markdown: one table per sudden share, then the check against the targets."""
     cfg = result.config
     frame = per_seed(result)
     cuts = reductions(frame).set_index(["sudden_fraction", "arm", "metric"])
     lines = [
-        f"Closed loop: {len(cfg.seeds)} seeds ({cfg.seeds[0]}..{cfg.seeds[-1]}), {cfg.days:g} "
+        f"Closed loop: {len(cfg.seeds)} seeds ({cfg.seeds[0]}..{cfg.seeds[-1]}"
+        + (", members of the randomized family, 8 GPUs a node" if cfg.family else "")
+        + f"), {cfg.days:g} "
         f"simulated days, {cfg.gpus} GPUs, failure rate x{cfg.accel:g} (accelerated: Meta's "
         f"3e-4 failures per GPU-day x{cfg.accel:g})"
         + (
@@ -99,6 +113,7 @@ def render(result: ClosedLoopResult) -> str:
             if cfg.thermal_drift_c
             else ""
         )
+        + _line(result)
         + f"; mean busy {frame['busy_share'].mean():.0%}; {result.seconds:.0f} s.",
         "Means over seeds; reductions vs no prediction with a 95% t interval.",
     ]

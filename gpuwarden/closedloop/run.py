@@ -11,11 +11,11 @@ import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuwarden.closedloop.arms import ARMS
-from gpuwarden.closedloop.fleet import FIRST_SEED, scored_fleet
+from gpuwarden.closedloop.fleet import FAMILY_FIRST_SEED, FIRST_SEED, scored_fleet
 from gpuwarden.closedloop.loop import ArmResult, run_arm
 from gpuwarden.closedloop.workload import WorkloadSpec, make_workload
 from gpuwarden.errors import InputError
@@ -25,7 +25,8 @@ PREFILL_S = 3 * 86400.0  # the workload starts this long before the evaluated pe
 
 @dataclass(frozen=True)
 class RunConfig:
-    """What one evaluation ran; ``model_path`` None is the shipped model."""
+    """What one evaluation ran; ``model_path`` None is the shipped model, ``threshold`` None
+    the model's own line (the model arm's at-risk line otherwise)."""
 
     seeds: tuple[int, ...]
     days: float
@@ -35,6 +36,8 @@ class RunConfig:
     model_path: str | None = None
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     thermal_drift_c: float = 0.0
+    threshold: float | None = None
+    family: bool = False
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -48,6 +51,10 @@ class RunConfig:
         for s in self.sudden:
             if not 0 <= s <= 1:
                 raise InputError(f"a sudden share must be in 0..1, got {s:g}")
+        if self.family and self.thermal_drift_c:
+            raise InputError("--thermal-drift: a family member draws its own drift")
+        if self.threshold is not None and not 0 < self.threshold < 1:
+            raise InputError(f"--threshold must be between 0 and 1, got {self.threshold:g}")
 
 
 @dataclass
@@ -71,7 +78,10 @@ def run_seed(seed: int, sudden: float, config: RunConfig, model: Any = None) -> 
         accel=config.accel,
         thermal_drift_c=config.thermal_drift_c,
         model=model,
+        family=config.family,
     )
+    if config.threshold is not None:
+        fleet = replace(fleet, threshold=config.threshold)
     start = fleet.eval_start_ts - PREFILL_S
     workload = make_workload(
         fleet.n_slots, start, fleet.eval_end_ts, seed=seed, spec=config.workload
@@ -96,17 +106,19 @@ def run_closed_loop(
     model_path: str | None = None,
     workload: WorkloadSpec | None = None,
     thermal_drift_c: float = 0.0,
+    threshold: float | None = None,
+    family: bool = False,
     jobs: int = 1,
     progress: bool = True,
 ) -> ClosedLoopResult:
-    """Every sudden share x seed; ``seeds`` a count (from ``FIRST_SEED``) or the seeds."""
+    """Every sudden share x seed; ``seeds`` a count (from ``FIRST_SEED``, or
+    ``FAMILY_FIRST_SEED`` with ``family``: members of the randomized family) or the seeds."""
     from tqdm import tqdm
 
     from gpuwarden.models.artifact import load_model
 
-    seed_list = (
-        tuple(range(FIRST_SEED, FIRST_SEED + seeds)) if isinstance(seeds, int) else tuple(seeds)
-    )
+    first = FAMILY_FIRST_SEED if family else FIRST_SEED
+    seed_list = tuple(range(first, first + seeds)) if isinstance(seeds, int) else tuple(seeds)
     config = RunConfig(
         seed_list,
         float(days),
@@ -116,6 +128,8 @@ def run_closed_loop(
         model_path,
         workload or WorkloadSpec(),
         float(thermal_drift_c),
+        None if threshold is None else float(threshold),
+        bool(family),
     )
     model = load_model(model_path)  # fail early on a bad model, and keep its card
     t0 = time.perf_counter()

@@ -60,3 +60,36 @@ def test_bad_options_are_one_line_errors(tmp_path):
         )
         assert result.exit_code == 1
         assert word in result.output and "Traceback" not in result.output
+
+
+def test_threshold_moves_only_the_model_arms_line(tmp_path):
+    args = ["evaluate", "closed-loop", "--seeds", "1", "--days", "2", "--gpus", "16"]
+    args += ["--sudden", "0", "--accel", "200", "--jobs", "1", "--no-progress"]
+    frames = {}
+    for line in ("0.05", "0.95"):
+        out = tmp_path / line
+        result = CliRunner().invoke(main, [*args, "--threshold", line, "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        assert f"; model line {line} (--threshold; otherwise " in result.output
+        frames[line] = pd.read_csv(out / "per_seed.csv").set_index("arm")
+    low, high = frames["0.05"], frames["0.95"]
+    # the other arms do not read the line; the model arm withholds more at a lower one
+    others = ["none", "hard", "rules"]
+    pd.testing.assert_frame_equal(low.loc[others], high.loc[others])
+    assert low.loc["model", "withheld_gpu_h"] > high.loc["model", "withheld_gpu_h"]
+    bad = CliRunner().invoke(main, [*args, "--threshold", "1.5", "--out", str(tmp_path / "x")])
+    assert bad.exit_code == 1 and "--threshold must be between 0 and 1" in bad.output
+
+
+def test_family_members_run_from_their_own_seeds(tmp_path):
+    args = ["evaluate", "closed-loop", "--family", "--seeds", "1", "--days", "2", "--gpus", "16"]
+    args += ["--sudden", "0.3", "--accel", "200", "--jobs", "1", "--no-progress"]
+    result = CliRunner().invoke(main, [*args, "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "1 seeds (60101..60101, members of the randomized family, 8 GPUs a node)" in (
+        result.output
+    )
+    frame = pd.read_csv(tmp_path / "per_seed.csv")
+    assert set(frame["seed"]) == {60101} and len(frame) == 4
+    drift = CliRunner().invoke(main, [*args, "--thermal-drift", "1", "--out", str(tmp_path)])
+    assert drift.exit_code == 1 and "a family member draws its own drift" in drift.output
