@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--gpus", type=int, default=512)
     ap.add_argument("--sudden", default="0,0.3,0.5")
     ap.add_argument("--accel", type=float, default=20.0)
+    ap.add_argument("--thermal-drift", type=float, default=0.0, help="benign drift sd, C")
     ap.add_argument("--family", action="store_true", help="randomized family members")
     ap.add_argument("--threshold", type=float, default=None, help="model arm's line")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> None:
         gpus=args.gpus,
         sudden=parse_shares(args.sudden),
         accel=args.accel,
+        thermal_drift_c=args.thermal_drift,
         threshold=args.threshold,
         family=args.family,
         jobs=args.jobs,

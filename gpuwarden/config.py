@@ -80,6 +80,12 @@ SETTINGS: tuple[Setting, ...] = (
         "$ARROW_DEFAULT_MEMORY_POOL wins. docs/scale.md#tuning.",
     ),
     Setting(
+        "score_threads",
+        1,
+        "OpenMP threads while scoring (0: OpenMP's default, every core); $OMP_NUM_THREADS wins. "
+        "docs/scale.md#tuning.",
+    ),
+    Setting(
         "link_rules",
         "on",
         "The link rules beside the model: on, off, or name=value pairs (nvlink=off,pcie_hours=4). "
@@ -89,7 +95,7 @@ SETTINGS: tuple[Setting, ...] = (
         "at_risk_threshold",
         "",
         "Risk (0-1] at which a GPU turns at-risk, over the model card's (empty: the card's, "
-        "0.55 for the shipped model). docs/models.md#choosing-the-at-risk-line.",
+        "0.50 for the shipped model). docs/models.md#choosing-the-at-risk-line.",
     ),
     Setting(
         "xid_severity",

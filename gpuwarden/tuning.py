@@ -24,6 +24,18 @@ setting ``arrow_memory_pool``:
 - ``system``, ``mimalloc``, ``jemalloc``: that one (where this pyarrow was built with it).
 
 ``ARROW_DEFAULT_MEMORY_POOL`` in the environment, pyarrow's own switch, wins over the setting.
+
+**Scoring threads.** The trees predict in one OpenMP parallel region per tree, 300 regions for
+each batch of GPUs. Where the cores are busy (a shared host, or a container whose CPU quota is
+below the cores it sees), each region waits for threads the kernel has not scheduled. On the
+2-core development machine beside two processes writing to /dev/null as `yes` does, one risk
+pass over 32 GPUs took 253 ms with OpenMP's default threads against 26 ms with one, over 10,000
+GPUs 255 ms against 155 ms (means of 5, `bench/bench_score_threads.py`); the demo's risk loop
+(24 hourly passes over 32 GPUs, with their reasons) took 160 s against 22 s. On idle cores one
+thread is slower, 108 ms against 69 ms at 10,000 GPUs, a few milliseconds of it the limit's
+own cost. The setting ``score_threads``: OpenMP threads while ``score``, ``serve`` and their
+backtests score (the risk and its reasons), default 1; 0 leaves OpenMP's default. Training is
+not limited. ``OMP_NUM_THREADS`` in the environment, OpenMP's own switch, wins over the setting.
 """
 
 from __future__ import annotations
@@ -31,7 +43,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +58,10 @@ STALLING = {"madvise", "defer+madvise"}
 CHOICES = ("auto", "on", "off")
 POOLS = ("auto", "system", "mimalloc", "jemalloc")
 ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
+OMP_ENV = "OMP_NUM_THREADS"
+
+#: OpenMP threads for scoring (``apply_score_threads``); 0: OpenMP's own default.
+_score_threads = 1
 
 
 def defrag_mode(path: Path = DEFRAG) -> str | None:
@@ -126,13 +143,50 @@ def apply_arrow_pool(setting: str, *, defrag_path: Path = DEFRAG) -> str | None:
     return pool
 
 
+def apply_score_threads(setting: Any) -> int:
+    """Put the ``score_threads`` setting in force (0: OpenMP's default); returns it. Refuses a
+    negative or non-integer value, naming the setting."""
+    global _score_threads
+    try:
+        n = int(setting)
+    except (TypeError, ValueError):
+        n = -1
+    if n < 0:
+        raise ConfigError(f"score_threads must be 0 (OpenMP's default) or more, not {setting!r}")
+    _score_threads = n
+    return n
+
+
+@contextmanager
+def scoring_threads() -> Iterator[None]:
+    """OpenMP limited to the ``score_threads`` setting inside the block, unless
+    ``OMP_NUM_THREADS`` is set or the setting is 0. Costs a few milliseconds a block: wrap a
+    whole scoring pass, not each call."""
+    if _score_threads <= 0 or os.environ.get(OMP_ENV):
+        yield
+        return
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=_score_threads, user_api="openmp"):
+        yield
+
+
 def apply(settings: Mapping[str, Any]) -> str:
-    """Apply both settings (``numpy_huge_pages``, ``arrow_memory_pool``) as the CLI does at
-    start; what was done, in words (a benchmark's header)."""
+    """Apply the settings (``numpy_huge_pages``, ``arrow_memory_pool``, ``score_threads``) as
+    the CLI does at start; what was done, in words (a benchmark's header)."""
     huge = apply_huge_pages(str(settings.get("numpy_huge_pages") or "auto"))
     pool = apply_arrow_pool(str(settings.get("arrow_memory_pool") or "auto"))
+    threads = apply_score_threads(settings.get("score_threads", 1))
     chosen = pool or os.environ.get(ARROW_POOL_ENV) or "pyarrow's default"
-    return f"numpy huge-page advice: {huge_pages_said(huge)}; pyarrow memory pool: {chosen}"
+    said = (
+        f"{os.environ[OMP_ENV]} ({OMP_ENV})"
+        if os.environ.get(OMP_ENV)
+        else (str(threads) if threads else "OpenMP's default")
+    )
+    return (
+        f"numpy huge-page advice: {huge_pages_said(huge)}; pyarrow memory pool: {chosen}; "
+        f"scoring threads: {said}"
+    )
 
 
 def _numpy_switch():  # type: ignore[no-untyped-def]

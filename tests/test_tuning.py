@@ -153,3 +153,53 @@ def test_the_cli_refuses_a_bad_pool(monkeypatch, arrow_pool):
     monkeypatch.setenv("GPUWARDEN_ARROW_MEMORY_POOL", "tcmalloc")
     result = CliRunner().invoke(main, ["fields"])
     assert result.exit_code != 0 and "arrow_memory_pool must be one of" in result.output
+
+
+# -- scoring threads ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def score_threads(monkeypatch):
+    """The score_threads setting and OMP_NUM_THREADS restored after the test; OpenMP loaded."""
+    import sklearn.ensemble  # noqa: F401  (loads the OpenMP runtime the trees use)
+
+    from gpuwarden import tuning
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = tuning._score_threads
+    yield tuning
+    tuning._score_threads = before
+
+
+def _openmp_threads() -> set[int]:
+    from threadpoolctl import threadpool_info
+
+    return {p["num_threads"] for p in threadpool_info() if p["user_api"] == "openmp"}
+
+
+def test_scoring_runs_on_the_threads_the_setting_gives(score_threads, monkeypatch):
+    outside = _openmp_threads()
+    assert outside
+    for n in (1, 3):
+        score_threads.apply_score_threads(n)
+        with score_threads.scoring_threads():
+            assert _openmp_threads() == {n}
+        assert _openmp_threads() == outside  # restored after the block
+    score_threads.apply_score_threads(0)  # OpenMP's own default
+    with score_threads.scoring_threads():
+        assert _openmp_threads() == outside
+    score_threads.apply_score_threads(1)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # OpenMP's own switch wins
+    with score_threads.scoring_threads():
+        assert _openmp_threads() == outside
+
+
+def test_the_cli_refuses_a_negative_thread_count(monkeypatch, score_threads):
+    with pytest.raises(ConfigError, match="score_threads must be 0"):
+        score_threads.apply_score_threads(-1)
+    monkeypatch.setenv("GPUWARDEN_SCORE_THREADS", "-2")
+    result = CliRunner().invoke(main, ["fields"])
+    assert result.exit_code != 0 and "score_threads must be 0" in result.output
+    monkeypatch.setenv("GPUWARDEN_SCORE_THREADS", "four")
+    result = CliRunner().invoke(main, ["fields"])
+    assert result.exit_code != 0 and "score_threads must be a int" in result.output

@@ -270,6 +270,22 @@ class LinkRules:
         """True where any link rule holds."""
         return self.table(X).to_numpy().any(axis=1)
 
+    def names(self, X: pd.DataFrame) -> np.ndarray:
+        """Per row, the link rules that hold, joined by ", " ("" where none): ``score``'s
+        ``rule`` column. Joins only the rows where one holds (a few in a fleet)."""
+        return held_names(self.table(X))
+
+
+def held_names(table: pd.DataFrame) -> np.ndarray:
+    """Per row of a boolean ``table``, the names of its true columns joined by ", " ("" where
+    none), as an object array."""
+    held = table.to_numpy(dtype=bool)
+    names = np.asarray(table.columns, dtype=object)
+    out = np.full(len(held), "", dtype=object)
+    for i in np.flatnonzero(held.any(axis=1)):
+        out[i] = ", ".join(names[held[i]])
+    return out
+
 
 def link_reasons(row: pd.Series, meta: pd.Series, present: pd.Series) -> list[Reason]:
     """The link rules ``present`` (a ``LinkRules.table`` row) in words, with the GPU's own

@@ -41,12 +41,14 @@ from gpuwarden.models.rules import (
     LinkRules,
     hard_signal,
     hard_table,
+    held_names,
     link_reasons,
     states,
 )
 from gpuwarden.signals import SIGNAL_FIELDS, SIGNALS, Signal, advice, missing_signals, note
 from gpuwarden.store.base import Store, WritableStore
 from gpuwarden.telemetry import GpuId
+from gpuwarden.tuning import scoring_threads
 
 HISTORY_S = HISTORY_H * HOUR_S  # what the features read before the scoring hour
 REPORTING_H = 24
@@ -97,6 +99,7 @@ class RiskScore:
     reasons: str
 
 
+@scoring_threads()  # OpenMP held to the score_threads setting while the trees predict
 def _score_rows(
     panel: HourlyPanel,
     t: list[int],
@@ -165,7 +168,7 @@ def _score_rows(
             "evidence": evidence,
             "action": actions(X, meta, state),
             "missing": [tuple(x.name for x in m) for m in missing],
-            "rule": [", ".join(link.columns[row]) for row in link.to_numpy()],
+            "rule": held_names(link),
         }
     )
     out.attrs["error_level"] = error_level(X)

@@ -20,6 +20,7 @@ from gpuwarden.models.rules import (
     PCIE_LINK_DEGRADED,
     UNHEALTHY,
     LinkRules,
+    held_names,
     link_reasons,
     states,
     use_link_rules,
@@ -143,3 +144,12 @@ def test_a_bad_setting_stops_every_command_with_a_line_naming_it(rules_reset, mo
     assert result.exit_code != 0
     assert "link_rules (GPUWARDEN_LINK_RULES): pcie must be on or off" in result.output
     assert "Traceback" not in result.output
+
+
+def test_held_names_joins_the_rules_that_hold_in_column_order():
+    pcie, nvlink = PCIE_LINK_DEGRADED, NVLINK_ERRORS_GROWING
+    table = pd.DataFrame({pcie: [False, True, True, False], nvlink: [False, False, True, True]})
+    names = held_names(table)
+    assert names.dtype == object
+    assert list(names) == ["", pcie, f"{pcie}, {nvlink}", nvlink]
+    assert list(held_names(table.iloc[:0])) == []

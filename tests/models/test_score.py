@@ -52,6 +52,35 @@ def test_one_row_per_reporting_gpu_worst_first(sim_store, tiny_model):
     assert recs[0].uuid == rows["uuid"].iloc[0] and isinstance(recs[0].risk, float)
 
 
+def test_the_trees_predict_on_the_score_threads_setting(sim_store, tiny_model, monkeypatch):
+    from dataclasses import replace
+
+    from threadpoolctl import threadpool_info
+
+    from gpuwarden import tuning
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(tuning, "_score_threads", 3)  # not any machine's default here
+    seen: list[set[int]] = []
+
+    class Spy:  # the model's estimator, noting OpenMP's threads each time it predicts
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def predict_proba(self, X):
+            seen.append({p["num_threads"] for p in threadpool_info() if p["user_api"] == "openmp"})
+            return self.inner.predict_proba(X)
+
+    store, _ = sim_store
+    rows = score_store(
+        store, replace(tiny_model, estimator=Spy(tiny_model.estimator)), at=T0 + 10 * 86400
+    )
+    assert len(rows) and seen and all(s == {3} for s in seen)
+
+
 def test_degrading_gpus_are_named_with_reasons(sim_store, tiny_model):
     """Each slow failure's GPU is flagged, with reasons, in the 12 hours before it fails (scored
     every hour, 20-40 minutes into it, as a live score would be)."""
