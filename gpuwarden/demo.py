@@ -12,7 +12,9 @@ It prints seven numbered steps:
 5. the risk loop: replay the store's last two days through the risk service (shipped model plus
    hard signals) with a bundled scheduler running a critical job on every GPU, and narrate the
    GPU it flags: its risk climbing, the at-risk decision and its reasons, the job told to
-   checkpoint and leave (a scripted loop on a small fleet when nothing is flagged in that window);
+   checkpoint and leave, and what the recorded failures say became of it. When nothing is
+   flagged there, the two days before the last failure that showed a precursor a day ahead;
+   when nothing is flagged there either, a scripted loop on a small fleet;
 6. a short closed-loop run (one seed, 256 GPUs, 14 days): inference interruptions, training lost
    and capacity withheld with no prediction, hard signals only, the rule baseline and the model;
 7. start the dashboard on the demo store; it keeps serving until Ctrl-C when stdin and stdout are
@@ -221,13 +223,23 @@ def run_demo(
     echo("")
 
     from gpuwarden.serve.demo import run_loop_demo
-    from gpuwarden.serve.history_demo import run_history_loop_demo
+    from gpuwarden.serve.history_demo import last_catchable_failure, run_history_loop_demo
 
     echo("[5/7] The risk loop: a GPU degrades, is flagged, and its node is re-tagged")
     store = open_store(f"sqlite:///{db}")
     flagged = run_history_loop_demo(store, echo=echo)
+    last = None if flagged is not None else last_catchable_failure(store)
+    if last is not None:  # the last two days hold no flag: the days before the last failure
+        when = time.strftime("%m-%d %H:%M", time.gmtime(float(last["ts"])))
+        echo(
+            f"      the last failure that showed a precursor a day or more ahead: "
+            f"{last['hostname']}/{last['gpu']} ({last['kind']}) at {when}; the 48 h before it:"
+        )
+        flagged = run_history_loop_demo(store, end=float(last["ts"]) - 3600, echo=echo)
+        if flagged is not None and flagged != str(last["uuid"]):
+            echo(f"      {last['hostname']}/{last['gpu']} itself was not flagged before it failed")
     store.close()
-    if flagged is None:  # this seed's last two days hold no degrading GPU: the scripted loop
+    if flagged is None:  # nothing flagged in either window: the scripted loop
         run_loop_demo(echo=echo)
     echo("")
     from gpuwarden.closedloop.report import demo_run

@@ -22,10 +22,13 @@ def run_history_loop_demo(
     *,
     hours: float = 48.0,
     step_h: float = 4.0,
+    end: float | None = None,
     echo: Callable[[str], None] = print,
 ) -> str | None:
-    """Replay the last ``hours`` of ``store``; returns the flagged GPU's UUID, or None when the
-    model flags nothing in that window (the caller then shows the scripted loop)."""
+    """Replay the ``hours`` of ``store`` up to ``end`` (default: its newest sample); returns the
+    flagged GPU's UUID, or None when the model flags nothing in that window (the caller then
+    shows another window or the scripted loop). The failures the store records say what became
+    of the flagged GPU."""
     from gpuwarden.scheduler import Job, NodeSpec, Scheduler
     from gpuwarden.scheduler.jobs import PriorityClass
     from gpuwarden.scheduler_hooks.bundled import BundledTagger, SchedulerTarget
@@ -35,7 +38,8 @@ def run_history_loop_demo(
     gpus = store.gpus()
     if gpus.empty:
         return None
-    end = float(gpus["last_ts"].max())
+    newest = float(gpus["last_ts"].max())
+    end = newest if end is None else min(float(end), newest)
     slots = gpus.sort_values("last_ts").drop_duplicates(["hostname", "gpu"], keep="last")
     per_node = slots.groupby("hostname")
     scheduler = Scheduler(
@@ -63,11 +67,13 @@ def run_history_loop_demo(
         breaker_share=1.0,
         clock=lambda: clock[0],
     )
+    window = f"the last {hours:g} h" if end >= newest else f"the {hours:g} h to {_hhmm(end)}"
     echo(
-        f"      replaying the last {hours:g} h of {len(slots)} GPUs every {step_h:g} h with the "
+        f"      replaying {window} of {len(slots)} GPUs every {step_h:g} h with the "
         "shipped model and hard signals; every GPU runs a critical inference job"
     )
     target: Any = None
+    flag_ts = end
     t = end - hours * 3600
     while t <= end + 1:
         clock[0] = t
@@ -79,7 +85,7 @@ def run_history_loop_demo(
                         f"      {when}  {tr.gpu.hostname}/{tr.gpu.index} -> unhealthy (hard signal)"
                     )
                 continue
-            target = tr.gpu
+            target, flag_ts = tr.gpu, t
             echo(
                 f"      {when}  {tr.gpu.hostname}/{tr.gpu.index} {tr.old} -> at-risk, risk {_risk(tr)}"
             )
@@ -108,7 +114,31 @@ def run_history_loop_demo(
             else f"the GPU is {health} in the bundled scheduler now"
         )
     )
+    already = "; at-risk from the replay's first round" if flag_ts <= end - hours * 3600 else ""
+    echo(f"      what became of it: {_fate(store, target.uuid, flag_ts)}{already}")
     return str(target.uuid)
+
+
+def last_catchable_failure(store: Store, *, lead_s: float = 86400.0) -> Any:
+    """The store's most recent failure whose precursor began ``lead_s`` or more before it (a
+    row of ``read_failures``), or None."""
+    failures = store.read_failures()
+    if failures.empty:
+        return None
+    lead = failures["ts"] - failures["precursor_start_ts"]
+    catchable = failures[lead.notna() & (lead >= lead_s)]
+    return None if catchable.empty else catchable.sort_values("ts").iloc[-1]
+
+
+def _fate(store: Store, uuid: str, flagged_at: float) -> str:
+    """What the store's recorded failures say of the GPU ``uuid`` after ``flagged_at``."""
+    failures = store.read_failures(start=flagged_at)
+    mine = failures[failures["uuid"].astype(str) == str(uuid)]
+    if mine.empty:
+        return "no failure of this board is recorded since (a false flag, so far)"
+    f = mine.sort_values("ts").iloc[0]
+    hours = (float(f["ts"]) - flagged_at) / 3600
+    return f"the board failed {hours:.0f} h after it was flagged ({f['kind']}, as recorded)"
 
 
 def _hhmm(ts: float) -> str:

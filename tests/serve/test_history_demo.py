@@ -3,7 +3,7 @@ simulator was degrading (on all but at most one of ``SEEDS``), and the bundled s
 the critical job off it."""
 
 from gpuwarden.models.simdata import fleet_spec
-from gpuwarden.serve.history_demo import run_history_loop_demo
+from gpuwarden.serve.history_demo import last_catchable_failure, run_history_loop_demo
 from gpuwarden.sim import Fleet
 from gpuwarden.store.sqlite import SqliteStore
 
@@ -40,3 +40,27 @@ def test_flags_a_degrading_gpu_and_moves_its_job():
         assert "is now at-risk in the bundled scheduler" in text
         right += flagged in {f.gpu.uuid for f in fleet.failures if f.precursor_start_ts}
     assert right >= len(SEEDS) - 1, right
+
+
+def test_the_window_before_the_last_catchable_failure_and_what_became_of_the_flag():
+    store, fleet = _history(21)
+    last = last_catchable_failure(store)
+    catchable = [
+        f for f in fleet.failures if f.precursor_start_ts and f.ts - f.precursor_start_ts >= 86400
+    ]
+    assert last is not None and catchable
+    newest = max(catchable, key=lambda f: f.ts)
+    assert (last["uuid"], float(last["ts"])) == (newest.gpu.uuid, newest.ts)
+    lines: list[str] = []
+    flagged = run_history_loop_demo(
+        store, hours=48, step_h=4, end=float(last["ts"]) - 3600, echo=lines.append
+    )
+    text = "\n".join(lines)
+    store.close()
+    assert "replaying the 48 h to " in text and "replaying the last" not in text
+    if flagged is None:
+        assert "the model flagged no GPU in this window" in text
+        return
+    failed = {f.gpu.uuid for f in fleet.failures}
+    said = "the board failed" if flagged in failed else "no failure of this board is recorded"
+    assert f"what became of it: {said}" in text, text
