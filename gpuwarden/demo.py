@@ -235,9 +235,14 @@ def run_demo(
             f"      the last failure that showed a precursor a day or more ahead: "
             f"{last['hostname']}/{last['gpu']} ({last['kind']}) at {when}; the 48 h before it:"
         )
-        flagged = run_history_loop_demo(store, end=float(last["ts"]) - 3600, echo=echo)
-        if flagged is not None and flagged != str(last["uuid"]):
+        at_risk: set[str] = set()
+        flagged = run_history_loop_demo(
+            store, end=float(last["ts"]) - 3600, echo=echo, at_risk=at_risk
+        )
+        if flagged is not None and str(last["uuid"]) not in at_risk:
             echo(f"      {last['hostname']}/{last['gpu']} itself was not flagged before it failed")
+        elif flagged is not None and flagged != str(last["uuid"]):
+            echo(f"      {last['hostname']}/{last['gpu']} was flagged too, later in the window")
     store.close()
     if flagged is None:  # nothing flagged in either window: the scripted loop
         run_loop_demo(echo=echo)

@@ -24,11 +24,13 @@ def run_history_loop_demo(
     step_h: float = 4.0,
     end: float | None = None,
     echo: Callable[[str], None] = print,
+    at_risk: set[str] | None = None,
 ) -> str | None:
     """Replay the ``hours`` of ``store`` up to ``end`` (default: its newest sample); returns the
     flagged GPU's UUID, or None when the model flags nothing in that window (the caller then
     shows another window or the scripted loop). The failures the store records say what became
-    of the flagged GPU."""
+    of the flagged GPU. ``at_risk`` gets the UUID of every GPU turned at-risk in the window,
+    the first (narrated) one and those after it."""
     from gpuwarden.scheduler import Job, NodeSpec, Scheduler
     from gpuwarden.scheduler.jobs import PriorityClass
     from gpuwarden.scheduler_hooks.bundled import BundledTagger, SchedulerTarget
@@ -79,6 +81,8 @@ def run_history_loop_demo(
         clock[0] = t
         when = _hhmm(t)
         for tr in service.tick(t):
+            if tr.new is GpuState.AT_RISK and at_risk is not None:
+                at_risk.add(str(tr.gpu.uuid))
             if tr.new is not GpuState.AT_RISK or target is not None:
                 if tr.new is GpuState.UNHEALTHY:
                     echo(

@@ -52,8 +52,9 @@ def test_the_window_before_the_last_catchable_failure_and_what_became_of_the_fla
     newest = max(catchable, key=lambda f: f.ts)
     assert (last["uuid"], float(last["ts"])) == (newest.gpu.uuid, newest.ts)
     lines: list[str] = []
+    at_risk: set[str] = set()
     flagged = run_history_loop_demo(
-        store, hours=48, step_h=4, end=float(last["ts"]) - 3600, echo=lines.append
+        store, hours=48, step_h=4, end=float(last["ts"]) - 3600, echo=lines.append, at_risk=at_risk
     )
     text = "\n".join(lines)
     store.close()
@@ -61,6 +62,7 @@ def test_the_window_before_the_last_catchable_failure_and_what_became_of_the_fla
     if flagged is None:
         assert "the model flagged no GPU in this window" in text
         return
+    assert flagged in at_risk
     failed = {f.gpu.uuid for f in fleet.failures}
     said = "the board failed" if flagged in failed else "no failure of this board is recorded"
     assert f"what became of it: {said}" in text, text
