@@ -22,6 +22,12 @@ then differ less than two single draws do. ``fit(..., draw_X=)`` gives each late
 its own (the same rows and columns with other values, e.g. another draw of the nodes whose
 HBM temperature is hidden); the calibration and the reference read ``X``, draw 0's.
 
+Early stopping holds out whole groups with ``early_stop_groups`` and ``fit(..., groups=)`` (the
+GPU life each row belongs to): scikit-learn's own split draws single rows, so the hourly rows
+of one GPU's life sit on both sides and the held-out loss keeps falling as the trees learn
+that GPU. ``group_holdout`` keeps ``validation_fraction`` of the groups out instead, failing
+and healthy lives apart, so the trees stop when they stop improving on GPUs they never saw.
+
 With ``AnyFailure`` as the estimator and ``fit(..., tree_y=modes)``, the trees learn which
 failure mode a row precedes (one class per mode) and are scored as "fails at all", so the
 calibration still sees one binary score.
@@ -37,6 +43,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.calibration import CalibratedClassifierCV
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.frozen import FrozenEstimator
+from sklearn.utils.class_weight import compute_sample_weight
 from sklearn.utils.validation import check_is_fitted
 
 
@@ -72,6 +79,30 @@ def centred_isotonic(calibrator) -> np.ndarray | None:
     cx = np.r_[x[0], (x[starts] + x[ends]) / 2, x[-1]]
     cy = np.r_[y[0], y[starts], y[-1]]
     return np.vstack([cx, cy])
+
+
+def group_holdout(groups: np.ndarray, y: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """Boolean mask of the rows whose group is held out: ``fraction`` of the groups with a
+    failing row (``y`` above its lowest value) and ``fraction`` of the others, drawn apart so
+    both kinds of life are on both sides; at least one of each where there are two or more."""
+    if not 0 < fraction < 1:
+        raise ValueError(f"the held-out fraction must be in (0, 1), got {fraction!r}")
+    groups = np.asarray(groups)
+    y = np.asarray(y)
+    if groups.shape != y.shape:
+        raise ValueError(f"groups has {groups.size} values for {y.size} rows")
+    names, inverse = np.unique(groups, return_inverse=True)
+    failing = np.zeros(names.size, dtype=bool)
+    failing[inverse[y != y.min()]] = True
+    rng = np.random.default_rng(seed)
+    held = np.zeros(names.size, dtype=bool)
+    for kind in (failing, ~failing):
+        idx = np.flatnonzero(kind)
+        if idx.size < 2:
+            continue
+        n = min(idx.size - 1, max(1, int(round(idx.size * fraction))))
+        held[rng.choice(idx, size=n, replace=False)] = True
+    return held[inverse]
 
 
 #: seeds of draw k are ``random_state + DRAW_STRIDE * k``: draw 0 is the single model's, and
@@ -181,7 +212,9 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
     "sigmoid"), ``calibration_share`` (fraction of distinct scoring times, latest first, kept
     for calibration), ``negative_subsample`` (share of the healthy rows of the training
     block the trees see), ``exclude`` (feature names the trees never read; needs a DataFrame),
-    ``random_state``, ``n_draws`` (tree models averaged, see ``MeanOfDraws``). Learned:
+    ``random_state``, ``n_draws`` (tree models averaged, see ``MeanOfDraws``),
+    ``early_stop_groups`` (early stopping holds out whole ``groups``, see ``group_holdout``;
+    the trees' ``validation_fraction`` of them, redrawn per draw). Learned:
     ``estimator_``, ``calibrator_``, ``classes_``, ``split_time_``,
     ``reference_`` (per-feature median of the negative rows, used to explain a score),
     ``used_features_`` (columns with at least one value in the training block),
@@ -199,6 +232,7 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
         random_state: int = 0,
         centred: bool = True,
         n_draws: int = 1,
+        early_stop_groups: bool = False,
     ):
         self.estimator = estimator
         self.method = method
@@ -208,8 +242,19 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
         self.centred = centred
         self.n_draws = n_draws
+        self.early_stop_groups = early_stop_groups
 
-    def fit(self, X, y, *, sample_time=None, sample_weight=None, draw_X=None, tree_y=None):
+    def fit(
+        self,
+        X,
+        y,
+        *,
+        sample_time=None,
+        sample_weight=None,
+        draw_X=None,
+        tree_y=None,
+        groups=None,
+    ):
         """Fit on rows ordered in time by ``sample_time`` (Unix s; default: row order).
 
         ``sample_weight`` weighs the rows the trees learn from (e.g. rare failure modes up);
@@ -217,6 +262,8 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
         ``draw_X``, a function of the draw ``k`` (1 to ``n_draws - 1``), gives the values that
         draw's trees read instead of ``X``'s: the same rows in the same order, the same
         columns. It is called once per draw, so the rows of only one draw need be held.
+        ``groups`` (one label per row, e.g. the GPU life) is what ``early_stop_groups`` holds
+        out whole.
         """
         if self.method not in ("isotonic", "sigmoid"):
             raise ValueError(f"method must be 'isotonic' or 'sigmoid', got {self.method!r}")
@@ -270,15 +317,25 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
                 raise ValueError(f"exclude names unknown features: {sorted(unknown)[:5]}")
             self.used_features_ &= ~np.isin(np.asarray(X.columns, dtype=object), self.exclude)
         base = clone(self.estimator if self.estimator is not None else default_trees())
+        if self.early_stop_groups:
+            groups = self._check_groups(base, groups, n)
         members = []
         for k, rows in enumerate(blocks):
             trees = clone(base)
             seed = trees.get_params().get("random_state")
             if k and isinstance(seed, int | np.integer):
                 trees.set_params(random_state=int(seed) + DRAW_STRIDE * k)
-            fit_kw = {} if weights is None else {"sample_weight": weights[rows]}
             Xk = Xa if k == 0 or draw_X is None else self._draw_values(draw_X, k, Xa.shape)
-            members.append(trees.fit(Xk[rows][:, self.used_features_], learn[rows], **fit_kw))
+            if self.early_stop_groups:
+                seed = self.random_state + DRAW_STRIDE * k
+                val = np.zeros(n, dtype=bool)
+                val[rows] = group_holdout(
+                    groups[rows], learn[rows], trees.validation_fraction, seed
+                )
+                members.append(self._fit_held_out(trees, Xk, learn, weights, rows & ~val, val))
+            else:
+                fit_kw = {} if weights is None else {"sample_weight": weights[rows]}
+                members.append(trees.fit(Xk[rows][:, self.used_features_], learn[rows], **fit_kw))
             del Xk
         self.estimator_ = members[0] if len(members) == 1 else MeanOfDraws.of(members)
         cal = CalibratedClassifierCV(FrozenEstimator(self.estimator_), method=self.method)
@@ -292,6 +349,35 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
                 np.nanmedian(negatives, axis=0) if len(negatives) else np.full(Xa.shape[1], np.nan)
             )
         return self
+
+    @staticmethod
+    def _check_groups(trees, groups, n: int) -> np.ndarray:
+        if groups is None:
+            raise ValueError("early_stop_groups needs groups: the group of every row")
+        groups = np.asarray(groups)
+        if groups.shape != (n,):
+            raise ValueError(f"groups has {groups.size} values for {n} rows")
+        params = trees.get_params()
+        if params.get("early_stopping") is not True or "validation_fraction" not in params:
+            raise ValueError(
+                "early_stop_groups needs trees with early_stopping=True and a "
+                f"validation_fraction, got {type(trees).__name__}"
+            )
+        return groups
+
+    def _fit_held_out(self, trees, Xk, learn, weights, train, val):
+        """``trees`` fit on the ``train`` rows, early-stopped on the ``val`` rows, whose
+        weights are the rows' own times the trees' class weights (what scikit-learn's own
+        split would have weighed them by)."""
+        cols = self.used_features_
+        w_val = compute_sample_weight(trees.get_params().get("class_weight"), learn[val])
+        kw: dict = {"sample_weight_val": w_val}
+        if weights is not None:
+            kw["sample_weight"] = weights[train]
+            kw["sample_weight_val"] = w_val * weights[val]
+        return trees.fit(
+            Xk[train][:, cols], learn[train], X_val=Xk[val][:, cols], y_val=learn[val], **kw
+        )
 
     @staticmethod
     def _draw_values(draw_X, k: int, shape: tuple[int, ...]) -> np.ndarray:

@@ -425,6 +425,12 @@ def main(argv: list[str] | None = None) -> None:
         help="the trees learn which failure mode a row precedes, scored as any failure "
         "(TrainOptions.mode_classes; off: shipped)",
     )
+    ap.add_argument(
+        "--early-stop-lives",
+        action="store_true",
+        help="early stopping holds out whole GPU lives, not single rows "
+        "(TrainOptions.early_stop_lives; off: shipped)",
+    )
     args = ap.parse_args(argv)
     if not (np.isfinite(args.default_weight) and args.default_weight > 0):
         ap.error("--default-weight must be a positive number")
@@ -464,6 +470,7 @@ def main(argv: list[str] | None = None) -> None:
             hide_per_draw=args.hide_per_draw,
             fleet_weights=(("default", args.default_weight),) if args.default_weight != 1 else (),
             mode_classes=args.mode_classes,
+            early_stop_lives=args.early_stop_lives,
         )
         model = train_on_panel(panel, options=options, source=source, progress=args.progress)
         del panel

@@ -74,6 +74,9 @@ class TrainOptions:
     #: with precursors, the sudden kinds together) and are scored as any failure
     #: (``AnyFailure``); False: one class for every failure
     mode_classes: bool = False
+    #: early stopping holds out whole GPU lives (``estimator.group_holdout``) instead of
+    #: scikit-learn's draw of single rows, which puts hours of one GPU's life on both sides
+    early_stop_lives: bool = False
 
 
 def hide_memory_temperature(panel: HourlyPanel, share: float, seed: int) -> HourlyPanel:
@@ -239,6 +242,7 @@ def model_card(
         # the benign error level its trees were grown on: ``score`` warns well beyond it
         CARD_LEVEL_KEY: training_error_level(panel),
         "metrics": {"calibration_block": _block_metrics(est, ds, threshold)},
+        "tree_rounds": int(getattr(est.estimator_, "n_iter_", 0)),
         "train_seconds": round(time.time() - started, 1),
     }
 
@@ -298,7 +302,10 @@ def fit_on_rows(
         exclude=tuple(o.exclude_features),
         random_state=o.random_state,
         n_draws=o.draws,
+        early_stop_groups=o.early_stop_lives,
     )
+    if o.early_stop_lives and o.mode_classes:
+        raise InputError("early stopping on held-out GPU lives does not yet work with mode classes")
     try:
         est.fit(
             ds.X,
@@ -307,6 +314,7 @@ def fit_on_rows(
             sample_weight=row_weights(ds, o),
             draw_X=draw_X,
             tree_y=mode_labels(ds) if o.mode_classes else None,
+            groups=ds.meta["key"].to_numpy() if o.early_stop_lives else None,
         )
     except ValueError as exc:
         raise InputError(f"cannot train: {exc}") from exc
@@ -318,6 +326,7 @@ def fit_on_rows(
         estimator="HistGradientBoostingClassifier (class_weight=balanced"
         + ("; one class per failure mode, scored as any failure" if o.mode_classes else "")
         + (f"; mean log-odds of {o.draws} draws" if o.draws > 1 else "")
+        + ("; early stopping on held-out GPU lives" if o.early_stop_lives else "")
         + ("; each draw hides its own nodes' HBM temperature" if draw_X is not None else "")
         + ") + "
         f"{'centred isotonic' if o.method == 'isotonic' else o.method} calibration "
