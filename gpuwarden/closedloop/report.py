@@ -2,7 +2,8 @@
 
 A reduction is ``1 - arm / no prediction`` for one seed; the table gives its mean over seeds and a
 95% Student-t interval (a seed where no prediction had none of the thing is left out of that
-mean). Files written by ``write_report``:
+mean). No reduction can pass 100% (an arm cannot have fewer than none), so the interval's top is
+clipped there. Files written by ``write_report``:
 
     closed_loop.md      the tables (what the CLI prints)
     per_seed.csv        one row per (sudden share, seed, arm)
@@ -71,6 +72,7 @@ def reductions(frame: pd.DataFrame) -> pd.DataFrame:
             with np.errstate(divide="ignore", invalid="ignore"):
                 cut = np.where(b > 0, 1.0 - g[col].to_numpy(float) / b, np.nan)
             m, lo, hi = mean_ci(cut)
+            hi = min(hi, 1.0)  # 1 - arm / no prediction is at most 1 on every seed
             out.append({"sudden_fraction": sudden, "arm": arm, "metric": col, "mean": m,
                         "lo": lo, "hi": hi})  # fmt: skip
     return pd.DataFrame(out)
