@@ -327,10 +327,10 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
                 trees.set_params(random_state=int(seed) + DRAW_STRIDE * k)
             Xk = Xa if k == 0 or draw_X is None else self._draw_values(draw_X, k, Xa.shape)
             if self.early_stop_groups:
-                seed = self.random_state + DRAW_STRIDE * k
+                split_seed = self.random_state + DRAW_STRIDE * k
                 val = np.zeros(n, dtype=bool)
                 val[rows] = group_holdout(
-                    groups[rows], learn[rows], trees.validation_fraction, seed
+                    groups[rows], learn[rows], trees.validation_fraction, split_seed
                 )
                 members.append(self._fit_held_out(trees, Xk, learn, weights, rows & ~val, val))
             else:

@@ -474,7 +474,10 @@ def main(argv: list[str] | None = None) -> None:
         )
         model = train_on_panel(panel, options=options, source=source, progress=args.progress)
         del panel
-        print(f"trained ({model.card['train_seconds']:.0f} s)", flush=True)
+        print(
+            f"trained ({model.card['train_seconds']:.0f} s, {model.card['tree_rounds']} rounds)",
+            flush=True,
+        )
     from tqdm import tqdm
 
     from gpuwarden.sim.family import HELD_OUT_SEEDS, draw_family
