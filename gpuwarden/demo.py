@@ -235,14 +235,19 @@ def run_demo(
             f"      the last failure that showed a precursor a day or more ahead: "
             f"{last['hostname']}/{last['gpu']} ({last['kind']}) at {when}; the 48 h before it:"
         )
-        at_risk: set[str] = set()
+        at_risk: dict[str, float] = {}
         flagged = run_history_loop_demo(
             store, end=float(last["ts"]) - 3600, echo=echo, at_risk=at_risk
         )
-        if flagged is not None and str(last["uuid"]) not in at_risk:
-            echo(f"      {last['hostname']}/{last['gpu']} itself was not flagged before it failed")
-        elif flagged is not None and flagged != str(last["uuid"]):
-            echo(f"      {last['hostname']}/{last['gpu']} was flagged too, later in the window")
+        name, uuid = f"{last['hostname']}/{last['gpu']}", str(last["uuid"])
+        if flagged is not None and uuid not in at_risk:
+            echo(f"      {name} itself was not flagged before it failed")
+        elif flagged is not None and flagged != uuid:
+            at = at_risk[uuid]
+            echo(
+                f"      {name} was flagged too, at {time.strftime('%m-%d %H:%M', time.gmtime(at))}: "
+                f"{(float(last['ts']) - at) / 3600:.0f} h before it failed"
+            )
     store.close()
     if flagged is None:  # nothing flagged in either window: the scripted loop
         run_loop_demo(echo=echo)

@@ -24,17 +24,18 @@ def run_history_loop_demo(
     step_h: float = 4.0,
     end: float | None = None,
     echo: Callable[[str], None] = print,
-    at_risk: set[str] | None = None,
+    at_risk: dict[str, float] | None = None,
 ) -> str | None:
     """Replay the ``hours`` of ``store`` up to ``end`` (default: its newest sample); returns the
     flagged GPU's UUID, or None when the model flags nothing in that window (the caller then
     shows another window or the scripted loop). The failures the store records say what became
     of the flagged GPU. ``at_risk`` gets the UUID of every GPU turned at-risk in the window,
-    the first (narrated) one and those after it."""
+    the first (narrated) one and those after it, with the round it was first turned at-risk."""
+    from gpuwarden.alerts.decision import DecisionEngine
     from gpuwarden.scheduler import Job, NodeSpec, Scheduler
     from gpuwarden.scheduler.jobs import PriorityClass
     from gpuwarden.scheduler_hooks.bundled import BundledTagger, SchedulerTarget
-    from gpuwarden.serve.assessors import default_assessor
+    from gpuwarden.serve.assessors import decision_lines, default_assessor
     from gpuwarden.serve.service import RiskService
 
     gpus = store.gpus()
@@ -60,10 +61,12 @@ def run_history_loop_demo(
         for gpu in task.gpus
     }
     clock = [end - hours * 3600]
+    enter, leave = decision_lines()  # the model's own line, as gpuwarden serve decides
     service = RiskService(
         store,
         # hard signals between two replayed rounds count too (the live default looks 15 min back)
         assess=default_assessor(lookback_s=step_h * 3600),
+        engine=DecisionEngine(enter_at=enter, exit_below=leave),
         taggers=[BundledTagger(SchedulerTarget(scheduler))],
         interval_s=step_h * 3600,
         breaker_share=1.0,
@@ -72,7 +75,8 @@ def run_history_loop_demo(
     window = f"the last {hours:g} h" if end >= newest else f"the {hours:g} h to {_hhmm(end)}"
     echo(
         f"      replaying {window} of {len(slots)} GPUs every {step_h:g} h with the "
-        "shipped model and hard signals; every GPU runs a critical inference job"
+        f"shipped model and hard signals, at-risk from {enter:.2f} as gpuwarden serve decides; "
+        "every GPU runs a critical inference job"
     )
     target: Any = None
     flag_ts = end
@@ -82,7 +86,7 @@ def run_history_loop_demo(
         when = _hhmm(t)
         for tr in service.tick(t):
             if tr.new is GpuState.AT_RISK and at_risk is not None:
-                at_risk.add(str(tr.gpu.uuid))
+                at_risk.setdefault(str(tr.gpu.uuid), t)
             if tr.new is not GpuState.AT_RISK or target is not None:
                 if tr.new is GpuState.UNHEALTHY:
                     echo(

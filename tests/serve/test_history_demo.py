@@ -52,7 +52,7 @@ def test_the_window_before_the_last_catchable_failure_and_what_became_of_the_fla
     newest = max(catchable, key=lambda f: f.ts)
     assert (last["uuid"], float(last["ts"])) == (newest.gpu.uuid, newest.ts)
     lines: list[str] = []
-    at_risk: set[str] = set()
+    at_risk: dict[str, float] = {}
     flagged = run_history_loop_demo(
         store, hours=48, step_h=4, end=float(last["ts"]) - 3600, echo=lines.append, at_risk=at_risk
     )
@@ -63,6 +63,38 @@ def test_the_window_before_the_last_catchable_failure_and_what_became_of_the_fla
         assert "the model flagged no GPU in this window" in text
         return
     assert flagged in at_risk
+    start = float(last["ts"]) - 3600 - 48 * 3600
+    assert all(start <= at <= float(last["ts"]) - 3600 for at in at_risk.values())
     failed = {f.gpu.uuid for f in fleet.failures}
     said = "the board failed" if flagged in failed else "no failure of this board is recorded"
     assert f"what became of it: {said}" in text, text
+
+
+def test_the_replay_flags_at_the_line_serve_uses():
+    """The replay decides as ``gpuwarden serve`` does, at the model's line (here the setting's,
+    set low so the first round holds GPUs between it and the decision engine's own default):
+    every GPU the model scores at or above it in the first round is at-risk from that round."""
+    from gpuwarden.alerts.base import RiskAssessment
+    from gpuwarden.health import GpuState, use_at_risk_threshold
+    from gpuwarden.serve.assessors import default_assessor
+
+    store, _ = _history(21)
+    end = float(store.gpus()["last_ts"].max())
+    first = end - 12 * 3600
+    lines: list[str] = []
+    at_risk: dict[str, float] = {}
+    use_at_risk_threshold(0.4)
+    try:
+        scored = [
+            RiskAssessment.coerce(a) for a in default_assessor(lookback_s=4 * 3600)(store, first)
+        ]
+        run_history_loop_demo(
+            store, hours=12, step_h=4, end=end, echo=lines.append, at_risk=at_risk
+        )
+    finally:
+        use_at_risk_threshold(None)
+        store.close()
+    above = {a.gpu.uuid for a in scored if a.risk >= 0.4 and a.state is not GpuState.UNHEALTHY}
+    assert "at-risk from 0.40" in "\n".join(lines)
+    assert any(a.risk < 0.7 for a in scored if a.gpu.uuid in above), "no GPU between the lines"
+    assert {u for u, at in at_risk.items() if at == first} >= above
