@@ -122,7 +122,7 @@ def _score_rows(
     a shard of it (``store.shard.HostShard``): its error rates and thermal rises are read
     against the whole fleet's, not the shard's."""
     started = time.perf_counter()
-    rows = rows_at(panel, t, recent_h=REPORTING_H)
+    rows = current_boards(panel, rows_at(panel, t, recent_h=REPORTING_H))
     if len(rows) == 0:
         return pd.DataFrame(columns=list(FRAME_COLUMNS))
     split = partial and t[0] > 0
@@ -176,6 +176,27 @@ def _score_rows(
         timings["features"] = featured - started
         timings["model"] = time.perf_counter() - featured
     return out
+
+
+def current_boards(panel: HourlyPanel, rows: np.ndarray) -> np.ndarray:
+    """``rows`` (t, g) without the boards another one had replaced in their slot by ``t``: a
+    GPU that reported in the last day is scored, but once a new UUID reports in its slot
+    (host, index) from the hour of its last sample on, the old board is out of the fleet, whatever errors
+    it ended on."""
+    if len(rows) == 0:
+        return rows
+    slot = panel.keys[["hostname", "gpu"]].astype(str).agg("/".join, axis=1).to_numpy()
+    uuid = panel.keys["uuid"].astype(str).to_numpy()
+    shared = pd.Series(slot).duplicated(keep=False).to_numpy()
+    if not shared[rows[:, 1]].any():
+        return rows
+    keep = np.ones(len(rows), dtype=bool)
+    for i in np.flatnonzero(shared[rows[:, 1]]):
+        t, g = int(rows[i, 0]), int(rows[i, 1])
+        last = int(np.flatnonzero(panel.seen[: t + 1, g]).max())
+        others = np.flatnonzero((slot == slot[g]) & (uuid != uuid[g]))
+        keep[i] = not ((panel.first[others] >= last) & (panel.first[others] <= t)).any()
+    return rows[keep]
 
 
 def _with_whole_hour(panel: HourlyPanel, rows: np.ndarray) -> np.ndarray:

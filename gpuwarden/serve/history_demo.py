@@ -117,7 +117,8 @@ def run_history_loop_demo(
     echo(
         f"      {job} was asked to leave {target.hostname}/{target.index} when it was flagged; "
         + (
-            f"the board has since been replaced, so the slot is {health} again"
+            f"the slot is {health} in the bundled scheduler at the replay's end, and the board "
+            "has since been replaced"
             if replaced
             else f"the GPU is {health} in the bundled scheduler now"
         )

@@ -41,7 +41,7 @@ def test_one_row_per_reporting_gpu_worst_first(sim_store, tiny_model):
     assert (rows["missing"] == ()).all()  # the simulator reads every signal
     assert rows["uuid"].is_unique and (rows["at"] == at).all()
     alive = store.read_samples(start=at - 86400, end=at, fields=["gpu_temp_c"])
-    assert set(rows["uuid"]) == set(alive["uuid"])
+    assert set(rows["uuid"]) == set(alive["uuid"]) - _replaced_by(store, at)
     assert rows["risk"].between(0, 1).all()
     assert set(rows["state"]) <= {"ok", "at-risk", "unhealthy"}
     rank = rows["state"].map({"unhealthy": 0, "at-risk": 1, "ok": 2}).to_numpy()
@@ -50,6 +50,31 @@ def test_one_row_per_reporting_gpu_worst_first(sim_store, tiny_model):
     assert (flagged["reasons"].str.len() > 0).all()
     recs = records(rows)
     assert recs[0].uuid == rows["uuid"].iloc[0] and isinstance(recs[0].risk, float)
+
+
+def _replaced_by(store, at: float) -> set[str]:
+    """Boards a newer one had replaced in their slot by ``at``."""
+    boards = store.gpus()
+    pairs = boards.merge(boards, on=["hostname", "gpu"], suffixes=("", "_new"))
+    later = (pairs["uuid_new"] != pairs["uuid"]) & (pairs["first_ts_new"] > pairs["first_ts"])
+    return set(pairs.loc[later & (pairs["first_ts_new"] <= at), "uuid"])
+
+
+def test_a_replaced_board_is_out_of_the_fleet_once_its_successor_reports(sim_store, tiny_model):
+    """The old board reported in the last day, with the errors that got it replaced; once a
+    new UUID reports in its slot it is not scored (the decision engine would take it for
+    the slot again), and before that it is."""
+    store, _ = sim_store
+    boards = store.gpus()
+    new = boards[boards["first_ts"] > T0 + 2 * 86400].sort_values("first_ts").iloc[0]
+    slot = boards[(boards["hostname"] == new["hostname"]) & (boards["gpu"] == new["gpu"])]
+    old = slot[slot["last_ts"] <= new["first_ts"]].sort_values("last_ts").iloc[-1]
+    assert new["first_ts"] < old["last_ts"] + 86400  # it would be scored for a day
+    after = score_store(store, tiny_model, at=float(new["first_ts"]) + 3 * 3600)
+    assert new["uuid"] in set(after["uuid"]) and old["uuid"] not in set(after["uuid"])
+    assert (after["hostname"] + "/" + after["gpu"].astype(str)).is_unique
+    before = score_store(store, tiny_model, at=float(old["last_ts"]) - 600)
+    assert old["uuid"] in set(before["uuid"]) and new["uuid"] not in set(before["uuid"])
 
 
 def test_the_trees_predict_on_the_score_threads_setting(sim_store, tiny_model, monkeypatch):
