@@ -83,3 +83,22 @@ def test_signals_the_store_lacks_are_named_with_their_metrics(tmp_path):
     )
     assert "core temperature" not in text.split("lacks")[1]  # gpu_temp_c is there
     assert "deploy/dcgm-exporter/gpuwarden-counters.csv" in text
+
+
+def test_a_replaced_boards_errors_are_not_on_the_watch_list(tmp_path):
+    """The old board of slot n1/1 logged double-bit errors and was replaced by GPU-b: the
+    watch list names the boards in the fleet, not the one taken out (its failure is counted
+    under the failures recorded)."""
+    store = SqliteStore(tmp_path / "s.db")
+    for k, dbe in enumerate((0.0, 2.0)):
+        ts = T - 3600 + 60 * k
+        store.write_batch(Batch(ts, (Sample(ts, OLD, {"ecc_dbe_volatile_total": dbe}),)))
+    for k, sbe in enumerate((0.0, 50.0, 90.0)):
+        ts = T + 60 * k
+        samples = tuple(
+            Sample(ts, g, {"ecc_sbe_volatile_total": sbe if g is A else 0.0}) for g in (A, B)
+        )
+        store.write_batch(Batch(ts, samples))
+    watch = fleet_summary(store).watch
+    assert list(watch["uuid"]) == ["GPU-a"]
+    assert watch["sbe"].iloc[0] == 90.0
