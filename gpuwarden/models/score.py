@@ -185,11 +185,11 @@ def current_boards(panel: HourlyPanel, rows: np.ndarray) -> np.ndarray:
     it ended on."""
     if len(rows) == 0:
         return rows
-    slot = panel.keys[["hostname", "gpu"]].astype(str).agg("/".join, axis=1).to_numpy()
-    uuid = panel.keys["uuid"].astype(str).to_numpy()
-    shared = pd.Series(slot).duplicated(keep=False).to_numpy()
+    slot = panel.keys.groupby(["hostname", "gpu"], sort=False).ngroup().to_numpy()
+    shared = np.bincount(slot)[slot] > 1
     if not shared[rows[:, 1]].any():
         return rows
+    uuid = panel.keys["uuid"].astype(str).to_numpy()
     keep = np.ones(len(rows), dtype=bool)
     for i in np.flatnonzero(shared[rows[:, 1]]):
         t, g = int(rows[i, 0]), int(rows[i, 1])
