@@ -189,8 +189,9 @@ def fleet_summary(
         fail_table = pd.DataFrame(columns=["kind", "count"])
 
     # a slot's newest board only, as for the verdicts: a replaced board's errors are its history
-    current = samples["uuid"].isin(latest["uuid"]) if len(samples) and len(latest) else True
-    watch = _watch_table(samples[current] if len(samples) else samples)
+    if len(samples) and len(latest):
+        samples = samples[samples["uuid"].isin(latest["uuid"])]
+    watch = _watch_table(samples)
     verdicts = store.read_verdicts(start=now - 86400, end=now + 1, latest=True)
     # a slot's newest board only: a replaced board's last verdict is history
     verdicts = verdicts.drop_duplicates(["hostname", "gpu"], keep="last")

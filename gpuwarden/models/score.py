@@ -181,8 +181,8 @@ def _score_rows(
 def current_boards(panel: HourlyPanel, rows: np.ndarray) -> np.ndarray:
     """``rows`` (t, g) without the boards another one had replaced in their slot by ``t``: a
     GPU that reported in the last day is scored, but once a new UUID reports in its slot
-    (host, index) from the hour of its last sample on, the old board is out of the fleet, whatever errors
-    it ended on."""
+    (host, index), from the hour of the old board's last sample on, the old board is out of
+    the fleet, whatever errors it ended on."""
     if len(rows) == 0:
         return rows
     slot = panel.keys.groupby(["hostname", "gpu"], sort=False).ngroup().to_numpy()
