@@ -79,11 +79,6 @@ class DecisionEngine:
     ``enter_at``: risk at which an ok GPU becomes at-risk (``health.at_risk_threshold``). ``exit_below``: risk the
     GPU must stay under, for ``hold_s`` seconds, to be ok again (0.5, 24 h).
     ``manual_hold_s``: how long a person's decision holds against the scorer (24 h).
-
-    GPUs are tracked per slot (host, index): a new UUID in a slot is a new board and starts
-    ok, and what is said afterwards of the board it replaced is ignored (the scorer keeps
-    reporting a removed board for a day). A board put back into the slot it left is heard
-    again after a restart.
     """
 
     def __init__(
@@ -106,10 +101,6 @@ class DecisionEngine:
         self.hold_s = float(hold_s)
         self.manual_hold_s = float(manual_hold_s)
         self._tracks: dict[tuple[str, int], _Track] = {}
-        # per slot, the UUIDs of boards a newer one replaced: the scorer keeps reporting a
-        # removed board for as long as it scores GPUs that reported lately (a day), and the
-        # hard signals that got it replaced with it
-        self._replaced: dict[tuple[str, int], set[str]] = {}
         self._lock = threading.RLock()
 
     # -- inputs --------------------------------------------------------------------------
@@ -118,8 +109,6 @@ class DecisionEngine:
         """Take one scorer verdict; returns the transitions it caused (usually none)."""
         with self._lock:
             out, t = self._track(a.gpu, a.ts)
-            if t is None:
-                return out
             t.risk, t.risk_ts = float(a.risk), a.ts
             t.ruled = bool(a.rule)
             if a.reasons or a.action:
@@ -151,8 +140,6 @@ class DecisionEngine:
         as a score above ``enter_at`` while it fires. Repeating the same call changes nothing."""
         with self._lock:
             out, t = self._track(gpu, ts)
-            if t is None:
-                return out
             if effect is GpuState.UNHEALTHY:
                 if not firing:  # unhealthy is sticky: a person clears it
                     return out
@@ -271,13 +258,9 @@ class DecisionEngine:
                 return t
         raise InputError(f"no GPU with UUID {uuid!r} has been seen")
 
-    def _track(self, gpu: GpuId, ts: float) -> tuple[list[Transition], _Track | None]:
-        """The slot's track; a new UUID in a known slot is a new board and starts ok. None for
-        a board a newer one already replaced in that slot: what is said of it is not the
-        slot's any more."""
+    def _track(self, gpu: GpuId, ts: float) -> tuple[list[Transition], _Track]:
+        """The slot's track; a new UUID in a known slot is a new board and starts ok."""
         key = (gpu.hostname, gpu.index)
-        if gpu.uuid and gpu.uuid in self._replaced.get(key, ()):
-            return [], None
         t = self._tracks.get(key)
         if t is None:
             t = self._tracks[key] = _Track(gpu, since=ts)
@@ -287,8 +270,6 @@ class DecisionEngine:
                 t.gpu = gpu  # keep the richest identity seen
             return [], t
         old = t
-        if old.gpu.uuid:
-            self._replaced.setdefault(key, set()).add(old.gpu.uuid)
         t = self._tracks[key] = _Track(gpu, since=ts, source="replaced")
         if old.state is GpuState.OK:
             return [], t

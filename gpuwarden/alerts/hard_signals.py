@@ -14,7 +14,9 @@ Which signals count, their words and NVIDIA's action for each are ``gpuwarden.he
 ``HARD_SIGNALS``; this module only reads them from the store.
 
 Every GPU seen in the window gets an assessment (risk NaN: this assessor has no opinion on
-risk), so the service knows the whole fleet.
+risk), so the service knows the whole fleet, but a board that another UUID replaced in its
+slot within the window: the decision engine tracks slots, and would take the old board's
+signals for the slot's new one.
 """
 
 from __future__ import annotations
@@ -60,7 +62,11 @@ class HardSignalAssessor:
         )
         gpus: dict[str, GpuId] = {}
         signals: dict[str, list[Signal]] = {}
+        first: dict[str, float] = {}  # first sample in the window
+        heard: dict[str, float] = {}  # newest sample or event in the window
         for uuid, group in samples.groupby("uuid", sort=False):
+            first[str(uuid)] = float(group["ts"].min())
+            heard[str(uuid)] = float(group["ts"].max())
             last = group.iloc[-1]
             gpus[str(uuid)] = GpuId(
                 str(last["hostname"]),
@@ -75,11 +81,15 @@ class HardSignalAssessor:
         for row in events.itertuples(index=False):
             uuid = str(row.uuid)
             gpus.setdefault(uuid, GpuId(str(row.hostname), int(row.gpu), uuid))
+            heard[uuid] = max(heard.get(uuid, -math.inf), float(row.ts))
             found_event = _event_signal(row)
             if found_event:
                 signals.setdefault(uuid, []).append(found_event)
         out = []
+        gone = replaced_in_slot(gpus, first, heard)
         for uuid, gpu in gpus.items():
+            if uuid in gone:
+                continue
             found = sorted(signals.get(uuid, []), key=lambda s: s[0], reverse=True)
             if not found:
                 out.append(RiskAssessment(gpu, at))
@@ -97,6 +107,24 @@ class HardSignalAssessor:
                 )
             )
         return out
+
+
+def replaced_in_slot(
+    gpus: dict[str, GpuId], first: dict[str, float], heard: dict[str, float]
+) -> set[str]:
+    """UUIDs of boards another one replaced in their slot (host, index): another UUID there
+    sent its first sample (``first``) at or after the last thing heard of them (``heard``:
+    newest sample or event)."""
+    slots: dict[tuple[str, int], list[str]] = {}
+    for uuid, gpu in gpus.items():
+        slots.setdefault((gpu.hostname, gpu.index), []).append(uuid)
+    gone: set[str] = set()
+    for uuids in slots.values():
+        for u in uuids if len(uuids) > 1 else ():
+            last = heard.get(u, math.inf)
+            if any(v != u and first.get(v, -math.inf) >= last for v in uuids):
+                gone.add(u)
+    return gone
 
 
 def _sample_signals(group: pd.DataFrame, start: float) -> list[Signal]:

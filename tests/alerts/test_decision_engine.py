@@ -136,33 +136,6 @@ def test_new_board_in_the_slot_starts_ok():
     assert [s.gpu.uuid for s in e.statuses()] == ["GPU-bbbb"]
 
 
-def test_the_replaced_board_is_not_the_slot_again():
-    """After a board swap the scorer still reports the old board for a while (it reported in
-    the last 24 h, with the errors that got it replaced), beside the new one, in either order.
-    The old board is not taken for a newer one: the slot stays with the new board, with no
-    transition from the old board's verdicts, round after round."""
-    e = DecisionEngine()
-    score(e, 0, 0.9)  # the old board at-risk, then failing
-    score(e, 60, math.nan, hard_signal="double-bit ECC error")
-    new = GpuId("node1", 3, "GPU-bbbb")
-    changes = e.assess(RiskAssessment(new, 120, 0.03))
-    for k in range(1, 30):  # rounds with both boards in the assessments, either order
-        ts = 120 + 60 * k
-        first, second = (GPU, new) if k % 2 else (new, GPU)
-        for gpu in (first, second):
-            risk = 0.9 if gpu is GPU else 0.03
-            hard = "double-bit ECC error" if gpu is GPU and k < 5 else None
-            changes += e.assess(RiskAssessment(gpu, ts, risk, hard_signal=hard))
-    assert [(t.old, t.new, t.source) for t in changes] == [
-        (GpuState.UNHEALTHY, GpuState.OK, "replaced")
-    ]
-    assert [(s.gpu.uuid, s.state) for s in e.statuses()] == [("GPU-bbbb", GpuState.OK)]
-    assert (
-        e.alert(GPU, key="k", name="GpuAtRisk", effect=GpuState.AT_RISK, firing=True, ts=9e3) == []
-    )
-    assert e.status("GPU-bbbb").state is GpuState.OK
-
-
 def test_alerts_drive_the_same_path_and_repeat_harmlessly():
     e = DecisionEngine(hold_s=H)
     kw = dict(key="fp1", name="GpuAtRisk", effect=GpuState.AT_RISK, reasons=("risk 0.81",))
