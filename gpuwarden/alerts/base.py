@@ -23,8 +23,9 @@ class Transition:
     """A GPU's state changed at ``ts``.
 
     ``source``: what drove it, ``"model"`` (the scorer), ``"alertmanager"``, ``"hold"`` (the
-    score stayed low for the hold time), ``"manual"`` (a person) or ``"replaced"`` (a new UUID
-    in the slot). ``actor``: ``"gpuwarden"`` or the person's name for a manual decision.
+    score stayed low for the hold time), ``"manual"`` (a person), ``"replaced"`` (a new UUID
+    in the slot) or ``"moved"`` (a GPU renumbered at a boot took its state to its new index).
+    ``actor``: ``"gpuwarden"`` or the person's name for a manual decision.
     """
 
     ts: float

@@ -32,6 +32,9 @@ from gpuwarden.telemetry import GpuId
 
 DEFAULT_ENTER_AT = DEFAULT_AT_RISK  # serve passes the loaded model's own threshold
 DEFAULT_EXIT_BELOW = 0.5
+#: how long a GPU's track is kept aside after another board took its slot: a GPU renumbered
+#: at a boot reports at its new index within this
+PARKED_S = 7 * 86400.0
 DEFAULT_HOLD_S = 24 * 3600.0
 
 
@@ -79,6 +82,11 @@ class DecisionEngine:
     ``enter_at``: risk at which an ok GPU becomes at-risk (``health.at_risk_threshold``). ``exit_below``: risk the
     GPU must stay under, for ``hold_s`` seconds, to be ok again (0.5, 24 h).
     ``manual_hold_s``: how long a person's decision holds against the scorer (24 h).
+
+    GPUs are tracked per slot (host, index). A new UUID in a slot is a new board and starts ok;
+    a UUID the engine tracks at another index of the same host is that GPU renumbered (a GPU
+    off the bus renumbers the ones after it at the next boot): its state goes with it, and the
+    board it displaced is kept aside in case it reports at another index too.
     """
 
     def __init__(
@@ -101,6 +109,9 @@ class DecisionEngine:
         self.hold_s = float(hold_s)
         self.manual_hold_s = float(manual_hold_s)
         self._tracks: dict[tuple[str, int], _Track] = {}
+        # tracks displaced from their slot by a renumbered or new board, by UUID, with the
+        # slot they left: a GPU renumbered again later picks its track up (``PARKED_S``)
+        self._parked: dict[str, tuple[tuple[str, int], float, _Track]] = {}
         self._lock = threading.RLock()
 
     # -- inputs --------------------------------------------------------------------------
@@ -259,23 +270,69 @@ class DecisionEngine:
         raise InputError(f"no GPU with UUID {uuid!r} has been seen")
 
     def _track(self, gpu: GpuId, ts: float) -> tuple[list[Transition], _Track]:
-        """The slot's track; a new UUID in a known slot is a new board and starts ok."""
+        """The slot's track; a new UUID in a known slot is a new board and starts ok, a UUID
+        tracked at another index of the host is that GPU renumbered (``_renumbered``)."""
         key = (gpu.hostname, gpu.index)
         t = self._tracks.get(key)
-        if t is None:
-            t = self._tracks[key] = _Track(gpu, since=ts)
-            return [], t
-        if t.gpu.uuid == gpu.uuid:
+        if t is not None and t.gpu.uuid == gpu.uuid:
             if gpu != t.gpu and (gpu.model or gpu.pci_bus_id):
                 t.gpu = gpu  # keep the richest identity seen
             return [], t
+        moved = self._renumbered(gpu, ts)
+        if moved is not None:
+            return moved
+        if t is None:
+            t = self._tracks[key] = _Track(gpu, since=ts)
+            return [], t
         old = t
+        self._park(key, old, ts)
         t = self._tracks[key] = _Track(gpu, since=ts, source="replaced")
         if old.state is GpuState.OK:
             return [], t
         why = f"board replaced: UUID {old.gpu.uuid} -> {gpu.uuid}"
         change = Transition(ts, gpu, old.state, GpuState.OK, math.nan, (why,), "", "replaced")
         return [change], t
+
+    def _renumbered(self, gpu: GpuId, ts: float) -> tuple[list[Transition], _Track] | None:
+        """``gpu``'s own track when it is tracked at another index of its host, or was put
+        aside from another slot: moved into ``gpu``'s slot with its state, the slot's board
+        put aside. One transition when a state moves or leaves (the node's tags follow)."""
+        if not gpu.uuid:
+            return None
+        key = (gpu.hostname, gpu.index)
+        src = next(
+            (
+                k
+                for k, t in self._tracks.items()
+                if t.gpu.uuid == gpu.uuid and k[0] == gpu.hostname and k != key
+            ),
+            None,
+        )
+        if src is not None:
+            moved = self._tracks.pop(src)
+        else:
+            parked = self._parked.get(gpu.uuid)
+            if parked is None or parked[0] == key or parked[0][0] != gpu.hostname:
+                return None  # a board back in the slot it left starts again, as a new one
+            src, _, moved = self._parked.pop(gpu.uuid)
+        here = self._tracks.get(key)
+        if here is not None:
+            self._park(key, here, ts)
+        moved.gpu = gpu
+        self._tracks[key] = moved
+        if moved.state is GpuState.OK and (here is None or here.state is GpuState.OK):
+            return [], moved
+        why = f"GPU {gpu.uuid} now reports as index {gpu.index} (was {src[1]})"
+        old = here.state if here is not None else moved.state
+        return [
+            Transition(ts, gpu, old, moved.state, moved.risk, (why,), moved.action, "moved")
+        ], moved
+
+    def _park(self, key: tuple[str, int], t: _Track, ts: float) -> None:
+        if not t.gpu.uuid:
+            return
+        self._parked = {u: p for u, p in self._parked.items() if ts - p[1] < PARKED_S}
+        self._parked[t.gpu.uuid] = (key, ts, t)
 
     def _pinned(self, t: _Track, ts: float) -> bool:
         return t.pinned_until is not None and ts < t.pinned_until

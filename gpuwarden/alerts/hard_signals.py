@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 
 Signal = tuple[float, str, str]  # (ts, what, action)
+#: a board quiet this long while another reports from its slot was replaced there: longer
+#: than any sampling interval, so two boards reporting side by side are never taken for it
+QUIET_S = 900.0
 
 
 class HardSignalAssessor:
@@ -65,9 +68,13 @@ class HardSignalAssessor:
         first: dict[str, float] = {}  # first sample in the window
         heard: dict[str, float] = {}  # newest sample or event in the window
         for uuid, group in samples.groupby("uuid", sort=False):
-            first[str(uuid)] = float(group["ts"].min())
-            heard[str(uuid)] = float(group["ts"].max())
             last = group.iloc[-1]
+            # where it reports now, since when: a GPU renumbered at a boot reports in a new slot
+            here = (group["gpu"].to_numpy() == last["gpu"]) & (
+                group["hostname"].to_numpy() == last["hostname"]
+            )
+            first[str(uuid)] = float(group["ts"].to_numpy()[here].min())
+            heard[str(uuid)] = float(group["ts"].max())
             gpus[str(uuid)] = GpuId(
                 str(last["hostname"]),
                 int(last["gpu"]),
@@ -112,9 +119,11 @@ class HardSignalAssessor:
 def replaced_in_slot(
     gpus: dict[str, GpuId], first: dict[str, float], heard: dict[str, float]
 ) -> set[str]:
-    """UUIDs of boards another one replaced in their slot (host, index): another UUID there
-    sent its first sample (``first``) at or after the last thing heard of them (``heard``:
-    newest sample or event)."""
+    """UUIDs of boards another one replaced in their slot (host, index): after the last
+    thing heard of them (``heard``: newest sample or event), another UUID there sent its first
+    sample from the slot (``first``: a new board), or was heard more than ``QUIET_S`` later
+    (a GPU renumbered into the slot at a boot, whose earlier samples a store may file under
+    the slot it has now)."""
     slots: dict[tuple[str, int], list[str]] = {}
     for uuid, gpu in gpus.items():
         slots.setdefault((gpu.hostname, gpu.index), []).append(uuid)
@@ -122,7 +131,11 @@ def replaced_in_slot(
     for uuids in slots.values():
         for u in uuids if len(uuids) > 1 else ():
             last = heard.get(u, math.inf)
-            if any(v != u and first.get(v, -math.inf) >= last for v in uuids):
+            if any(
+                v != u
+                and (first.get(v, -math.inf) >= last or heard.get(v, -math.inf) > last + QUIET_S)
+                for v in uuids
+            ):
                 gone.add(u)
     return gone
 

@@ -180,9 +180,11 @@ def _score_rows(
 
 def current_boards(panel: HourlyPanel, rows: np.ndarray) -> np.ndarray:
     """``rows`` (t, g) without the boards another one had replaced in their slot by ``t``: a
-    GPU that reported in the last day is scored, but once a new UUID reports in its slot
-    (host, index), from the hour of the old board's last sample on, the old board is out of
-    the fleet, whatever errors it ended on."""
+    GPU that reported in the last day is scored, but once another UUID reports in its slot
+    (host, index) after it went quiet, the old board is out of the fleet, whatever errors it
+    ended on. Another UUID is a new board (its first sample in or after the hour of the old
+    board's last) or one renumbered into the slot (a GPU off the bus renumbers the ones after
+    it at the next boot; it reports there in a later hour)."""
     if len(rows) == 0:
         return rows
     slot = panel.keys.groupby(["hostname", "gpu"], sort=False).ngroup().to_numpy()
@@ -195,7 +197,9 @@ def current_boards(panel: HourlyPanel, rows: np.ndarray) -> np.ndarray:
         t, g = int(rows[i, 0]), int(rows[i, 1])
         last = int(np.flatnonzero(panel.seen[: t + 1, g]).max())
         others = np.flatnonzero((slot == slot[g]) & (uuid != uuid[g]))
-        keep[i] = not ((panel.first[others] >= last) & (panel.first[others] <= t)).any()
+        new = (panel.first[others] >= last) & (panel.first[others] <= t)
+        later = panel.seen[last + 1 : t + 1][:, others].any(axis=0)
+        keep[i] = not (new | later).any()
     return rows[keep]
 
 

@@ -136,6 +136,43 @@ def test_new_board_in_the_slot_starts_ok():
     assert [s.gpu.uuid for s in e.statuses()] == ["GPU-bbbb"]
 
 
+def test_a_gpu_renumbered_at_a_boot_keeps_its_state():
+    """GPU 3 falls off the bus; at the next boot the GPUs after it report one index lower. The
+    at-risk GPU 4 and the unhealthy GPU 5 keep their states at 3 and 4, in either order of
+    reports; a fresh start would have cleared the double-bit error's sticky unhealthy."""
+    for order in (1, -1):
+        e = DecisionEngine()
+        dead, risky, dbe, quiet = (GpuId("n1", i, f"GPU-{i}") for i in (3, 4, 5, 6))
+        e.assess(RiskAssessment(dead, 0, math.nan, hard_signal="fallen off the bus"))
+        e.assess(RiskAssessment(risky, 0, 0.9))
+        e.assess(RiskAssessment(dbe, 0, math.nan, hard_signal="double-bit ECC error"))
+        e.assess(RiskAssessment(quiet, 0, 0.1))
+        after = [GpuId("n1", g.index - 1, g.uuid) for g in (risky, dbe, quiet)]
+        changes = []
+        for g in after[::order]:  # the boot: one report each, risk 0.6 (between the lines)
+            changes += e.assess(RiskAssessment(g, 600, 0.6 if g.uuid != "GPU-5" else math.nan))
+        states = {s.gpu.index: (s.gpu.uuid, s.state) for s in e.statuses()}
+        assert states == {
+            3: ("GPU-4", GpuState.AT_RISK),
+            4: ("GPU-5", GpuState.UNHEALTHY),
+            5: ("GPU-6", GpuState.OK),
+        }, (order, states)
+        assert {t.source for t in changes} == {"moved"}
+        assert any("GPU-4 now reports as index 3 (was 4)" in t.reasons[0] for t in changes)
+        assert e.tick(600 + 25 * H) == []  # 0.6 holds at-risk; unhealthy is sticky
+
+
+def test_a_board_back_in_the_slot_it_left_starts_as_a_new_one():
+    e = DecisionEngine()
+    score(e, 0, math.nan, hard_signal="row remap failure")
+    new = GpuId("node1", 3, "GPU-bbbb")
+    e.assess(RiskAssessment(new, 500, 0.1))
+    assert e.assess(RiskAssessment(GPU, 900, 0.1)) == []  # the old board, reseated
+    assert [(s.gpu.uuid, s.state, s.source) for s in e.statuses()] == [
+        ("GPU-aaaa", GpuState.OK, "replaced")
+    ]
+
+
 def test_alerts_drive_the_same_path_and_repeat_harmlessly():
     e = DecisionEngine(hold_s=H)
     kw = dict(key="fp1", name="GpuAtRisk", effect=GpuState.AT_RISK, reasons=("risk 0.81",))

@@ -88,3 +88,22 @@ def test_an_xid_of_unknown_time_is_kept_but_is_no_hard_signal(store):
     )
     (a,) = HardSignalAssessor()(store, T0 + 10)
     assert a.hard_signal == "Xid 79 (GPU has fallen off the bus)"
+
+
+def test_a_gpu_renumbered_into_a_lost_gpus_slot_takes_it(store):
+    """GPU 3 fell off the bus; after the boot GPU 4 reports as 3. Within the lookback the lost
+    GPU is left out once the renumbered one reports from its slot, and named before that."""
+    lost, moved = GpuId("n1", 3, "GPU-x"), GpuId("n1", 4, "GPU-y")
+    boot = T0 + 3600
+    for k in range(12):
+        ts = T0 + 600 * k
+        gpus = (lost, moved) if ts < boot - 1800 else (GpuId("n1", 3, "GPU-y"),)
+        if boot - 1800 <= ts < boot:
+            continue  # the node is down
+        store.write_batch(Batch(ts, tuple(sample(ts, g, gpu_temp_c=50.0) for g in gpus)))
+    store.write_events([Event(boot - 1800, lost, "gpu_lost")])
+    hard = HardSignalAssessor(lookback_s=2 * 3600)
+    before = {a.gpu.uuid: a for a in hard(store, boot - 600)}
+    assert before["GPU-x"].hard_signal  # (a store may file y's samples under its new index)
+    after = {a.gpu.uuid: a for a in hard(store, boot + 1200)}
+    assert "GPU-x" not in after and after["GPU-y"].gpu.index == 3

@@ -13,7 +13,7 @@ from gpuwarden.models.features import FEATURE_NAMES
 from gpuwarden.models.reasons import explain, group_shares
 from gpuwarden.models.score import COLUMNS, backtest, records, score_store
 from gpuwarden.store.sqlite import SqliteStore
-from gpuwarden.telemetry import Event, GpuId
+from gpuwarden.telemetry import Batch, Event, GpuId, Sample
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +75,30 @@ def test_a_replaced_board_is_out_of_the_fleet_once_its_successor_reports(sim_sto
     assert (after["hostname"] + "/" + after["gpu"].astype(str)).is_unique
     before = score_store(store, tiny_model, at=float(old["last_ts"]) - 600)
     assert old["uuid"] in set(before["uuid"]) and new["uuid"] not in set(before["uuid"])
+
+
+def test_a_board_renumbered_into_a_dead_boards_slot_takes_it(tiny_model):
+    """GPU 3 falls off the bus; after the boot GPU 4 reports as 3 and 5 as 4. The dead board
+    reported in the last day, but another board reports in its slot after it went quiet: it
+    is out of the fleet, and each slot is scored once."""
+    store = SqliteStore(":memory:")
+    boot = T0 + 30 * 3600
+    ids = {u: GpuId("n1", i, u, model="H100-80GB") for i, u in ((3, "GPU-x"), (4, "GPU-y"))}
+    ids["GPU-z"] = GpuId("n1", 5, "GPU-z", model="H100-80GB")
+    ts = T0
+    while ts < boot + 6 * 3600:
+        if ts < boot - 3600:
+            gpus = list(ids.values())
+        else:  # x is gone; y and z report one index lower
+            gpus = [
+                GpuId("n1", 3, "GPU-y", model="H100-80GB"),
+                GpuId("n1", 4, "GPU-z", model="H100-80GB"),
+            ]
+        store.write_batch(Batch(ts, tuple(Sample(ts, g, {"gpu_temp_c": 50.0}) for g in gpus)))
+        ts += 600
+    rows = score_store(store, tiny_model, at=boot + 5 * 3600)
+    store.close()
+    assert sorted(zip(rows["uuid"], rows["gpu"], strict=True)) == [("GPU-y", 3), ("GPU-z", 4)]
 
 
 def test_the_trees_predict_on_the_score_threads_setting(sim_store, tiny_model, monkeypatch):
