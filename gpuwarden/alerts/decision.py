@@ -112,6 +112,7 @@ class DecisionEngine:
         # tracks displaced from their slot by a renumbered or new board, by UUID, with the
         # slot they left: a GPU renumbered again later picks its track up (``PARKED_S``)
         self._parked: dict[str, tuple[tuple[str, int], float, _Track]] = {}
+        self._uuids: set[str] = set()  # every UUID given a track: only these can be renumbered
         self._lock = threading.RLock()
 
     # -- inputs --------------------------------------------------------------------------
@@ -214,6 +215,7 @@ class DecisionEngine:
         ``manual_hold_s`` from when it was made: a restart must not hand it back to the scorer."""
         with self._lock:
             t = self._tracks.setdefault((gpu.hostname, gpu.index), _Track(gpu, since=since))
+            self._uuids.add(gpu.uuid)
             t.gpu, t.state, t.since, t.source = gpu, GpuState.parse(state), since, source
             t.pinned_at = t.pinned_until = None
             if source == "manual" and self.manual_hold_s > 0:
@@ -281,6 +283,7 @@ class DecisionEngine:
         moved = self._renumbered(gpu, ts)
         if moved is not None:
             return moved
+        self._uuids.add(gpu.uuid)
         if t is None:
             t = self._tracks[key] = _Track(gpu, since=ts)
             return [], t
@@ -297,8 +300,8 @@ class DecisionEngine:
         """``gpu``'s own track when it is tracked at another index of its host, or was put
         aside from another slot: moved into ``gpu``'s slot with its state, the slot's board
         put aside. One transition when a state moves or leaves (the node's tags follow)."""
-        if not gpu.uuid:
-            return None
+        if not gpu.uuid or gpu.uuid not in self._uuids:
+            return None  # a GPU never seen (every GPU at start-up): no search
         key = (gpu.hostname, gpu.index)
         src = next(
             (
