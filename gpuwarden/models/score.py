@@ -219,7 +219,7 @@ def _stats_of(fleet: HourlyPanel, hours: list[float], split: bool) -> pd.DataFra
     if fleet.shape[0] == 0:
         return pd.DataFrame()
     t = [i for i in (fleet.index_of(h) for h in hours) if 0 <= i < fleet.shape[0]]
-    rows = rows_at(fleet, t, recent_h=REPORTING_H)
+    rows = current_boards(fleet, rows_at(fleet, t, recent_h=REPORTING_H))
     if split and len(rows):
         rows = _with_whole_hour(fleet, rows)
     return fleet_stats(fleet, rows)
