@@ -91,7 +91,9 @@ class FleetSummary:
         said = ", ".join(f"{counts.get(s, 0)} {s}" for s in reversed(GpuState))
         out = [f"Verdicts (newest per GPU, last day): {said}"]
         rank = {GpuState.UNHEALTHY: 0, GpuState.AT_RISK: 1}
-        flagged = v[v["state"] != GpuState.OK].assign(_r=v["state"].map(rank), _k=-v["risk"])
+        flagged = v[v["state"] != GpuState.OK]
+        # from its own columns: a Series of all of ``v`` given to an empty frame is its index
+        flagged = flagged.assign(_r=flagged["state"].map(rank), _k=-flagged["risk"])
         for r in flagged.sort_values(["_r", "_k"]).head(top).itertuples():
             risk = "-" if math.isnan(r.risk) else f"{r.risk:.2f}"
             why = "; ".join(r.reasons)[:90]

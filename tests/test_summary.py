@@ -46,6 +46,17 @@ def test_the_newest_verdict_of_each_slots_board_is_counted_and_named(tmp_path):
     assert "n1 gpu0  at-risk   risk 0.83  model: single-bit errors 40/day" in text
 
 
+def test_a_fleet_whose_verdicts_are_all_ok_is_summed_up(tmp_path):
+    """No GPU flagged: the counts, and no flagged line (it failed on every healthy fleet)."""
+    store = _store(tmp_path)
+    store.write_verdicts(
+        [Verdict(T + 60, A, GpuState.OK, 0.2), Verdict(T + 60, B, GpuState.OK, 0.1)]
+    )
+    text = fleet_summary(store).render()
+    assert "Verdicts (newest per GPU, last day): 0 unhealthy, 0 at-risk, 2 ok" in text
+    assert "n1 gpu" not in text.split("Verdicts")[1].split("Failures")[0]
+
+
 def test_rejected_readings_are_counted_per_gpu_and_field(tmp_path):
     store = _store(tmp_path)
     t4 = GpuId("n2", 0, "GPU-t4", model="Tesla T4")

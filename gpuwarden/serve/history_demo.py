@@ -71,6 +71,7 @@ def run_history_loop_demo(
         interval_s=step_h * 3600,
         breaker_share=1.0,
         clock=lambda: clock[0],
+        verdicts=None,  # a replay of the past: the store's verdicts are the backfill's
     )
     window = f"the last {hours:g} h" if end >= newest else f"the {hours:g} h to {_hhmm(end)}"
     echo(
