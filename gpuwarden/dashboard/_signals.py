@@ -70,7 +70,8 @@ def hard_signals(
     if not frame.empty:
         in_window = frame["ts"] >= np.floor(start / HOUR_S) * HOUR_S
         dbe = pd.concat([_increases(frame, c) for c in health.DBE_FIELDS], axis=1).max(axis=1)
-        hits = frame[in_window & (dbe > 0)].assign(n=dbe)
+        hit = in_window & (dbe > 0)
+        hits = frame[hit].assign(n=dbe[hit])  # dbe itself would give an empty frame its rows
         for uuid, g in hits.groupby("uuid"):
             n = int(g["n"].sum()) if "ecc_dbe_volatile_total" in g else 1
             found.append(

@@ -46,7 +46,7 @@ def failure_table(
     )
     fail_col = "fail_ts_f" if "fail_ts_f" in rows.columns else "fail_ts"
     lead = rows[fail_col] - rows["at"]
-    rows = rows[(lead > 0) & (lead <= horizon_s)].assign(lead=lead)
+    rows = rows.assign(lead=lead)[(lead > 0) & (lead <= horizon_s)]
     best = rows.groupby("key")["lead"].max()
     f["lead_h"] = best.reindex(f["key"]).to_numpy() / HOUR_S
     f["caught"] = f["lead_h"] >= lead_s / HOUR_S
