@@ -57,7 +57,7 @@ def charts(f: Facts, folder: Path) -> dict[str, Path]:
         labels = [f"{i.hostname} GPU {i.gpu} ({i.date})" for i in items]
         leads = [i.lead_time_h or 0.0 for i in items]
         stub = max([*leads, 1.0]) * 0.02  # a missed failure: a short red stub, labelled
-        colors = ["#54a24b" if i.caught else "#e45756" for i in items]
+        colors = ["#54a24b" if i.caught else "#e45756" if i.watched else "#9d9d9d" for i in items]
         ax.barh(
             labels,
             [lead if i.caught else stub for lead, i in zip(leads, items, strict=True)],
@@ -65,9 +65,11 @@ def charts(f: Facts, folder: Path) -> dict[str, Path]:
         )
         for y, i in enumerate(items):
             if not i.caught:
-                ax.text(stub * 1.5, y, "missed", va="center", color="#e45756")
-        ax.set_xlabel("hours flagged before failing (red: missed)")
-        ax.set_title(f"Failures: {f.failures.caught} caught, {f.failures.missed} missed")
+                said, color = ("missed", "#e45756") if i.watched else ("not watched", "#9d9d9d")
+                ax.text(stub * 1.5, y, said, va="center", color=color)
+        ax.set_xlabel("hours flagged before failing (red: missed; grey: no verdict before it)")
+        unwatched = f", {f.failures.unwatched} not watched" if f.failures.unwatched else ""
+        ax.set_title(f"Failures: {f.failures.caught} caught, {f.failures.missed} missed{unwatched}")
         ax.invert_yaxis()
         save("failures", fig)
     u = f.utilisation

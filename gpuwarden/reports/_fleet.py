@@ -158,15 +158,18 @@ def availability(
 
 def failures(failed: pd.DataFrame, verdicts: pd.DataFrame, models: dict[str, str]) -> Failures:
     """Each failure, and how long before it gpuwarden's verdict first left ok (the start of the
-    flag that was still standing when it failed). A failure with no flag before it was missed."""
+    flag that was still standing when it failed). A failure with no flag before it was missed;
+    one with no verdict at all in the ``LOOKBACK_S`` before it was not watched (gpuwarden was not
+    running, or verdicts were backfilled for later days only), neither caught nor missed."""
     items: list[FailureFact] = []
     by_uuid = {u: v.sort_values("ts") for u, v in verdicts.groupby("uuid")} if len(verdicts) else {}
     for f in failed.sort_values("ts").itertuples():
         ts = float(f.ts)
         v = by_uuid.get(f.uuid)
-        flag_ts, cause = None, None
+        flag_ts, cause, watched = None, None, False
         if v is not None:
             before = v[(v["ts"] < ts) & (v["ts"] >= ts - LOOKBACK_S)]
+            watched = len(before) > 0
             oks = before[before["state"] == OK]
             after_ok = before[before["ts"] > oks["ts"].max()] if len(oks) else before
             flagged = after_ok[after_ok["state"] != OK]
@@ -181,15 +184,17 @@ def failures(failed: pd.DataFrame, verdicts: pd.DataFrame, models: dict[str, str
                 caught=flag_ts is not None,
                 flagged_date=day(flag_ts) if flag_ts is not None else None,
                 lead_time_h=round((ts - flag_ts) / HOUR_S, 1) if flag_ts is not None else None,
-                flag_cause=cause,
+                flag_cause=cause, watched=watched,
             )
         )  # fmt: skip
     leads = [i.lead_time_h for i in items if i.lead_time_h is not None]
     caught = sum(i.caught for i in items)
+    unwatched = sum(not i.watched for i in items)
     return Failures(
         failures=len(items),
         caught=caught,
-        missed=len(items) - caught,
+        missed=len(items) - caught - unwatched,
+        unwatched=unwatched,
         median_lead_time_h=round(float(np.median(leads)), 1) if leads else None,
         items=items,
     )

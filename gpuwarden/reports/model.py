@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-FACTS_VERSION = 3  # 2: capacity is a typed section; 3: the sleep plan, queue wait per model
+#: 2: capacity is a typed section; 3: the sleep plan, queue wait per model; 4: a failure with no
+#: verdict before it is not watched, no longer missed
+FACTS_VERSION = 4
 
 
 class _Frozen(BaseModel):
@@ -91,12 +93,16 @@ class FailureFact(_Frozen):
     flagged_date: str | None
     lead_time_h: float | None
     flag_cause: str | None
+    #: a verdict on this GPU was stored in the lookback before it failed (else it was not
+    #: watched: neither caught nor missed)
+    watched: bool = True
 
 
 class Failures(_Frozen):
     failures: int
     caught: int
-    missed: int
+    missed: int  # watched, and not flagged before it failed
+    unwatched: int = 0
     median_lead_time_h: float | None
     items: list[FailureFact]
 

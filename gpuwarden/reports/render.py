@@ -85,7 +85,7 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
     _img(b, charts, "failures")
     if fl.items:
         rows = [("node", "GPU", "date", "kind", "Xid", "flagged", "lead time h", "by")]
-        rows += [(i.hostname, str(i.gpu), i.date, i.kind, str(i.xid or ""), i.flagged_date or "missed",
+        rows += [(i.hostname, str(i.gpu), i.date, i.kind, str(i.xid or ""), i.flagged_date or ("missed" if i.watched else "not watched"),
                   f"{i.lead_time_h:g}" if i.lead_time_h is not None else "", i.flag_cause or "")
                  for i in fl.items[:TABLE_ROWS]]  # fmt: skip
         b.append(Block("table", rows=tuple(rows)))

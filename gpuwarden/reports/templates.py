@@ -78,8 +78,10 @@ def summary(f: Facts) -> list[Sentence]:
     if fl.failures:
         lead = (f", with a median lead time of {_n(fl.median_lead_time_h)} h"
                 if fl.median_lead_time_h is not None else "")  # fmt: skip
+        unwatched = (f" {_n(fl.unwatched)} had no verdict stored in the two weeks before "
+                     "(gpuwarden was not watching them)." if fl.unwatched else "")  # fmt: skip
         say("failures", f"{counted(fl.failures, 'GPU')} failed: gpuwarden flagged {_n(fl.caught)} "
-            f"before failure{lead}, and missed {_n(fl.missed)}.")  # fmt: skip
+            f"before failure{lead}, and missed {_n(fl.missed)}.{unwatched}")  # fmt: skip
     else:
         say("failures", "No GPU failed in the period.")
     r = f.risk

@@ -82,7 +82,7 @@ def plan_cli(*args: str):
 def test_capacity_facts_match_plan_should_scale(planned, week):
     f, db, built = planned
     c = f.capacity
-    assert f.version == FACTS_VERSION == 3
+    assert f.version == FACTS_VERSION == 4
     assert c is not None and "capacity" not in {a.section for a in f.absent}
     assert c.buffer == 1.3 and c.history_hours >= 3 * 168 - 1
     by = {m.model: m for m in c.by_model}

@@ -36,6 +36,7 @@ def test_availability_counts_silent_and_unhealthy_hours(facts):
 def test_failures_lead_time_caught_and_missed(facts):
     f = facts.failures
     assert (f.failures, f.caught, f.missed, f.median_lead_time_h) == (2, 1, 1, 30.0)
+    assert f.unwatched == 0 and all(i.watched for i in f.items)
     caught = next(i for i in f.items if i.caught)
     assert (caught.hostname, caught.gpu, caught.xid, caught.flag_cause) == (
         "gpu-a01",
@@ -241,3 +242,33 @@ def test_the_newest_verdicts_come_from_those_read_for_the_period(week):
         return frame.assign(changed_from=held.where(held.notna(), "")).astype(str).values.tolist()
 
     assert plain(got) == plain(want)
+
+
+def test_a_failure_with_no_verdict_before_it_was_not_watched_not_missed():
+    """Verdicts backfilled for the last days only (as the demo does): a failure before them
+    was neither caught nor missed, and the report says so."""
+
+    from gpuwarden.reports._fleet import failures
+
+    t = 1_763_942_400.0
+    failed = pd.DataFrame(
+        {
+            "ts": [t + 3600.0, t + 20 * 86400.0],
+            "hostname": ["n1", "n1"],
+            "gpu": [0, 1],
+            "uuid": ["GPU-early", "GPU-late"],
+            "kind": ["hbm_uncorrectable", "hbm_uncorrectable"],
+            "xid": [95, 95],
+        }
+    )
+    verdicts = pd.DataFrame(
+        {
+            "ts": [t + 19 * 86400.0, t + 19 * 86400.0],
+            "uuid": ["GPU-early", "GPU-late"],
+            "state": ["ok", "ok"],
+            "cause": ["model", "model"],
+        }
+    )
+    got = failures(failed, verdicts, {})
+    assert (got.failures, got.caught, got.missed, got.unwatched) == (2, 0, 1, 1)
+    assert [i.watched for i in got.items] == [False, True]

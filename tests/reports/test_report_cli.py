@@ -77,7 +77,7 @@ def test_facts_only_prints_the_document(week, tmp_path):
     result = run(week, tmp_path, "--facts-only")
     assert result.exit_code == 0, result.output
     facts = json.loads(result.stdout)
-    assert facts["version"] == 3 and facts["availability"]["fleet_availability_pct"] == 94.64
+    assert facts["version"] == 4 and facts["availability"]["fleet_availability_pct"] == 94.64
     assert not (tmp_path / "out").exists()
 
 

@@ -42,7 +42,7 @@ def test_sleep_and_waits_from_store_and_scheduler(week, tmp_path):
     policy = SleepPolicy(below=0.25, headroom_gpus=0)
     db = placed_jobs(tmp_path / "sched.db")
     f = facts_of(week[0], FactSources(scheduler_db=db, sleep_policy=policy))
-    assert f.version == FACTS_VERSION == 3
+    assert f.version == FACTS_VERSION == 4
     z = f.sleep
     assert z is not None
     assert (z.window_hours, z.nodes, z.nodes_sleeping, z.node_hours_asleep) == (68, 2, 1, 68)
