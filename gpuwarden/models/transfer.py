@@ -244,9 +244,12 @@ def auto_choice(total: int, n_early: int, n_late: int) -> tuple[str, str]:
     the recalibration beat the base model at every level."""
     if total == 0:
         return "shipped", "no GPU failure in the history: nothing to adapt to"
+    # a GPU whose last week before failing spans the split counts in both blocks
+    both = max(0, n_early + n_late - total)
     return "recalibrate", (
-        f"{total} failing GPUs ({n_early} in the earlier block, {n_late} in the later): the "
-        "calibration is refit on them; --warm-start grows trees too"
+        f"{total} failing GPUs ({n_early} in the earlier block, {n_late} in the later"
+        + (f", {both} of them in both" if both else "")
+        + "): the calibration is refit on them; --warm-start grows trees too"
     )
 
 

@@ -359,3 +359,12 @@ def test_each_draw_can_hide_the_hbm_temperature_of_its_own_nodes(train_sim):
     a, b = shared.estimator.estimator_.members_, own.estimator.estimator_.members_
     np.testing.assert_array_equal(a[0].decision_function(Xu), b[0].decision_function(Xu))
     assert not np.allclose(a[1].decision_function(Xu), b[1].decision_function(Xu))
+
+
+def test_the_choice_counts_a_gpu_in_both_blocks_once_and_says_so():
+    from gpuwarden.models.transfer import auto_choice
+
+    how, why = auto_choice(25, 20, 15)
+    assert how == "recalibrate"
+    assert why.startswith("25 failing GPUs (20 in the earlier block, 15 in the later, 10 of them")
+    assert "in both" not in auto_choice(3, 2, 1)[1]
