@@ -178,7 +178,9 @@ def run_demo(
         f"sim://?nodes={nodes}&gpus={gpus_per_node}&seed={seed}&models={models}&accel={accel}"
         f"&step={step_s}&start={spec.start_ts:.0f}&resume={end:.0f}"
     )
-    exporter = Exporter(collector, interval_s=1.0, store=store)
+    # /metrics only: the live fleet runs a simulated step a second, so what it collects would
+    # land in the store ahead of the wall clock (half an hour ahead after 6 s)
+    exporter = Exporter(collector, interval_s=1.0)
     server = exporter.serve(host, port)
     bound = f"http://{host}:{server.server_address[1]}"
     echo(
@@ -235,19 +237,13 @@ def run_demo(
             f"      the last failure that showed a precursor a day or more ahead: "
             f"{last['hostname']}/{last['gpu']} ({last['kind']}) at {when}; the 48 h before it:"
         )
+        name, uuid = f"{last['hostname']}/{last['gpu']}", str(last["uuid"])
         at_risk: dict[str, float] = {}
         flagged = run_history_loop_demo(
-            store, end=float(last["ts"]) - 3600, echo=echo, at_risk=at_risk
+            store, end=float(last["ts"]) - 3600, echo=echo, at_risk=at_risk, focus=uuid
         )
-        name, uuid = f"{last['hostname']}/{last['gpu']}", str(last["uuid"])
         if flagged is not None and uuid not in at_risk:
-            echo(f"      {name} itself was not flagged before it failed")
-        elif flagged is not None and flagged != uuid:
-            at = at_risk[uuid]
-            echo(
-                f"      {name} was flagged too, at {time.strftime('%m-%d %H:%M', time.gmtime(at))}: "
-                f"{(float(last['ts']) - at) / 3600:.0f} h before it failed"
-            )
+            echo(f"      the model did not flag {name} at-risk before it failed")
     store.close()
     if flagged is None:  # nothing flagged in either window: the scripted loop
         run_loop_demo(echo=echo)

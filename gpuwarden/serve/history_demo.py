@@ -25,12 +25,15 @@ def run_history_loop_demo(
     end: float | None = None,
     echo: Callable[[str], None] = print,
     at_risk: dict[str, float] | None = None,
+    focus: str | None = None,
 ) -> str | None:
     """Replay the ``hours`` of ``store`` up to ``end`` (default: its newest sample); returns the
-    flagged GPU's UUID, or None when the model flags nothing in that window (the caller then
-    shows another window or the scripted loop). The failures the store records say what became
-    of the flagged GPU. ``at_risk`` gets the UUID of every GPU turned at-risk in the window,
-    the first (narrated) one and those after it, with the round it was first turned at-risk."""
+    narrated GPU's UUID, or None when the model flags nothing in that window (the caller then
+    shows another window or the scripted loop). The narrated GPU is ``focus`` (a UUID) when it
+    is flagged, else the first GPU flagged; every other at-risk or unhealthy decision gets a
+    line of its own. The failures the store records say what became of the narrated GPU.
+    ``at_risk`` gets the UUID of every GPU turned at-risk in the window, with the round it was
+    first turned at-risk."""
     from gpuwarden.alerts.decision import DecisionEngine
     from gpuwarden.scheduler import Job, NodeSpec, Scheduler
     from gpuwarden.scheduler.jobs import PriorityClass
@@ -80,24 +83,27 @@ def run_history_loop_demo(
         "every GPU runs a critical inference job"
     )
     target: Any = None
+    first: Any = None  # the first GPU flagged, (gpu, ts), when focus is not it
     flag_ts = end
     t = end - hours * 3600
     while t <= end + 1:
         clock[0] = t
         when = _hhmm(t)
         for tr in service.tick(t):
+            slot = f"{tr.gpu.hostname}/{tr.gpu.index}"
             if tr.new is GpuState.AT_RISK and at_risk is not None:
                 at_risk.setdefault(str(tr.gpu.uuid), t)
-            if tr.new is not GpuState.AT_RISK or target is not None:
-                if tr.new is GpuState.UNHEALTHY:
-                    echo(
-                        f"      {when}  {tr.gpu.hostname}/{tr.gpu.index} -> unhealthy (hard signal)"
-                    )
+            if tr.new is GpuState.UNHEALTHY:
+                echo(f"      {when}  {slot} -> unhealthy (hard signal)")
+            if tr.new is not GpuState.AT_RISK:
+                continue
+            wanted = str(tr.gpu.uuid) == focus if focus is not None else first is None
+            if target is not None or not wanted:
+                first = first or (tr.gpu, t)
+                echo(f"      {when}  {slot} {tr.old} -> at-risk, risk {_risk(tr)}")
                 continue
             target, flag_ts = tr.gpu, t
-            echo(
-                f"      {when}  {tr.gpu.hostname}/{tr.gpu.index} {tr.old} -> at-risk, risk {_risk(tr)}"
-            )
+            echo(f"      {when}  {slot} {tr.old} -> at-risk, risk {_risk(tr)}")
             for why in tr.reasons:
                 echo(f"               because {why}")
             for row in service.audit.rows(hook="bundled", since=t):
@@ -108,6 +114,8 @@ def run_history_loop_demo(
                 f"               {tr.gpu.hostname}/{tr.gpu.index} is now {health} in the bundled scheduler"
             )
         t += step_h * 3600
+    if target is None and first is not None:  # focus was not flagged: the first GPU that was
+        target, flag_ts = first
     if target is None:
         echo("      the model flagged no GPU in this window")
         return None

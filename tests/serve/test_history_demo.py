@@ -98,3 +98,30 @@ def test_the_replay_flags_at_the_line_serve_uses():
     assert "at-risk from 0.40" in "\n".join(lines)
     assert any(a.risk < 0.7 for a in scored if a.gpu.uuid in above), "no GPU between the lines"
     assert {u for u, at in at_risk.items() if at == first} >= above
+
+
+def test_the_failing_gpu_is_narrated_and_every_other_flag_has_its_line():
+    """Given the GPU that failed (``focus``), the replay narrates that GPU when it is flagged,
+    even after another, and gives every other at-risk decision a line of its own."""
+    store, _ = _history(21)
+    last = last_catchable_failure(store)
+    end = float(last["ts"]) - 3600
+    plain: dict[str, float] = {}
+    run_history_loop_demo(store, hours=96, step_h=4, end=end, echo=lambda _: None, at_risk=plain)
+    # the first GPU flagged in the window is not the focus: the one flagged last is
+    focus = max(plain, key=lambda u: (plain[u], u))
+    lines: list[str] = []
+    at_risk: dict[str, float] = {}
+    flagged = run_history_loop_demo(
+        store, hours=96, step_h=4, end=end, echo=lines.append, at_risk=at_risk, focus=focus
+    )
+    gpus = store.gpus().set_index("uuid")
+    store.close()
+    text = "\n".join(lines)
+    assert len(plain) >= 2 and min(plain.values()) < plain[focus], plain
+    assert flagged == focus and at_risk == plain
+    for uuid in at_risk:
+        slot = f"{gpus.loc[uuid, 'hostname']}/{gpus.loc[uuid, 'gpu']}"
+        assert f"  {slot} ok -> at-risk, risk " in text, (slot, text)
+    narrated = f"{gpus.loc[focus, 'hostname']}/{gpus.loc[focus, 'gpu']} is now at-risk"
+    assert narrated in text and text.count("is now at-risk in the bundled scheduler") == 1
