@@ -10,6 +10,7 @@ from pathlib import Path
 
 from gpuwarden.health import GpuState
 from gpuwarden.reports.model import Facts
+from gpuwarden.reports.templates import figure
 
 MAX_BARS = 30
 
@@ -36,7 +37,7 @@ def charts(f: Facts, folder: Path) -> dict[str, Path]:
         ax.barh([n.hostname for n in nodes], [n.availability_pct for n in nodes], color="#4c78a8")
         ax.set_xlim(min(90.0, min(n.availability_pct for n in nodes) - 2), 100.5)
         ax.set_xlabel("availability, % of GPU-hours up")
-        ax.set_title(f"Least available nodes (fleet {a.fleet_availability_pct:g}%)")
+        ax.set_title(f"Least available nodes (fleet {figure(a.fleet_availability_pct)}%)")
         ax.invert_yaxis()
         save("availability", fig)
     if f.risk.daily:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from gpuwarden.health import AT_RISK_ACTION, GpuState
 from gpuwarden.reports._usage import IDLE_UTIL_PCT
 from gpuwarden.reports.model import Facts
-from gpuwarden.reports.templates import add_when, counted, plural
+from gpuwarden.reports.templates import add_when, counted, figure, plural
 
 WAIT_SCALE_UP_MIN = 30.0
 BUSY_PCT = 80.0
@@ -61,12 +61,12 @@ def recommend(f: Facts) -> list[Recommendation]:
             need = math.ceil(
                 s.gpu_hours / hours / (BUSY_PCT / 100.0) - s.capacity_gpu_hours / hours
             )
-            out.append(("scale-up", f"Add capacity: jobs waited {wait:g} min at p95 while "
-                        f"{s.allocated_pct:g}% of GPU-hours were allocated; about {counted(max(need, 1), 'more GPU')} "
-                        f"would bring allocation to {BUSY_PCT:g}%.", cites))  # fmt: skip
+            out.append(("scale-up", f"Add capacity: jobs waited {figure(wait)} min at p95 while "
+                        f"{figure(s.allocated_pct)}% of GPU-hours were allocated; about {counted(max(need, 1), 'more GPU')} "
+                        f"would bring allocation to {figure(BUSY_PCT)}%.", cites))  # fmt: skip
         elif rule and s.allocated_pct < IDLE_PCT and (wait is None or wait <= WAIT_SCALE_UP_MIN):
-            out.append(("scale-down", f"Release capacity: only {s.allocated_pct:g}% of GPU-hours "
-                        f"were allocated and jobs waited {wait if wait is not None else 0:g} min at p95.",
+            out.append(("scale-down", f"Release capacity: only {figure(s.allocated_pct)}% of GPU-hours "
+                        f"were allocated and jobs waited {figure(wait if wait is not None else 0)} min at p95.",
                         cites))  # fmt: skip
         for t in s.by_tenant:
             q = t.quota_used_pct
@@ -74,11 +74,11 @@ def recommend(f: Facts) -> list[Recommendation]:
                 continue
             qc = (f"scheduler.by_tenant[{t.tenant}].quota_used_pct = {q}", *cites[:1])
             if q > QUOTA_FULL_PCT and wait is not None and wait > WAIT_SCALE_UP_MIN:
-                out.append(("quota", f"Raise the quota of {t.tenant}: it held {q:g}% of its "
-                            f"{t.quota_gpus:g}-GPU quota on average while jobs waited.", qc))  # fmt: skip
+                out.append(("quota", f"Raise the quota of {t.tenant}: it held {figure(q)}% of its "
+                            f"{figure(t.quota_gpus)}-GPU quota on average while jobs waited.", qc))  # fmt: skip
             elif q < QUOTA_SPARE_PCT:
                 out.append(("quota", f"Lower the quota of {t.tenant} or lend it out: it used "
-                            f"{q:g}% of its {t.quota_gpus:g}-GPU quota.", qc))  # fmt: skip
+                            f"{figure(q)}% of its {figure(t.quota_gpus)}-GPU quota.", qc))  # fmt: skip
     for g in f.risk.gpus[:MAX_GPUS_LISTED]:
         name = f"{g.hostname} GPU {g.gpu}"
         cite = (f"risk.gpus[{name}].state = {g.state}",)
@@ -93,30 +93,30 @@ def recommend(f: Facts) -> list[Recommendation]:
     u = f.utilisation
     if u is not None:
         if u.idle_gpus:
-            out.append(("idle", f"{counted(u.idle_gpus, 'GPU')} idled under {IDLE_UTIL_PCT:g}% "
+            out.append(("idle", f"{counted(u.idle_gpus, 'GPU')} idled under {figure(IDLE_UTIL_PCT)}% "
                         "utilisation on average: give "
                         f"{plural(u.idle_gpus, 'it', 'them')} interruptible work or let "
                         f"{plural(u.idle_gpus, 'it', 'them')} sleep.", (f"utilisation.idle_gpus = {u.idle_gpus}",)))  # fmt: skip
         for m in u.by_model:
             if m.gpu_util_pct is not None and m.gpu_util_pct < IDLE_PCT:
-                out.append(("idle", f"{m.model} GPUs averaged {m.gpu_util_pct:g}% utilisation: "
+                out.append(("idle", f"{m.model} GPUs averaged {figure(m.gpu_util_pct)}% utilisation: "
                             "move work onto them or release some.",
                             (f"utilisation.by_model[{m.model}].gpu_util_pct = {m.gpu_util_pct}",)))  # fmt: skip
     z = f.sleep
     if z is not None and z.nodes_sleeping:
         out.append(("sleep", f"Let {counted(z.nodes_sleeping, 'node')} sleep in the {z.window} "
                     f"window: {plural(z.nodes_sleeping, 'it', 'they')} stayed under "
-                    f"the {z.below_util_pct:g}% utilisation threshold there, and sleeping "
+                    f"the {figure(z.below_util_pct)}% utilisation threshold there, and sleeping "
                     f"{plural(z.nodes_sleeping, 'it', 'them')} saves about "
-                    f"{z.kwh_saved_per_week:g} kWh a week.",
+                    f"{figure(z.kwh_saved_per_week)} kWh a week.",
                     (f"sleep.nodes_sleeping = {z.nodes_sleeping}",
                      f"sleep.below_util_pct = {z.below_util_pct}",
                      f"sleep.kwh_saved_per_week = {z.kwh_saved_per_week}")))  # fmt: skip
     if f.availability is not None:
         low = [n for n in f.availability.by_node if n.availability_pct < LOW_AVAILABILITY_PCT]
         for n in sorted(low, key=lambda n: n.availability_pct)[:MAX_GPUS_LISTED]:
-            out.append(("availability", f"Look at {n.hostname}: {n.availability_pct:g}% available, "
-                        f"{n.downtime_h:g} h of GPU downtime.",
+            out.append(("availability", f"Look at {n.hostname}: {figure(n.availability_pct)}% available, "
+                        f"{figure(n.downtime_h)} h of GPU downtime.",
                         (f"availability.by_node[{n.hostname}].availability_pct = {n.availability_pct}",)))  # fmt: skip
     if f.failures.missed:
         missed = f.failures.missed
@@ -142,7 +142,7 @@ def _capacity(f: Facts) -> list[tuple[str, str, tuple[str, ...]]]:
         )  # fmt: skip
         plan = (f"the forecast wants {counted(m.forecast_mean_gpus, 'GPU')} on average next week "
                 f"and the plan needs {counted(m.peak_need_gpus, 'GPU')} at its peak with the "
-                f"{buffer:g} buffer against the {counted(m.gpus, 'GPU')} the fleet has.")  # fmt: skip
+                f"{figure(buffer)} buffer against the {counted(m.gpus, 'GPU')} the fleet has.")  # fmt: skip
         if m.action == "add":
             out.append(("scale-up", f"Add {counted(m.change_gpus, f'{m.model} GPU')} {add_when(m.in_weeks)}: {plan}",
                         (*cites, f"{at}.in_weeks = {m.in_weeks}")))  # fmt: skip
@@ -156,7 +156,7 @@ def _capacity(f: Facts) -> list[tuple[str, str, tuple[str, ...]]]:
             )
         be, util = m.break_even_own_pct, m.gpu_util_pct
         if be is not None and util is not None and util < be:
-            out.append(("tco", f"{m.model} GPUs averaged {util:g}% utilisation, under the {be:g}% "
+            out.append(("tco", f"{m.model} GPUs averaged {figure(util)}% utilisation, under the {figure(be)}% "
                         "break-even of owning against cloud on-demand: for this load renting "
                         "by the hour costs less per used GPU-hour than owning.",
                         (f"{at}.gpu_util_pct = {util}", f"{at}.break_even_own_pct = {be}",

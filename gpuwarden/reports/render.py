@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuwarden.reports.model import Facts
-from gpuwarden.reports.templates import add_when, change_unit, counted
+from gpuwarden.reports.templates import add_when, change_unit, counted, figure
 from gpuwarden.reports.writer import LLM, Part, Prose
 
 TABLE_ROWS = 15
@@ -60,12 +60,12 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
         b.append(Block("h2", "Availability"))
         _img(b, charts, "availability")
         rows: list[tuple[str, ...]] = [("node", "GPUs", "availability %", "downtime h")]
-        rows += [(n.hostname, str(n.gpus), f"{n.availability_pct:g}", f"{n.downtime_h:g}")
+        rows += [(n.hostname, str(n.gpus), f"{figure(n.availability_pct)}", f"{figure(n.downtime_h)}")
                  for n in sorted(a.by_node, key=lambda n: n.availability_pct)[:TABLE_ROWS]]  # fmt: skip
         b.append(Block("table", rows=tuple(rows)))
         rows = [("GPU model", "GPUs", "availability %", "downtime h")]
         rows += [
-            (m.model, str(m.gpus), f"{m.availability_pct:g}", f"{m.downtime_h:g}")
+            (m.model, str(m.gpus), f"{figure(m.availability_pct)}", f"{figure(m.downtime_h)}")
             for m in a.by_model
         ]
         b.append(Block("table", rows=tuple(rows)))
@@ -86,7 +86,7 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
     if fl.items:
         rows = [("node", "GPU", "date", "kind", "Xid", "flagged", "lead time h", "by")]
         rows += [(i.hostname, str(i.gpu), i.date, i.kind, str(i.xid or ""), i.flagged_date or ("missed" if i.watched else "not watched"),
-                  f"{i.lead_time_h:g}" if i.lead_time_h is not None else "", i.flag_cause or "")
+                  f"{figure(i.lead_time_h)}" if i.lead_time_h is not None else "", i.flag_cause or "")
                  for i in fl.items[:TABLE_ROWS]]  # fmt: skip
         b.append(Block("table", rows=tuple(rows)))
     else:
@@ -95,7 +95,7 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
     _img(b, charts, "risk")
     if f.risk.gpus:
         rows = [("node", "GPU", "model", "state", "risk", "reasons", "action")]
-        rows += [(g.hostname, str(g.gpu), g.model, g.state, f"{g.risk:g}" if g.risk is not None else "",
+        rows += [(g.hostname, str(g.gpu), g.model, g.state, f"{figure(g.risk)}" if g.risk is not None else "",
                   "; ".join(g.reasons[:3]), g.action) for g in f.risk.gpus[:TABLE_ROWS]]  # fmt: skip
         b.append(Block("table", rows=tuple(rows)))
     else:
@@ -125,20 +125,26 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
     if ut is not None:
         rows = [("GPU model", "GPUs", "GPU util %", "memory used %", "energy kWh")]
         rows += [
-            (m.model, str(m.gpus), _f(m.gpu_util_pct), _f(m.memory_used_pct), _f(m.energy_kwh))
+            (
+                m.model,
+                str(m.gpus),
+                figure(m.gpu_util_pct),
+                figure(m.memory_used_pct),
+                figure(m.energy_kwh),
+            )
             for m in ut.by_model
         ]
         b.append(Block("table", rows=tuple(rows)))
     if e is not None:
         co2 = (
-            f"; {e.co2_kg:g} kg CO2 at {e.grid_g_co2_per_kwh:g} g/kWh"
+            f"; {figure(e.co2_kg)} kg CO2 at {figure(e.grid_g_co2_per_kwh)} g/kWh"
             if e.co2_kg is not None
             else ""
         )
         b.append(
             Block(
                 "p",
-                f"Energy: {e.energy_kwh:g} kWh over {e.gpu_hours_measured:g} GPU-hours with power readings{co2}.",
+                f"Energy: {figure(e.energy_kwh)} kWh over {figure(e.gpu_hours_measured)} GPU-hours with power readings{co2}.",
             )
         )
     s = f.scheduler
@@ -146,10 +152,10 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
         b.append(Block("h2", "Scheduler, tenants and cost"))
         _img(b, charts, "tenants")
         b.append(Block("p", f"{counted(s.jobs_started, 'job')} started; queue wait median "
-                       f"{_f(s.queue_wait_median_min)} min, p95 {_f(s.queue_wait_p95_min)} min; "
+                       f"{figure(s.queue_wait_median_min)} min, p95 {figure(s.queue_wait_p95_min)} min; "
                        f"{s.jobs_waiting} waiting now; {counted(s.preemptions, 'preemption')}; "
-                       f"{s.gpu_hours:g} of {counted(s.capacity_gpu_hours, 'GPU-hour')} allocated "
-                       f"({s.allocated_pct:g}%)."))  # fmt: skip
+                       f"{figure(s.gpu_hours)} of {counted(s.capacity_gpu_hours, 'GPU-hour')} allocated "
+                       f"({figure(s.allocated_pct)}%)."))  # fmt: skip
         rows = [
             (
                 "tenant",
@@ -162,8 +168,8 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
                 "cost",
             )
         ]
-        rows += [(t.tenant, f"{t.gpu_hours:g}", f"{t.share_pct:g}", _f(t.quota_gpus), _f(t.quota_used_pct),
-                  _f(t.gpu_util_pct), _f(t.memory_used_pct), f"{f.cost.by_tenant.get(t.tenant, 0):,.2f} {f.cost.currency}" if f.cost else "")
+        rows += [(t.tenant, f"{figure(t.gpu_hours)}", f"{figure(t.share_pct)}", figure(t.quota_gpus), figure(t.quota_used_pct),
+                  figure(t.gpu_util_pct), figure(t.memory_used_pct), f"{f.cost.by_tenant.get(t.tenant, 0):,.2f} {f.cost.currency}" if f.cost else "")
                  for t in s.by_tenant[:TABLE_ROWS]]  # fmt: skip
         b.append(Block("table", rows=tuple(rows)))
     if f.capacity is not None:
@@ -173,7 +179,7 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
     if f.namespaces:
         b.append(Block("h2", "Kubernetes namespaces"))
         rows = [("namespace", "GPU-hours held", "share %", "GPU util %", "memory %")]
-        rows += [(t.tenant, f"{t.gpu_hours:g}", f"{t.share_pct:g}", _f(t.gpu_util_pct), _f(t.memory_used_pct))
+        rows += [(t.tenant, f"{figure(t.gpu_hours)}", f"{figure(t.share_pct)}", figure(t.gpu_util_pct), figure(t.memory_used_pct))
                  for t in f.namespaces[:TABLE_ROWS]]  # fmt: skip
         b.append(Block("table", rows=tuple(rows)))
     if f.changes:
@@ -184,7 +190,7 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
                 c.metric,
                 change_unit(c.before, c.unit),
                 change_unit(c.after, c.unit),
-                _f(c.change_pct),
+                figure(c.change_pct),
             )
             for c in f.changes
         ]
@@ -209,8 +215,8 @@ def _capacity(b: list[Block], f: Facts) -> None:
     assert c is not None
     b.append(Block("h2", "Capacity plan"))
     b.append(Block("p", f"Demand forecast for the next week from {c.trained_hours} of "
-                   f"{counted(c.history_hours, 'hour')} of scheduler history ({c.interval_level_pct:g}% "
-                   f"interval); plan = forecast x {c.buffer:g} buffer over {counted(c.plan_weeks, 'week')}, "
+                   f"{counted(c.history_hours, 'hour')} of scheduler history ({figure(c.interval_level_pct)}% "
+                   f"interval); plan = forecast x {figure(c.buffer)} buffer over {counted(c.plan_weeks, 'week')}, "
                    f"GPUs ordered {counted(c.lead_weeks, 'week')} ahead; break-even from {c.prices}."))  # fmt: skip
     rows = [("GPU model", "GPUs now", "forecast mean", "interval", "peak need", "decision",
              "growth %/month", "GPU util %", "break-even own %")]  # fmt: skip
@@ -221,9 +227,9 @@ def _capacity(b: list[Block], f: Facts) -> None:
             decision = f"release {m.change_gpus}"
         else:
             decision = "hold"
-        rows.append((m.model, str(m.gpus), f"{m.forecast_mean_gpus:g}",
-                     f"{m.forecast_low_gpus:g} .. {m.forecast_high_gpus:g}", f"{m.peak_need_gpus:g}",
-                     decision, _f(m.growth_monthly_pct), _f(m.gpu_util_pct), _f(m.break_even_own_pct)))  # fmt: skip
+        rows.append((m.model, str(m.gpus), f"{figure(m.forecast_mean_gpus)}",
+                     f"{figure(m.forecast_low_gpus)} .. {figure(m.forecast_high_gpus)}", f"{figure(m.peak_need_gpus)}",
+                     decision, figure(m.growth_monthly_pct), figure(m.gpu_util_pct), figure(m.break_even_own_pct)))  # fmt: skip
     b.append(Block("table", rows=tuple(rows)))
 
 
@@ -231,27 +237,23 @@ def _spot(b: list[Block], f: Facts) -> None:
     sp = f.spot
     assert sp is not None
     b.append(Block("h2", "Spot capacity"))
-    share = (f"{sp.interruptible_on_spot_pct:g}% of interruptible GPU-hours"
+    share = (f"{figure(sp.interruptible_on_spot_pct)}% of interruptible GPU-hours"
              if sp.interruptible_on_spot_pct is not None else "no interruptible work")  # fmt: skip
     b.append(Block("p", f"{counted(sp.nodes, 'spot node')}, {counted(sp.gpus, 'GPU')}: "
-                   f"{sp.gpu_hours:g} GPU-hours held ({share}; "
-                   f"critical work on spot {sp.critical_gpu_hours_on_spot:g} GPU-hours); "
+                   f"{figure(sp.gpu_hours)} GPU-hours held ({share}; "
+                   f"critical work on spot {figure(sp.critical_gpu_hours_on_spot)} GPU-hours); "
                    f"{counted(sp.reclaims, 'reclaim')} ({', '.join(sp.reclaimed_nodes) or 'none'}), "
-                   f"{counted(sp.jobs_evicted, 'job')} requeued, {sp.gpu_hours_lost:g} GPU-hours "
+                   f"{counted(sp.jobs_evicted, 'job')} requeued, {figure(sp.gpu_hours_lost)} GPU-hours "
                    f"of work lost; prices from {sp.prices}."))  # fmt: skip
     rows = [("GPU model", "spot GPUs", "GPU-hours", f"on-demand {sp.currency}",
              f"spot {sp.currency}", f"saved {sp.currency}")]  # fmt: skip
-    rows += [(m.model, str(m.gpus), f"{m.gpu_hours:g}", _money(m.on_demand_cost),
+    rows += [(m.model, str(m.gpus), f"{figure(m.gpu_hours)}", _money(m.on_demand_cost),
               _money(m.spot_cost), _money(m.saved)) for m in sp.by_model]  # fmt: skip
     b.append(Block("table", rows=tuple(rows)))
 
 
 def _money(x: float | None) -> str:
     return "" if x is None else f"{x:,.2f}"
-
-
-def _f(x: float | None) -> str:
-    return "" if x is None else f"{x:g}"
 
 
 def _img(b: list[Block], charts: dict[str, Path], name: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from gpuwarden.errors import ConfigError, GpuwardenError
 from gpuwarden.reports.model import Facts
 from gpuwarden.reports.render import MARK, prose_period
-from gpuwarden.reports.templates import counted
+from gpuwarden.reports.templates import counted, figure
 from gpuwarden.reports.writer import Prose
 
 logger = logging.getLogger(__name__)
@@ -43,9 +43,9 @@ def summary_blocks(f: Facts, prose: Prose, where: str = "") -> tuple[str, list[d
               f"*At risk / unhealthy now*\n{f.risk.at_risk_gpus} / {f.risk.unhealthy_gpus}",
               f"*Xids*\n{f.xids.xids}"]  # fmt: skip
     if f.availability:
-        fields.append(f"*Availability*\n{f.availability.fleet_availability_pct:g}%")
+        fields.append(f"*Availability*\n{figure(f.availability.fleet_availability_pct)}%")
     if f.energy:
-        fields.append(f"*Energy*\n{f.energy.energy_kwh:g} kWh")
+        fields.append(f"*Energy*\n{figure(f.energy.energy_kwh)} kWh")
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": _clip(title, 150)}},
         {"type": "section", "text": {"type": "mrkdwn", "text": _clip(summary or "(no summary)")}},

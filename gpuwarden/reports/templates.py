@@ -7,6 +7,7 @@ sentence passes the checker itself (a test holds them to it).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from gpuwarden.planning.demand import ANY_MODEL
@@ -23,6 +24,18 @@ def _n(x: float | None) -> str:
     if x is None:
         return "n/a"
     return f"{x:,.1f}".rstrip("0").rstrip(".") if x != int(x) else f"{int(x):,}"
+
+
+def figure(x: float | None) -> str:
+    """A figure as tables and code-written lines show it: thousands separated, up to three
+    decimals, never in exponent form (``:g`` wrote a 10,000-GPU fleet's week of 1,680,000
+    GPU-hours as 1.68e+06); None is blank."""
+    if x is None:
+        return ""
+    if not math.isfinite(x):
+        return str(x)
+    s = f"{x:,.3f}".rstrip("0").rstrip(".")
+    return "0" if s == "-0" else s
 
 
 def plural(n: float | None, one: str, many: str | None = None) -> str:

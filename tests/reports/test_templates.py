@@ -104,3 +104,35 @@ def test_the_cost_line_never_counts_tokens_it_was_not_given():
     none.add(None)
     assert none.describe() == "1 LLM call; the server did not report tokens"
     assert none.total_tokens is None
+
+
+def test_a_large_fleets_figures_never_print_in_exponent_form(facts):
+    """A week of 10,000 GPUs: 1,680,000 GPU-hours and over a million kWh, written in full with
+    thousands separated in the tables, the code-written lines and the Slack summary (``:g`` once
+    wrote them 1.68e+06)."""
+    s = facts.scheduler
+    assert s is not None and s.by_tenant and facts.energy is not None
+    tenants = [t.model_copy(update={"gpu_hours": 1_234_567.0}) for t in s.by_tenant]
+    big = facts.model_copy(
+        update={
+            "energy": facts.energy.model_copy(
+                update={"energy_kwh": 1_176_000.5, "gpu_hours_measured": 1_680_000.0}
+            ),
+            "scheduler": s.model_copy(
+                update={
+                    "gpu_hours": 1_512_000.0,
+                    "capacity_gpu_hours": 1_680_000.0,
+                    "by_tenant": tenants,
+                }
+            ),  # fmt: skip
+        }
+    )
+    prose = template_prose(big, recommend(big))
+    md = markdown(blocks(big, prose, {}, "templates"))
+    text, slack = summary_blocks(big, prose)
+    exponent = re.compile(r"\d[eE][+-]\d")
+    for written in (md, text, str(slack)):
+        assert not exponent.search(written), exponent.search(written)
+    assert "1,176,000.5 kWh over 1,680,000 GPU-hours" in md
+    assert "1,512,000 of 1,680,000 GPU-hours allocated" in md
+    assert "| 1,234,567 |" in md
