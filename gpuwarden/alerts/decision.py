@@ -245,6 +245,11 @@ class DecisionEngine:
                 i: t.gpu.uuid for (h, i), t in self._tracks.items() if h == hostname and t.gpu.uuid
             }
 
+    def slot_uuids(self) -> dict[tuple[str, int], str]:
+        """(hostname, index) -> the UUID tracked there, for every slot whose GPU reported one."""
+        with self._lock:
+            return {k: t.gpu.uuid for k, t in self._tracks.items() if t.gpu.uuid}
+
     def nodes(self) -> list[str]:
         with self._lock:
             return sorted({h for h, _ in self._tracks})

@@ -41,6 +41,8 @@ class Counters:
     last_assess_error: str = ""
     #: the last failure was the store's (``StoreError``), not the model's
     assess_store_failed: bool = False
+    #: assessments left out because they named a board the store says was replaced in its slot
+    replaced_boards_skipped: int = 0
 
 
 @dataclass(frozen=True)

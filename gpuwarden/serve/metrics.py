@@ -9,7 +9,8 @@
   ``gpuwarden_held_retags{hook}``, ``gpuwarden_alertmanager_alerts_total{outcome}``,
   ``gpuwarden_webhook_requests_total{code}``, ``gpuwarden_assess_runs_total``,
   ``gpuwarden_assess_errors_total``, ``gpuwarden_assess_last_success_timestamp_seconds``,
-  ``gpuwarden_assess_duration_seconds``;
+  ``gpuwarden_assess_duration_seconds``, ``gpuwarden_replaced_board_assessments_skipped_total``
+  (a scorer's assessments of boards the store says were replaced in their slot);
 - when serve scores with the model and has a week of HBM temperatures:
   ``gpuwarden_fleet_spread_drift_celsius``, how much the HBM-core spread moves from day to day
   on the fleet's median GPU (``models.score.fleet_spread_drift``);
@@ -122,6 +123,11 @@ class _DecisionCollector:
         yield CounterMetricFamily("gpuwarden_assess_runs", "Scoring runs.", value=c.assess_runs)
         yield CounterMetricFamily(
             "gpuwarden_assess_errors", "Scoring runs that failed.", value=c.assess_errors
+        )
+        yield CounterMetricFamily(
+            "gpuwarden_replaced_board_assessments_skipped",
+            "Assessments left out: they named a board replaced in its slot.",
+            value=c.replaced_boards_skipped,
         )
         if c.assess_last_ok_ts is not None:
             yield GaugeMetricFamily(

@@ -24,6 +24,7 @@ from gpuwarden.alerts.alertmanager import AmPayload, alert_inputs
 from gpuwarden.alerts.audit import AuditLog
 from gpuwarden.alerts.base import Notifier, RiskAssessment, Transition
 from gpuwarden.alerts.decision import DecisionEngine
+from gpuwarden.alerts.hard_signals import QUIET_S
 from gpuwarden.errors import ConfigError, StoreError
 from gpuwarden.exporter import Exporter
 from gpuwarden.health import GpuState
@@ -32,6 +33,10 @@ from gpuwarden.scheduler_hooks.breaker import CircuitBreaker
 from gpuwarden.serve._actor import Actor, Counters, HookOutcome, non_ok_hosts
 from gpuwarden.serve.verdicts import VerdictLog
 from gpuwarden.store.base import Store, WritableStore
+from gpuwarden.telemetry import GpuId
+
+#: why an input naming a board since replaced in its slot changes nothing
+REPLACED = "board since replaced in its slot (the store has its successor reporting there)"
 
 logger = logging.getLogger("gpuwarden.serve")
 
@@ -121,8 +126,14 @@ class RiskService:
         self._count_store_nodes(now)
         assessments = self._run_assessor(now)
         with self._decide:
+            gone = self._replaced([a.gpu for a in assessments])
+            if gone:
+                self.counters.replaced_boards_skipped += len(gone)
+                logger.info("left out %d assessments of boards since replaced", len(gone))
             changes: list[Transition] = []
             for a in assessments:
+                if a.gpu.uuid in gone:
+                    continue
                 changes += self.engine.assess(a)
             changes += self.engine.tick(now)
             self.actor.act(changes)
@@ -176,10 +187,14 @@ class RiskService:
         outcomes = []
         with self._decide:
             changes: list[Transition] = []
-            for i in alert_inputs(payload):
+            inputs = alert_inputs(payload)
+            gone = self._replaced([i.gpu for i in inputs if i.gpu is not None and not i.ignored])
+            for i in inputs:
                 seen_key = (i.key, i.firing, i.signal_ts)
                 if i.ignored:
                     outcome = f"ignored: {i.ignored}"
+                elif i.gpu is not None and i.gpu.uuid in gone:
+                    outcome = f"ignored: {REPLACED}"
                 elif seen_key in self._seen_alerts:
                     outcome = "duplicate"
                 else:
@@ -212,6 +227,38 @@ class RiskService:
         return {
             "alerts": outcomes,
             "hooks": [h.__dict__ for h in hooks],
+        }
+
+    def _replaced(self, gpus: Sequence[GpuId]) -> set[str]:
+        """UUIDs among ``gpus`` of boards replaced in their slot by the one the engine tracks
+        there, as the store tells: after the last the store heard of the named board, the
+        tracked one sent its first sample, or was heard more than ``QUIET_S`` later (a GPU
+        renumbered into the slot). The built-in assessor scores current boards only, but an
+        own scorer or an Alertmanager rule can still name the old one after its successor
+        reports, and deciding on both would flap the slot's tags every round. The store is
+        asked only when a GPU names another UUID than the tracked one; unknown is kept."""
+        tracked = self.engine.slot_uuids()
+        named = {
+            g.uuid: tracked[(g.hostname, g.index)]
+            for g in gpus
+            if g.uuid and tracked.get((g.hostname, g.index), g.uuid) != g.uuid
+        }
+        if not named:
+            return set()
+        try:
+            inv = self.store.gpus()
+        except Exception as exc:  # unknown: decide on every input, as before
+            logger.debug("cannot read the inventory to spot replaced boards: %s", exc)
+            return set()
+        uuids = inv["uuid"].astype(str).tolist()
+        first = dict(zip(uuids, inv["first_ts"].astype(float), strict=True))
+        last = dict(zip(uuids, inv["last_ts"].astype(float), strict=True))
+        return {
+            u
+            for u, now_there in named.items()
+            if u in last
+            and now_there in last
+            and (first[now_there] >= last[u] or last[now_there] > last[u] + QUIET_S)
         }
 
     def _remember(self, key: tuple[str, bool, float]) -> None:

@@ -4,11 +4,13 @@ samples and the hard signals that got it replaced; neither may be taken for the 
 
 from __future__ import annotations
 
+from gpuwarden.alerts.alertmanager import AmPayload
+from gpuwarden.alerts.base import RiskAssessment
 from gpuwarden.alerts.decision import DecisionEngine
 from gpuwarden.alerts.hard_signals import HardSignalAssessor
 from gpuwarden.health import GpuState
 from gpuwarden.serve.assessors import default_assessor
-from gpuwarden.serve.service import RiskService
+from gpuwarden.serve.service import REPLACED, RiskService
 from gpuwarden.store.sqlite import SqliteStore
 from gpuwarden.telemetry import Batch, Event, GpuId, Sample
 
@@ -95,4 +97,54 @@ def test_hard_signals_over_a_long_lookback_name_only_the_slots_current_board():
     assert before["GPU-old"].hard_signal
     after = {a.gpu.uuid: a for a in hard(store, INSTALLED + 1800)}
     assert "GPU-old" not in after and not after["GPU-new"].hard_signal
+    store.close()
+
+
+def _own_scorer(store, now):
+    """A scorer of one's own that knows nothing of swaps: it scores every board it has samples
+    of in the last day, the old one still at its last risk."""
+    out = [RiskAssessment(OLD, now, risk=0.9, reasons=("my rule",))]
+    if now >= INSTALLED:
+        out.append(RiskAssessment(NEW, now, risk=0.1))
+    return out
+
+
+def test_an_own_scorer_naming_the_old_board_does_not_flap_the_slot():
+    changes = _slot_changes(_own_scorer)
+    assert changes == [
+        ("GPU-old", GpuState.OK, GpuState.AT_RISK, "model"),
+        ("GPU-new", GpuState.AT_RISK, GpuState.OK, "replaced"),
+    ], changes
+
+
+def test_an_alert_on_the_old_board_after_the_swap_changes_nothing():
+    """Alertmanager resolves (or keeps firing) an alert labelled with the old board's UUID
+    after the new board reports in its slot: the slot stays the new board's."""
+    store = _store()
+    clock = [END]
+    service = RiskService(
+        store,
+        assess=None,
+        engine=DecisionEngine(enter_at=0.5, exit_below=0.5),
+        clock=lambda: clock[0],
+        verdicts=None,
+    )
+    service.engine.assess(RiskAssessment(NEW, END, risk=0.1))
+
+    def alert(uuid: str, status: str) -> dict:
+        labels = {"alertname": "GpuAtRisk", "Hostname": "n1", "gpu": "1", "UUID": uuid}
+        return {"status": status, "labels": labels, "annotations": {},
+                "startsAt": "2026-01-01T02:00:00Z", "endsAt": "0001-01-01T00:00:00Z",
+                "fingerprint": f"fp-{uuid}-{status}"}  # fmt: skip
+
+    for status in ("firing", "resolved"):
+        body = {"version": "4", "status": status, "alerts": [alert("GPU-old", status)]}
+        got = service.receive_alerts(AmPayload.model_validate(body))
+        assert got["alerts"][0]["outcome"] == f"ignored: {REPLACED}", got
+    assert service.engine.slot_uuids()[("n1", 1)] == "GPU-new"
+    assert service.engine.status("GPU-new").state is GpuState.OK
+    # the new board's own alert is applied
+    body = {"version": "4", "status": "firing", "alerts": [alert("GPU-new", "firing")]}
+    got = service.receive_alerts(AmPayload.model_validate(body))
+    assert got["alerts"][0]["outcome"] == "applied: ok -> at-risk", got
     store.close()
