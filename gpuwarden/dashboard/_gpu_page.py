@@ -96,9 +96,7 @@ def gpu_detail(ctx: Context) -> None:
     risk = _cache.risk_series(ctx.url, uuid, start, end)
 
     cols = st.columns(6)
-    cols[0].metric(
-        "Risk", _num(float(gpu["risk"]), ".2f"), help=f"At risk from {data.RISK_THRESHOLD}"
-    )
+    cols[0].metric("Risk", _num(float(gpu["risk"]), ".2f"), help=f"At risk from {_line(risk):g}")
     if series.empty:
         st.info(f"No sample of this GPU in the last {fmt_age(ctx.range_s)}.")
         return
@@ -204,6 +202,12 @@ def gpu_detail(ctx: Context) -> None:
             st.dataframe(scores[["time", "ts", "risk"]], hide_index=True, key="gpu_risk_numbers")
 
 
+def _line(risk: pd.DataFrame) -> float:
+    """The at-risk line the GPU's newest stored verdict was decided with, else serve's."""
+    known = risk["threshold"].dropna() if "threshold" in risk else risk.iloc[0:0]
+    return float(known.iloc[-1]) if len(known) else data.model_line()
+
+
 def _risk_chart(risk: pd.DataFrame, marks: pd.DataFrame) -> None:
     """The stored risk over time against the at-risk line the verdicts were decided with; the
     newest score alone (a bar) until there is a history to draw."""
@@ -214,11 +218,7 @@ def _risk_chart(risk: pd.DataFrame, marks: pd.DataFrame) -> None:
             "or backfill with `gpuwarden score --into`."
         )
         return
-    line = (
-        float(risk["threshold"].dropna().iloc[-1])
-        if risk["threshold"].notna().any()
-        else (data.RISK_THRESHOLD)
-    )
+    line = _line(risk)
     st.markdown(f"**Risk score** against the {line:g} line")
     if len(risk) >= 2:
         st.altair_chart(

@@ -23,21 +23,22 @@ from gpuwarden.counters import step_increases
 from gpuwarden.dashboard import _signals
 from gpuwarden.dashboard._reads import read_window, resolution_for
 from gpuwarden.health import (
-    DEFAULT_AT_RISK,
     MISSING,
     GpuState,
+    at_risk_threshold,
     describe,
     event_action,
-    threshold_text,
 )
 from gpuwarden.store.base import Store
 
 OK, AT_RISK, UNHEALTHY = GpuState.OK.value, GpuState.AT_RISK.value, GpuState.UNHEALTHY.value
 STATES: tuple[str, ...] = (OK, AT_RISK, UNHEALTHY, MISSING)
-RISK_THRESHOLD = DEFAULT_AT_RISK
-AT_RISK_BAND = f"at risk ({threshold_text(RISK_THRESHOLD)})"
-#: The heatmap's risk bands, low to high; the last starts at the at-risk threshold.
-RISK_BANDS: tuple[str, ...] = ("< 0.3", "0.3-0.5", f"0.5-{RISK_THRESHOLD:g}", AT_RISK_BAND)
+AT_RISK_BAND = "at risk"
+#: The heatmap's risk bands, low to high. The last is the verdict's state, not a fixed line:
+#: serve decides at the model's line (0.50 for the shipped one), or the operator's, and keeps
+#: a GPU at-risk until its risk falls under the lower bound (the map once coloured GPUs at-risk
+#: at 0.5-0.7 as short of a fixed 0.7 line).
+RISK_BANDS: tuple[str, ...] = ("< 0.3", "0.3-0.5", ">= 0.5, not at risk", AT_RISK_BAND)
 SPREAD_LIMIT_C = 15.0  # HBM more than 15 C above the core: a cooling or HBM problem
 #: DCGM's PCIe replay limit per lane per minute by link generation; times the lanes.
 PCIE_REPLAY_LIMIT_PER_LANE_MIN: dict[int, float] = {1: 0.12, 2: 0.24, 3: 0.48, 4: 0.96, 5: 1.92}
@@ -285,11 +286,28 @@ def risk_band(state: str, risk: float) -> str:
     (unhealthy, missing, not scored: risk unknown is not low risk)."""
     if state in (UNHEALTHY, MISSING):
         return state
+    if state == AT_RISK:  # serve's decision, at whatever line it decided
+        return AT_RISK_BAND
     if risk != risk:  # NaN
         return "not scored"
-    if risk >= RISK_THRESHOLD:
-        return AT_RISK_BAND
     return RISK_BANDS[0] if risk < 0.3 else RISK_BANDS[1] if risk < 0.5 else RISK_BANDS[2]
+
+
+def model_line() -> float:
+    """The line ``gpuwarden serve`` decides at by default: the ``at_risk_threshold`` setting,
+    else the card of the model in ``$GPUWARDEN_MODEL`` (or the shipped one), else 0.7. Read
+    from the card, so the dashboard loads no model."""
+    import json
+    import os
+
+    from gpuwarden.models.artifact import CARD_FILE, model_file
+
+    try:
+        path = model_file(os.environ.get("GPUWARDEN_MODEL") or None).with_name(CARD_FILE)
+        card = json.loads(path.read_text())
+    except (OSError, ValueError):
+        card = None
+    return at_risk_threshold(card if isinstance(card, dict) else None)
 
 
 def gpu_series(

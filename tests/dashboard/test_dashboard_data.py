@@ -293,5 +293,32 @@ def test_risk_bands_never_hide_a_state():
     assert data.risk_band("unhealthy", 0.01) == "unhealthy"
     assert data.risk_band("missing", 0.99) == "missing"
     assert data.risk_band("ok", float("nan")) == "not scored"
-    assert data.risk_band("ok", 0.1) == "< 0.3" and data.risk_band("ok", 0.6) == "0.5-0.7"
-    assert data.risk_band("at-risk", 0.7) == "at risk (>= 0.7)"
+    assert (
+        data.risk_band("ok", 0.1) == "< 0.3" and data.risk_band("ok", 0.6) == ">= 0.5, not at risk"
+    )
+    # at-risk is serve's decision at its line (the shipped model's is 0.50), and stays while the
+    # risk is between the hysteresis bounds: the map shows the state, not a fixed 0.7 line
+    assert data.risk_band("at-risk", 0.55) == data.risk_band("at-risk", 0.9) == "at risk"
+    assert data.risk_band("at-risk", float("nan")) == "at risk"  # an Alertmanager alert's
+
+
+def test_the_gpu_pages_line_is_the_verdicts_then_serves(monkeypatch, tmp_path):
+    import json
+
+    from gpuwarden.dashboard import _gpu_page
+    from gpuwarden.health import use_at_risk_threshold
+    from gpuwarden.models.artifact import CARD_FILE, DEFAULT_DIR
+
+    shipped = json.loads((DEFAULT_DIR / CARD_FILE).read_text())["threshold"]
+    none = pd.DataFrame({"ts": [], "risk": [], "threshold": []})
+    assert _gpu_page._line(none) == data.model_line() == shipped < 0.7
+    stored = pd.DataFrame({"ts": [1.0, 2.0], "risk": [0.4, 0.6], "threshold": [0.7, 0.65]})
+    assert _gpu_page._line(stored) == 0.65
+    use_at_risk_threshold(0.8)
+    try:
+        assert data.model_line() == 0.8
+    finally:
+        use_at_risk_threshold(None)
+    (tmp_path / CARD_FILE).write_text(json.dumps({"threshold": 0.42}))
+    monkeypatch.setenv("GPUWARDEN_MODEL", str(tmp_path))
+    assert data.model_line() == 0.42
