@@ -119,12 +119,17 @@ def gpu_chart(
         id_vars=["time"], value_vars=list(lines), var_name="signal", value_name="value"
     )
     long["signal"] = long["signal"].map(lines)
+    top = float(long["value"].abs().max()) if long["value"].notna().any() else 0.0
+    # SI prefixes for big counts only: "~s" wrote a risk of 0.8 as "800m"; and a flat zero
+    # (no SBE in the range) gets an axis of 0-1, not the "NaN" of an empty domain
+    axis = alt.Axis(format="~s" if top >= 10_000 else ",~f")
+    scale = alt.Scale(domain=[0, 1]) if top == 0 else alt.Undefined
     layers: list[alt.Chart] = [
         alt.Chart(long)
         .mark_line(interpolate="monotone", point=len(series) < 60)
         .encode(
             x=_TIME,
-            y=alt.Y("value:Q", title=title, axis=alt.Axis(format="~s")),
+            y=alt.Y("value:Q", title=title, axis=axis, scale=scale),
             color=alt.Color(
                 "signal:N",
                 title=None,

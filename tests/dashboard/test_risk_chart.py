@@ -120,3 +120,19 @@ def test_without_verdicts_the_pages_say_how_to_store_them(known_url, monkeypatch
     assert list(flagged.loc[flagged["state"] == "at-risk", "risk"]) == [
         risk_at(uuid_of(SBE), END - HOUR)
     ]
+
+
+def test_the_gpu_charts_axes_read_as_numbers():
+    """A risk axis reads 0.8, not the SI "800m"; big counts keep SI prefixes; a series that
+    is zero throughout gets an axis of 0 to 1, not the "NaN" of an empty domain."""
+    from gpuwarden.dashboard._charts import gpu_chart
+
+    def y_of(values: list[float]) -> dict:
+        frame = pd.DataFrame({"ts": [0.0, 3600.0, 7200.0], "v": values})
+        spec = gpu_chart(frame, {"v": "v"}, "v", pd.DataFrame()).to_dict()
+        return spec["layer"][0]["encoding"]["y"]
+
+    risk = y_of([0.41, 0.63, 0.83])
+    assert risk["axis"]["format"] == ",~f" and "scale" not in risk
+    assert y_of([12_000.0, 40_000.0, 1e6])["axis"]["format"] == "~s"
+    assert y_of([0.0, 0.0, 0.0])["scale"] == {"domain": [0, 1]}
