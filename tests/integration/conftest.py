@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -64,10 +65,63 @@ def require_binary(name: str) -> str:
     return path
 
 
+#: Ports each pytest-xdist worker hands out: its own block, under Linux's ephemeral range
+#: (32768 up, where the kernel picks ports for ``bind(0)`` and outgoing connections). A port
+#: picked with ``bind(0)`` is free only until someone binds it: another worker's daemon once
+#: took one first, and this worker's readiness poll was answered by that worker's server.
+PORT_BLOCK, PORT_BASE = 2000, 10000
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port on 127.0.0.1 free now, from this worker's own block (``PORT_BLOCK``)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    base = PORT_BASE + (int(worker) % 11 if worker.isdigit() else 0) * PORT_BLOCK
+    start = random.randrange(PORT_BLOCK)
+    for i in range(PORT_BLOCK):
+        port = base + (start + i) % PORT_BLOCK
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # the whole block busy: any port the kernel gives
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
+
+
+def _listening_inode(port: int) -> str | None:
+    """The inode of the socket listening on 127.0.0.1:``port`` (or any address), from
+    /proc/net/tcp; None when there is none or /proc cannot tell."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                return cols[9]
+    return None
+
+
+def _owns_port(pid: int, port: int) -> bool | None:
+    """Whether process ``pid`` holds the socket listening on ``port``; None when /proc does
+    not say (another system)."""
+    inode = _listening_inode(port)
+    if inode is None:
+        return None
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == f"socket:[{inode}]":
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def start_daemon(
@@ -91,6 +145,12 @@ def start_daemon(
             pytest.fail(f"{name} exited with {proc.returncode}:\n{daemon.log_tail()}")
         try:
             if daemon.get(ready_path).status_code == 200:
+                if _owns_port(proc.pid, port) is False:  # another process answered
+                    daemon.stop()
+                    pytest.fail(
+                        f"{name}: 127.0.0.1:{port} is served by another process, not the one "
+                        f"started:\n{daemon.log_tail()}"
+                    )
                 return daemon
         except httpx.TransportError:
             pass
