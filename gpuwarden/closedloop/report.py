@@ -204,10 +204,11 @@ def render_short(result: ClosedLoopResult) -> list[str]:
         f"({first['failures_with_precursor']:.0f} with precursors), mean busy "
         f"{frame['busy_share'].mean():.0%}"
     ]
+    width = max(len(ARM_TITLES[arm]) for arm in ARMS)
     for arm in ARMS:
         m = mean.loc[arm]
         lines.append(
-            f"{ARM_TITLES[arm]:<16} inference interrupted {m['interruptions']:>3.0f} "
+            f"{ARM_TITLES[arm]:<{width}}  inference interrupted {m['interruptions']:>3.0f} "
             f"({m['interruptions_with_precursor']:.0f} by failures with precursors), "
             f"moved {m['preemptions_inference']:.0f}; training lost "
             f"{m['training_lost_gpu_h']:.0f} GPU-h; capacity withheld {m['withheld_share']:.1%}"
