@@ -73,8 +73,13 @@ def _q(values, qs=(0.5, 0.9)) -> str:
     v = np.asarray(values, dtype=np.float64)
     if not v.size:
         return "-"
-    parts = [f"{np.quantile(v, q):.3g}" for q in qs]
-    return " / ".join(parts) + f" / {v.max():.3g}"
+    parts = [_n(np.quantile(v, q)) for q in qs]
+    return " / ".join(parts) + f" / {_n(v.max())}"
+
+
+def _n(x: float) -> str:
+    """Whole and thousands separated from 100 up (``.3g`` wrote 5.46e+03), else 3 digits."""
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
 def statistics(hours: pd.DataFrame) -> dict[str, str]:

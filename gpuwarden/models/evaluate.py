@@ -117,8 +117,10 @@ class Evaluation:
                 f"precursor begins makes {_f(s['oracle_false_flags_per_1000'])} false flags per "
                 "1,000 GPU-days (slow declines flagged more than a horizon ahead); ranking first "
                 "exactly the rows inside a precursor and within the horizon gives PR-AUC "
-                f"{_f(s['oracle_pr_auc'], 3)} on the horizon label, which no model passes "
-                f"({_f(s['oracle_pr_auc_no_sudden'], 3)} without sudden failures' rows)."
+                f"{_f(s['oracle_pr_auc'], 3)} on the horizon label "
+                f"({_f(s['oracle_pr_auc_no_sudden'], 3)} without sudden failures' rows); a "
+                "model passes it only by ranking rows of sudden failures, or from before a "
+                "precursor began, above the healthy rows the oracle leaves tied."
             )
         if s.get("spread_drift_c") is not None:
             drift, limit = s["spread_drift_c"], s["spread_drift_limit_c"]
@@ -133,7 +135,7 @@ class Evaluation:
 
             level, limit = s["error_level"], s.get("error_level_limit") or {}
             said = ", ".join(
-                f"{k} {v:.3g}" + (f" (warns above {limit[k]:.3g})" if k in limit else "")
+                f"{k} {_level(v)}" + (f" (warns above {_level(limit[k])})" if k in limit else "")
                 for k, v in level.items()
             )
             lines.append(
@@ -198,6 +200,12 @@ def _h(v: float) -> str:
 
 def _f(v: float | None, digits: int = 2) -> str:
     return "-" if v is None or not np.isfinite(v) else f"{v:.{digits}f}"
+
+
+def _level(v: float) -> str:
+    """An error level: whole and thousands separated from 100 up (``.3g`` wrote 1.39e+03),
+    three significant digits under it."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
 def failures_of(panel: HourlyPanel) -> pd.DataFrame:
