@@ -131,11 +131,12 @@ class Evaluation:
                 + ("; above that its thermal reasons are untested." if drift > limit else ".")
             )
         if s.get("error_level"):
-            from gpuwarden.models.score import levels_over
+            from gpuwarden.models.score import level_text, levels_over
 
             level, limit = s["error_level"], s.get("error_level_limit") or {}
             said = ", ".join(
-                f"{k} {_level(v)}" + (f" (warns above {_level(limit[k])})" if k in limit else "")
+                f"{k} {level_text(v)}"
+                + (f" (warns above {level_text(limit[k])})" if k in limit else "")
                 for k, v in level.items()
             )
             lines.append(
@@ -200,12 +201,6 @@ def _h(v: float) -> str:
 
 def _f(v: float | None, digits: int = 2) -> str:
     return "-" if v is None or not np.isfinite(v) else f"{v:.{digits}f}"
-
-
-def _level(v: float) -> str:
-    """An error level: whole and thousands separated from 100 up (``.3g`` wrote 1.39e+03),
-    three significant digits under it."""
-    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
 def failures_of(panel: HourlyPanel) -> pd.DataFrame:

@@ -394,6 +394,12 @@ def levels_over(level: dict[str, float], limit: dict[str, float]) -> list[str]:
     return [k for k in level if k in limit and level[k] > limit[k] > 0]
 
 
+def level_text(v: float) -> str:
+    """An error level as people read it: whole and thousands separated from 100 up (``.3g``
+    wrote 1.39e+03), three significant digits under it."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
 def level_warnings(frame: pd.DataFrame) -> list[str]:
     """A line when the fleet logs more correctable errors or replays than the model's training
     fleets did (``frame.attrs``: ``error_level``, ``error_level_limit``)."""
@@ -403,8 +409,9 @@ def level_warnings(frame: pd.DataFrame) -> list[str]:
     if not over:
         return []
     said = ", ".join(
-        f"{k.split('@')[0]} {level[k]:.3g} at the {float(k.split('@')[1]) * 100:g}th percentile "
-        f"(the model's training fleets: up to {limit[k] / ERROR_LEVEL_MARGIN:.3g})"
+        f"{k.split('@')[0]} {level_text(level[k])} at the {float(k.split('@')[1]) * 100:g}th "
+        f"percentile (the model's training fleets: up to "
+        f"{level_text(limit[k] / ERROR_LEVEL_MARGIN)})"
         for k in over
     )
     return [

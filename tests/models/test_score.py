@@ -528,6 +528,7 @@ def test_a_fleet_logging_many_times_the_training_errors_is_warned_of(tmp_path, f
     if warned:
         assert said[0].startswith("warning: the fleet's GPUs log more errors than")
         assert "at_risk_threshold" in said[0]
+        assert "e+0" not in said[0], said[0]  # levels in thousands, written out
 
 
 def test_the_training_error_level_is_the_highest_fleets_and_cards_record_it(tiny_model, train_sim):
