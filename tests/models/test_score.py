@@ -528,7 +528,14 @@ def test_a_fleet_logging_many_times_the_training_errors_is_warned_of(tmp_path, f
     if warned:
         assert said[0].startswith("warning: the fleet's GPUs log more errors than")
         assert "at_risk_threshold" in said[0]
-        assert "e+0" not in said[0], said[0]  # levels in thousands, written out
+
+
+def test_error_levels_read_as_written():
+    from gpuwarden.models.score import level_text
+
+    # single-bit errors per day run to thousands; replays per minute to thousandths
+    assert level_text(5940.2) == "5,940" and level_text(138_700.0) == "138,700"
+    assert level_text(23.5) == "23.5" and level_text(0.0792) == "0.0792"
 
 
 def test_the_training_error_level_is_the_highest_fleets_and_cards_record_it(tiny_model, train_sim):
