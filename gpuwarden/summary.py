@@ -51,13 +51,16 @@ class FleetSummary:
         nodes = self.gpus["hostname"].nunique() if len(self.gpus) else 0
         slots = self.gpus.drop_duplicates(["hostname", "gpu"]) if len(self.gpus) else self.gpus
         lines.append(
-            f"Fleet: {nodes} nodes, {len(slots)} GPU slots, {len(self.gpus)} GPU boards seen"
+            f"Fleet: {_count(nodes, 'node')}, {_count(len(slots), 'GPU slot')}, "
+            f"{_count(len(self.gpus), 'GPU board')} seen"
         )
         if len(slots):
             by_model = slots.groupby("model").size().sort_values(ascending=False)
             lines.append("  " + ", ".join(f"{n} x {m or 'unknown'}" for m, n in by_model.items()))
         lines.append(f"Telemetry: {start} .. {end} UTC ({span_h:.0f} h)")
-        lines.append(f"Reporting now: {self.reporting} GPUs; missing: {len(self.missing)}")
+        lines.append(
+            f"Reporting now: {_count(self.reporting, 'GPU')}; missing: {len(self.missing)}"
+        )
         for row in self.missing.head(top).itertuples():
             lines.append(f"  {row.hostname} gpu{row.gpu}  last seen {row.last_seen}")
         lines.append("")
@@ -263,3 +266,8 @@ def _watch_table(samples: pd.DataFrame) -> pd.DataFrame:
         .sort_values("_s", ascending=False)
         .drop(columns="_s")
     )
+
+
+def _count(n: int, noun: str) -> str:
+    """``n`` and its noun, plural unless one: "1 node", "16 GPU slots"."""
+    return f"{n:,} {noun}{'s' * (n != 1)}"

@@ -25,6 +25,9 @@ def _store(tmp_path) -> SqliteStore:
 def test_without_verdicts_it_says_how_to_get_them(tmp_path):
     text = fleet_summary(_store(tmp_path)).render()
     assert "Verdicts: none stored in the last day" in text and "score --into" in text
+    # one node reads as one ("1 nodes" before)
+    assert text.startswith("Fleet: 1 node, 2 GPU slots, 2 GPU boards seen\n")
+    assert "Reporting now: 2 GPUs; missing: 0" in text
 
 
 def test_the_newest_verdict_of_each_slots_board_is_counted_and_named(tmp_path):
