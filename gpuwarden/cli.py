@@ -30,6 +30,7 @@ from gpuwarden.cliutil import (
 )
 from gpuwarden.cliutil import collector_url as _collector_url  # noqa: F401  (tests/test_cli.py)
 from gpuwarden.config import SETTINGS, load_settings, parse_listen, redact_url
+from gpuwarden.wording import counted
 
 if TYPE_CHECKING:
     from gpuwarden.collectors.memory_errors import EventWriter
@@ -141,9 +142,9 @@ def collect(
         collector.close()
         store.close()
     click.echo(
-        f"{stats.ticks} collections: {stats.samples} samples, {stats.events} events, "
-        f"{stats.collect_errors} collector errors, {stats.store_errors} store errors"
-        + spool_summary(store)
+        f"{counted(stats.ticks, 'collection')}: {counted(stats.samples, 'sample')}, "
+        f"{counted(stats.events, 'event')}, {counted(stats.collect_errors, 'collector error')}, "
+        f"{counted(stats.store_errors, 'store error')}" + spool_summary(store)
     )
 
 
@@ -478,7 +479,8 @@ def simulate(
     finally:
         store.close()
     click.echo(
-        f"stored {n_samples} samples, {n_events} events, {n_failures} failures in {store.url}"
+        f"stored {counted(n_samples, 'sample')}, {counted(n_events, 'event')}, "
+        f"{counted(n_failures, 'failure')} in {store.url}"
     )
 
 

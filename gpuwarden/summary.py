@@ -12,6 +12,7 @@ from gpuwarden.counters import total_increase
 from gpuwarden.health import GpuState, describe
 from gpuwarden.signals import COUNTERS_FILE, SIGNAL_FIELDS, SIGNALS, Signal, missing_signals
 from gpuwarden.store.base import Store
+from gpuwarden.wording import counted
 
 _WATCH_FIELDS = (
     "ecc_sbe_volatile_total",
@@ -51,15 +52,15 @@ class FleetSummary:
         nodes = self.gpus["hostname"].nunique() if len(self.gpus) else 0
         slots = self.gpus.drop_duplicates(["hostname", "gpu"]) if len(self.gpus) else self.gpus
         lines.append(
-            f"Fleet: {_count(nodes, 'node')}, {_count(len(slots), 'GPU slot')}, "
-            f"{_count(len(self.gpus), 'GPU board')} seen"
+            f"Fleet: {counted(nodes, 'node')}, {counted(len(slots), 'GPU slot')}, "
+            f"{counted(len(self.gpus), 'GPU board')} seen"
         )
         if len(slots):
             by_model = slots.groupby("model").size().sort_values(ascending=False)
             lines.append("  " + ", ".join(f"{n} x {m or 'unknown'}" for m, n in by_model.items()))
         lines.append(f"Telemetry: {start} .. {end} UTC ({span_h:.0f} h)")
         lines.append(
-            f"Reporting now: {_count(self.reporting, 'GPU')}; missing: {len(self.missing)}"
+            f"Reporting now: {counted(self.reporting, 'GPU')}; missing: {len(self.missing)}"
         )
         for row in self.missing.head(top).itertuples():
             lines.append(f"  {row.hostname} gpu{row.gpu}  last seen {row.last_seen}")
@@ -266,8 +267,3 @@ def _watch_table(samples: pd.DataFrame) -> pd.DataFrame:
         .sort_values("_s", ascending=False)
         .drop(columns="_s")
     )
-
-
-def _count(n: int, noun: str) -> str:
-    """``n`` and its noun, plural unless one: "1 node", "16 GPU slots"."""
-    return f"{n:,} {noun}{'s' * (n != 1)}"

@@ -27,7 +27,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(names.split())
     for names in (
         "errors",
-        "telemetry config plugins lifecycle httpguard outbound tuning",
+        "telemetry config plugins lifecycle httpguard outbound tuning wording",
         "health counters readings",
         "xid signals",
         "sim",

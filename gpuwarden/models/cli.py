@@ -18,6 +18,7 @@ from gpuwarden import cliutil
 from gpuwarden.cliutil import domain_errors, store_option
 from gpuwarden.config import parse_duration
 from gpuwarden.errors import InputError
+from gpuwarden.wording import counted
 
 
 def parse_time(text: str | None, name: str) -> float | None:
@@ -210,7 +211,9 @@ def train(
         }[done.how]
         + f": {done.why}"
     )
-    click.echo(f"trained on {data['rows']:,} (GPU, time) rows, {data['failures']} failures")
+    click.echo(
+        f"trained on {data['rows']:,} (GPU, time) rows, {counted(data['failures'], 'failure')}"
+    )
     cal = model.card.get("metrics", {}).get("calibration_block")
     if cal and done.how != "shipped":
         rows = "every row" if done.how == "recalibrate" else "later block"

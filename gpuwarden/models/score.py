@@ -49,6 +49,7 @@ from gpuwarden.signals import SIGNAL_FIELDS, SIGNALS, Signal, advice, missing_si
 from gpuwarden.store.base import Store, WritableStore
 from gpuwarden.telemetry import GpuId
 from gpuwarden.tuning import scoring_threads
+from gpuwarden.wording import counted
 
 HISTORY_S = HISTORY_H * HOUR_S  # what the features read before the scoring hour
 REPORTING_H = 24
@@ -551,7 +552,7 @@ def render_table(frame: pd.DataFrame, *, top: int = 20) -> str:
     when = pd.Timestamp(float(frame["at"].iloc[-1]), unit="s", tz="UTC")
     summary = ", ".join(f"{counts.get(s, 0)} {s}" for s in (UNHEALTHY, AT_RISK, OK))
     more = f"... {rest} more; " if rest else ""
-    lines.append(f"{more}{len(frame)} GPUs at {when:%Y-%m-%d %H:%M} UTC: {summary}")
+    lines.append(f"{more}{counted(len(frame), 'GPU')} at {when:%Y-%m-%d %H:%M} UTC: {summary}")
     return "\n".join(lines) + "\n"
 
 

@@ -21,7 +21,7 @@ from gpuwarden.planning.capacity import DEFAULT_BUFFER, plan_model
 from gpuwarden.planning.demand import ANY_MODEL, scheduler_demand
 from gpuwarden.planning.forecast import WEEKLY
 from gpuwarden.reports.model import Absent, Capacity, ModelCapacity, Utilisation
-from gpuwarden.reports.templates import counted
+from gpuwarden.wording import counted
 
 #: Two weeks: one to learn from and one held out to choose the seasons and calibrate the
 #: interval, the least on which the forecast's interval means anything.

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gpuwarden.health import GpuState
 from gpuwarden.reports.model import Facts
-from gpuwarden.reports.templates import figure
+from gpuwarden.wording import figure
 
 MAX_BARS = 30
 

@@ -193,7 +193,7 @@ def _post(facts, prose, files, cfg) -> None:
         summary_blocks,
         upload_files,
     )
-    from gpuwarden.reports.templates import counted
+    from gpuwarden.wording import counted
 
     if os.environ.get(ENV_WEBHOOK_URL):
         text, blocks = summary_blocks(facts, prose, f"Full report: {files.html}")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuwarden.errors import ConfigError, GpuwardenError
-from gpuwarden.reports.templates import counted
+from gpuwarden.wording import counted
 
 logger = logging.getLogger(__name__)
 ENV_API_KEY = "GPUWARDEN_LLM_API_KEY"

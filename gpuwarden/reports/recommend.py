@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from gpuwarden.health import AT_RISK_ACTION, GpuState
 from gpuwarden.reports._usage import IDLE_UTIL_PCT
 from gpuwarden.reports.model import Facts
-from gpuwarden.reports.templates import add_when, counted, figure, plural
+from gpuwarden.reports.templates import add_when
+from gpuwarden.wording import counted, figure, plural
 
 WAIT_SCALE_UP_MIN = 30.0
 BUSY_PCT = 80.0

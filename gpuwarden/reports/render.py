@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuwarden.reports.model import Facts
-from gpuwarden.reports.templates import add_when, change_unit, counted, figure
+from gpuwarden.reports.templates import add_when, change_unit
 from gpuwarden.reports.writer import LLM, Part, Prose
+from gpuwarden.wording import counted, figure
 
 TABLE_ROWS = 15
 MARK = {LLM: "[checked LLM]", "template": "[template]"}

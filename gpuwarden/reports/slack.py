@@ -17,8 +17,8 @@ from typing import Any
 from gpuwarden.errors import ConfigError, GpuwardenError
 from gpuwarden.reports.model import Facts
 from gpuwarden.reports.render import MARK, prose_period
-from gpuwarden.reports.templates import counted, figure
 from gpuwarden.reports.writer import Prose
+from gpuwarden.wording import counted, figure
 
 logger = logging.getLogger(__name__)
 ENV_WEBHOOK_URL = "GPUWARDEN_SLACK_WEBHOOK_URL"

@@ -7,49 +7,18 @@ sentence passes the checker itself (a test holds them to it).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from gpuwarden.planning.demand import ANY_MODEL
 from gpuwarden.reports.model import Facts
+from gpuwarden.wording import counted, plural
+from gpuwarden.wording import number as _n
 
 
 @dataclass(frozen=True)
 class Sentence:
     topic: str
     text: str
-
-
-def _n(x: float | None) -> str:
-    if x is None:
-        return "n/a"
-    return f"{x:,.1f}".rstrip("0").rstrip(".") if x != int(x) else f"{int(x):,}"
-
-
-def figure(x: float | None) -> str:
-    """A figure as tables and code-written lines show it: thousands separated, up to three
-    decimals, never in exponent form (``:g`` wrote a 10,000-GPU fleet's week of 1,680,000
-    GPU-hours as 1.68e+06); None is blank."""
-    if x is None:
-        return ""
-    if not math.isfinite(x):
-        return str(x)
-    s = f"{x:,.3f}".rstrip("0").rstrip(".")
-    return "0" if s == "-0" else s
-
-
-def plural(n: float | None, one: str, many: str | None = None) -> str:
-    """The form of a word that agrees with the count ``n``, so the report's counts read as
-    written English: ``plural(1, "GPU")`` is "GPU", ``plural(5, "GPU")`` "GPUs",
-    ``plural(2, "was", "were")`` "were". Only exactly one is singular (0 GPUs, 1.5 GPUs);
-    an unknown count (None) is plural."""
-    return one if n == 1 else (many if many is not None else one + "s")
-
-
-def counted(n: float | None, one: str, many: str | None = None) -> str:
-    """A count and its noun: ``counted(1, "GPU")`` is "1 GPU", ``counted(10000, "GPU")``
-    "10,000 GPUs", ``counted(3, "state transition")`` "3 state transitions"."""
-    return f"{_n(n)} {plural(n, one, many)}"
 
 
 def change_unit(n: float, unit: str) -> str:

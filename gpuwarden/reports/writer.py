@@ -25,7 +25,7 @@ from gpuwarden.reports.llm import LlmClient, LlmUnavailable, Usage
 from gpuwarden.reports.model import Facts
 from gpuwarden.reports.pseudonym import Pseudonyms
 from gpuwarden.reports.recommend import Recommendation
-from gpuwarden.reports.templates import counted, plural
+from gpuwarden.wording import counted, plural
 
 LLM = "llm"
 TEMPLATE = "template"

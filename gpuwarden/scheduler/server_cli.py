@@ -14,6 +14,7 @@ from gpuwarden.cliutil import domain_errors, settings
 from gpuwarden.config import grid_intensity
 from gpuwarden.errors import ConfigError
 from gpuwarden.scheduler.quota import load_quotas
+from gpuwarden.wording import counted
 
 
 @click.group()
@@ -298,7 +299,8 @@ def agent(
             file=sys.stderr,
         )
     print(
-        f"gpuwarden agent: {node} with {len(inventory.gpus)} GPUs -> {url}; Ctrl-C to stop",
+        f"gpuwarden agent: {node} with {counted(len(inventory.gpus), 'GPU')} -> {url}; "
+        "Ctrl-C to stop",
         file=sys.stderr,
         flush=True,
     )

@@ -12,6 +12,7 @@ import click
 from gpuwarden import cliutil
 from gpuwarden.health import DEFAULT_AT_RISK
 from gpuwarden.store.shard import HostShard, parse_shard
+from gpuwarden.wording import counted
 
 logger = logging.getLogger("gpuwarden.serve")
 
@@ -254,7 +255,8 @@ def _serve(ctx: click.Context, **o: Any) -> None:
                     f"{t.gpu.hostname}/{t.gpu.index} {t.gpu.uuid}: {t.old} -> {t.new} "
                     f"(risk {risk}; {'; '.join(t.reasons)})"
                 )
-            click.echo(f"{len(service.engine.statuses())} GPUs scored, {len(changes)} changed")
+            scored = counted(len(service.engine.statuses()), "GPU")
+            click.echo(f"{scored} scored, {len(changes)} changed")
             return
         run_serve(ServeHandle(service, token=token), host, port)
     finally:

@@ -13,8 +13,9 @@ from gpuwarden.reports.model import Change, GpuRef
 from gpuwarden.reports.recommend import recommend
 from gpuwarden.reports.render import blocks, markdown
 from gpuwarden.reports.slack import summary_blocks
-from gpuwarden.reports.templates import change_unit, counted, plural, summary
+from gpuwarden.reports.templates import change_unit, summary
 from gpuwarden.reports.writer import template_prose
+from gpuwarden.wording import counted, plural
 
 #: a count of exactly one followed by a plural noun or verb ("1 GPUs", "1 were")
 ONE_PLURAL = re.compile(

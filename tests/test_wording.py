@@ -1,0 +1,36 @@
+"""Counts and figures as people read them: one node, never "1 nodes"; 1,680,000, never 1.68e+06."""
+
+from __future__ import annotations
+
+import time
+
+from click.testing import CliRunner
+
+from gpuwarden.cli import main
+from gpuwarden.wording import counted, figure, number, plural
+
+
+def test_counts_agree_with_their_nouns():
+    assert counted(1, "node") == "1 node" and counted(0, "GPU") == "0 GPUs"
+    assert counted(10_000, "GPU") == "10,000 GPUs" and counted(1.5, "GPU-hour") == "1.5 GPU-hours"
+    assert plural(2, "was", "were") == "were" and plural(None, "GPU") == "GPUs"
+    assert number(None) == "n/a" and number(1234.56) == "1,234.6"
+
+
+def test_figures_are_never_in_exponent_form():
+    assert figure(1_680_000.0) == "1,680,000" and figure(1_176_000.5) == "1,176,000.5"
+    assert figure(0.7345) == "0.735" and figure(-0.0001) == "0" and figure(None) == ""
+
+
+def test_a_single_gpu_machine_reads_in_the_singular(tmp_path):
+    """A workstation with one GPU: the collector, serve and score speak of "1 GPU"."""
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    sim = f"sim://?nodes=1&gpus=1&seed=3&step=60&start={int(time.time()) - 600}"
+    r = CliRunner().invoke(main, ["collect", "--collector", sim, "--store", store,
+                                  "--interval", "0", "--iterations", "1"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "1 collection: 1 sample, " in r.output, r.output
+    r = CliRunner().invoke(main, ["serve", "--once", "--no-collect", "--store", store,
+                                  "--audit", str(tmp_path / "a.db")])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert r.output.strip().endswith("1 GPU scored, 0 changed"), r.output
