@@ -97,6 +97,7 @@ def index(f: Facts, catalogue: set[int] | None = None) -> Index:
     ix.add(g, "caught", fl.caught, "count")
     ix.add(g, "missed", fl.missed, "count")
     ix.add(g, "unwatched", fl.unwatched, "count")
+    ix.add(g, "missed_near", fl.missed_near, "count")
     ix.add(g, "lead_time", fl.median_lead_time_h, "hours")
     per_host: dict[str, int] = defaultdict(int)
     for item in fl.items:

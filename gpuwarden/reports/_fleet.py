@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pandas as pd
 
-from gpuwarden.health import GpuState, describe, event_signal
+from gpuwarden.health import GpuState, at_risk_threshold, describe, event_signal
 from gpuwarden.reports.model import (
     AtRiskGpu,
     Availability,
@@ -33,6 +33,8 @@ HOUR_S = 3600.0
 STALE_S = 2 * HOUR_S
 #: How far before a failure a flag still counts as gpuwarden having seen it coming.
 LOOKBACK_S = 14 * 86400.0
+#: A missed failure whose risk reached this share of the line it was decided at came near it.
+NEAR_LINE = 0.5
 UNHEALTHY = str(GpuState.UNHEALTHY)
 AT_RISK = str(GpuState.AT_RISK)
 OK = str(GpuState.OK)
@@ -162,14 +164,16 @@ def failures(failed: pd.DataFrame, verdicts: pd.DataFrame, models: dict[str, str
     one with no verdict at all in the ``LOOKBACK_S`` before it was not watched (gpuwarden was not
     running, or verdicts were backfilled for later days only), neither caught nor missed."""
     items: list[FailureFact] = []
+    near: list[bool] = []  # missed, with a risk near the line
     by_uuid = {u: v.sort_values("ts") for u, v in verdicts.groupby("uuid")} if len(verdicts) else {}
     for f in failed.sort_values("ts").itertuples():
         ts = float(f.ts)
         v = by_uuid.get(f.uuid)
-        flag_ts, cause, watched = None, None, False
+        flag_ts, cause, watched, peak, line = None, None, False, None, None
         if v is not None:
             before = v[(v["ts"] < ts) & (v["ts"] >= ts - LOOKBACK_S)]
             watched = len(before) > 0
+            peak, line = _peak_and_line(before)
             oks = before[before["state"] == OK]
             after_ok = before[before["ts"] > oks["ts"].max()] if len(oks) else before
             flagged = after_ok[after_ok["state"] != OK]
@@ -184,9 +188,11 @@ def failures(failed: pd.DataFrame, verdicts: pd.DataFrame, models: dict[str, str
                 caught=flag_ts is not None,
                 flagged_date=day(flag_ts) if flag_ts is not None else None,
                 lead_time_h=round((ts - flag_ts) / HOUR_S, 1) if flag_ts is not None else None,
-                flag_cause=cause, watched=watched,
+                flag_cause=cause, watched=watched, peak_risk=peak,
             )
         )  # fmt: skip
+        line = at_risk_threshold() if line is None else line
+        near.append(flag_ts is None and watched and peak is not None and peak >= NEAR_LINE * line)
     leads = [i.lead_time_h for i in items if i.lead_time_h is not None]
     caught = sum(i.caught for i in items)
     unwatched = sum(not i.watched for i in items)
@@ -195,8 +201,20 @@ def failures(failed: pd.DataFrame, verdicts: pd.DataFrame, models: dict[str, str
         caught=caught,
         missed=len(items) - caught - unwatched,
         unwatched=unwatched,
+        missed_near=sum(near),
         median_lead_time_h=round(float(np.median(leads)), 1) if leads else None,
         items=items,
+    )
+
+
+def _peak_and_line(before: pd.DataFrame) -> tuple[float | None, float | None]:
+    """The highest known risk of a GPU's verdicts before it failed, and the newest line they
+    were decided at (None where the verdicts do not say)."""
+    risk = before["risk"].dropna() if "risk" in before else pd.Series(dtype=float)
+    line = before["threshold"].dropna() if "threshold" in before else pd.Series(dtype=float)
+    return (
+        round(float(risk.max()), 3) if len(risk) else None,
+        float(line.iloc[-1]) if len(line) else None,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -80,6 +81,11 @@ def with_verdicts(store: Any, url: str | None, cfg: dict[str, Any]) -> Any:
     is_flag=True,
     help="Print what would be sent to the LLM and Slack; send and write nothing.",
 )
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Progress bar on stderr (default: when stderr is a terminal, not under cron).",
+)
 @click.pass_context
 def report(
     ctx: click.Context,
@@ -95,6 +101,7 @@ def report(
     no_llm: bool,
     slack: bool,
     dry_run: bool,
+    progress: bool | None,
 ) -> None:
     """Write the weekly cluster report: facts from code, prose from an LLM with every number
     checked (or templates), Markdown and HTML with charts, posted to Slack."""
@@ -124,7 +131,8 @@ def report(
     previous = _previous_facts(Path(out_dir or cfg["report_dir"]), start, end)  # type: ignore[arg-type]
     store = with_verdicts(open_store(store_url, cfg), verdicts_url, cfg)
     try:
-        facts = build_facts(store, start, end, sources=sources, previous=previous, progress=True)  # type: ignore[arg-type]
+        shown = sys.stderr.isatty() if progress is None else progress
+        facts = build_facts(store, start, end, sources=sources, previous=previous, progress=shown)  # type: ignore[arg-type]
     finally:
         store.close()
     if facts_only:

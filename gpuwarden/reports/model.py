@@ -96,6 +96,8 @@ class FailureFact(_Frozen):
     #: a verdict on this GPU was stored in the lookback before it failed (else it was not
     #: watched: neither caught nor missed)
     watched: bool = True
+    #: the highest risk its verdicts held in the lookback before it failed (None: unknown)
+    peak_risk: float | None = None
 
 
 class Failures(_Frozen):
@@ -103,6 +105,9 @@ class Failures(_Frozen):
     caught: int
     missed: int  # watched, and not flagged before it failed
     unwatched: int = 0
+    #: missed, but its risk came near the line (at least ``NEAR_LINE`` of it): a lower line or
+    #: a model trained on the fleet might have caught it; the rest showed little before failing
+    missed_near: int = 0
     median_lead_time_h: float | None
     items: list[FailureFact]
 

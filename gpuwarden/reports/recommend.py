@@ -119,12 +119,22 @@ def recommend(f: Facts) -> list[Recommendation]:
             out.append(("availability", f"Look at {n.hostname}: {figure(n.availability_pct)}% available, "
                         f"{figure(n.downtime_h)} h of GPU downtime.",
                         (f"availability.by_node[{n.hostname}].availability_pct = {n.availability_pct}",)))  # fmt: skip
-    if f.failures.missed:
-        missed = f.failures.missed
-        out.append(("missed", f"{counted(missed, 'failure')} came without a flag: review "
-                    f"{plural(missed, 'its', 'their')} telemetry and consider retraining the model on "
-                    f"{plural(missed, 'it', 'them')}.",
-                    (f"failures.missed = {f.failures.missed}",)))  # fmt: skip
+    fl = f.failures
+    if fl.missed_near:
+        near = fl.missed_near
+        out.append(("missed", f"{counted(near, 'missed failure')} came near the at-risk line "
+                    f"before failing: review {plural(near, 'its', 'their')} telemetry, and "
+                    "consider a lower at_risk_threshold or `gpuwarden train` on this fleet's "
+                    "history.",
+                    (f"failures.missed_near = {near}",)))  # fmt: skip
+    if fl.missed > fl.missed_near:
+        quiet = fl.missed - fl.missed_near
+        out.append(("missed", f"{counted(quiet, 'missed failure')} showed little before "
+                    f"failing (a risk under half the line throughout): no line or retraining "
+                    f"on this telemetry would have flagged {plural(quiet, 'it', 'them')}; "
+                    "look for what the telemetry lacks (a field the store does not have, a "
+                    "kernel log) rather than at the model.",
+                    (f"failures.missed = {fl.missed}", f"failures.missed_near = {fl.missed_near}")))  # fmt: skip
     return [Recommendation(f"R{i}", k, t, c) for i, (k, t, c) in enumerate(out, 1)]
 
 

@@ -85,9 +85,9 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
     b.append(Block("h2", "Failures and lead time"))
     _img(b, charts, "failures")
     if fl.items:
-        rows = [("node", "GPU", "date", "kind", "Xid", "flagged", "lead time h", "by")]
+        rows = [("node", "GPU", "date", "kind", "Xid", "flagged", "lead time h", "by", "peak risk")]
         rows += [(i.hostname, str(i.gpu), i.date, i.kind, str(i.xid or ""), i.flagged_date or ("missed" if i.watched else "not watched"),
-                  f"{figure(i.lead_time_h)}" if i.lead_time_h is not None else "", i.flag_cause or "")
+                  figure(i.lead_time_h), i.flag_cause or "", figure(i.peak_risk))
                  for i in fl.items[:TABLE_ROWS]]  # fmt: skip
         b.append(Block("table", rows=tuple(rows)))
     else:

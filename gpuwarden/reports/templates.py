@@ -62,8 +62,10 @@ def summary(f: Facts) -> list[Sentence]:
                 if fl.median_lead_time_h is not None else "")  # fmt: skip
         unwatched = (f" {_n(fl.unwatched)} had no verdict stored in the two weeks before "
                      "(gpuwarden was not watching them)." if fl.unwatched else "")  # fmt: skip
+        near = (f" Of those missed, {_n(fl.missed_near)} came near the at-risk line before "
+                "failing (a risk of at least half of it)." if fl.missed else "")  # fmt: skip
         say("failures", f"{counted(fl.failures, 'GPU')} failed: gpuwarden flagged {_n(fl.caught)} "
-            f"before failure{lead}, and missed {_n(fl.missed)}.{unwatched}")  # fmt: skip
+            f"before failure{lead}, and missed {_n(fl.missed)}.{near}{unwatched}")  # fmt: skip
     else:
         say("failures", "No GPU failed in the period.")
     r = f.risk

@@ -272,3 +272,29 @@ def test_a_failure_with_no_verdict_before_it_was_not_watched_not_missed():
     got = failures(failed, verdicts, {})
     assert (got.failures, got.caught, got.missed, got.unwatched) == (2, 0, 1, 1)
     assert [i.watched for i in got.items] == [False, True]
+
+
+def test_a_missed_failure_near_the_line_is_told_from_one_that_showed_little():
+    """Both missed: one GPU's risk reached 0.31 under a line of 0.50 (near: a lower line or a
+    model of the fleet's own might have flagged it), the other's never passed 0.05."""
+    from gpuwarden.reports._fleet import failures
+
+    t = 1_763_942_400.0
+    failed = pd.DataFrame({"ts": [t + 5 * 86400.0] * 3, "hostname": ["n1"] * 3, "gpu": [0, 1, 2],
+                           "uuid": ["GPU-near", "GPU-quiet", "GPU-flagged"],
+                           "kind": ["pcie_degradation"] * 3, "xid": [79] * 3})  # fmt: skip
+    hours = [t + h * 3600.0 for h in range(0, 96, 6)]
+    rows = []
+    for uuid, top in (("GPU-near", 0.31), ("GPU-quiet", 0.05), ("GPU-flagged", 0.8)):
+        for k, ts in enumerate(hours):
+            risk = top * (k + 1) / len(hours)
+            state = "at-risk" if risk >= 0.5 else "ok"
+            rows.append((ts, uuid, state, "model", risk, 0.5))
+    verdicts = pd.DataFrame(rows, columns=["ts", "uuid", "state", "cause", "risk", "threshold"])
+    got = failures(failed, verdicts, {})
+    assert (got.failures, got.caught, got.missed, got.missed_near) == (3, 1, 2, 1)
+    peak = {i.uuid: i.peak_risk for i in got.items}
+    assert peak == {"GPU-near": 0.31, "GPU-quiet": 0.05, "GPU-flagged": 0.8}
+    # verdicts without a risk (hard signals only) come near nothing
+    blind = failures(failed, verdicts.assign(risk=float("nan")), {})
+    assert blind.missed_near == 0 and {i.peak_risk for i in blind.items} == {None}

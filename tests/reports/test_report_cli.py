@@ -184,3 +184,14 @@ def test_verdicts_read_from_the_store_serve_wrote_them_to(week, tmp_path):
     facts, expected = json.loads(split.stdout), json.loads(whole.stdout)
     facts.pop("generated"), expected.pop("generated")
     assert facts == expected and [g["hostname"] for g in facts["risk"]["gpus"]] == ["gpu-b02"]
+
+
+def test_no_progress_bar_under_cron_unless_asked(week, tmp_path):
+    """The weekly report runs from cron or a timer: a progress bar there is noise in the log;
+    one is drawn when stderr is a terminal, or with --progress."""
+    quiet = run(week, tmp_path / "a")
+    assert quiet.exit_code == 0, quiet.output
+    assert "it/s" not in quiet.stderr and "day/s" not in quiet.stderr, quiet.stderr
+    shown = run(week, tmp_path / "b", "--progress")
+    assert shown.exit_code == 0, shown.output
+    assert "day/s" in shown.stderr, shown.stderr

@@ -47,7 +47,9 @@ def ones(facts):
     one = {
         "inventory": inv.model_copy(update={"gpus": 1, "nodes": 1, "added": [ref],
                                             "missing": [ref]}),
-        "failures": fl.model_copy(update={"failures": 1, "caught": 1, "missed": 1}),
+        # two missed: one near the line and one quiet, one recommendation each
+        "failures": fl.model_copy(update={"failures": 1, "caught": 1, "missed": 2,
+                                          "missed_near": 1}),
         "risk": facts.risk.model_copy(update={"at_risk_gpus": 1, "unhealthy_gpus": 1}),
         "alerts": al.model_copy(update={"transitions": 1, "to_at_risk": 1, "retags_ok": 1,
                                         "retags_failed": 1}),
@@ -82,7 +84,10 @@ def test_template_text_agrees_with_counts_of_one(ones):
         "allocated 1 GPU-hour,",
         "changed from 2 to 1 failure (-50%)",
         "1 GPU idled under 5% utilisation on average: give it",
-        "1 failure came without a flag: review its telemetry",
+        "Of those missed, 1 came near the at-risk line",
+        "1 missed failure came near the at-risk line before failing: review its telemetry",
+        "1 missed failure showed little before failing (a risk under half the line "
+        "throughout): no line or retraining on this telemetry would have flagged it;",
     ):
         assert phrase in joined, phrase
     assert "1 GPU on 1 node;" in md and "1 preemption;" in md
