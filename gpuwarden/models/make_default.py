@@ -431,7 +431,16 @@ def main(argv: list[str] | None = None) -> None:
         help="early stopping holds out whole GPU lives, not single rows "
         "(TrainOptions.early_stop_lives; off: shipped)",
     )
+    ap.add_argument(
+        "--max-features",
+        type=float,
+        default=1.0,
+        help="share of the features each split chooses from, drawn at each split "
+        "(TrainOptions.max_features; 1: shipped)",
+    )
     args = ap.parse_args(argv)
+    if not 0 < args.max_features <= 1:
+        ap.error("--max-features must be in (0, 1]")
     if not (np.isfinite(args.default_weight) and args.default_weight > 0):
         ap.error("--default-weight must be a positive number")
     try:
@@ -471,6 +480,7 @@ def main(argv: list[str] | None = None) -> None:
             fleet_weights=(("default", args.default_weight),) if args.default_weight != 1 else (),
             mode_classes=args.mode_classes,
             early_stop_lives=args.early_stop_lives,
+            max_features=args.max_features,
         )
         model = train_on_panel(panel, options=options, source=source, progress=args.progress)
         del panel

@@ -77,6 +77,9 @@ class TrainOptions:
     #: early stopping holds out whole GPU lives (``estimator.group_holdout``) instead of
     #: scikit-learn's draw of single rows, which puts hours of one GPU's life on both sides
     early_stop_lives: bool = False
+    #: the share of the features each split of the trees chooses from, drawn anew at each
+    #: split (1.0: all of them, shipped), so no split leans on one feature alone
+    max_features: float = 1.0
 
 
 def hide_memory_temperature(panel: HourlyPanel, share: float, seed: int) -> HourlyPanel:
@@ -293,7 +296,9 @@ def fit_on_rows(
             f"only {n_failed} GPU failure(s) fall inside the training history "
             f"(need at least {MIN_FAILURES}); give a longer history or a failures file"
         )
-    trees = default_trees(o.random_state)
+    if not 0 < o.max_features <= 1:
+        raise InputError(f"max_features must be in (0, 1], not {o.max_features!r}")
+    trees = default_trees(o.random_state, o.max_features)
     est = TimeSplitCalibratedClassifier(
         AnyFailure(trees) if o.mode_classes else trees,
         method=o.method,
@@ -327,6 +332,7 @@ def fit_on_rows(
         + ("; one class per failure mode, scored as any failure" if o.mode_classes else "")
         + (f"; mean log-odds of {o.draws} draws" if o.draws > 1 else "")
         + ("; early stopping on held-out GPU lives" if o.early_stop_lives else "")
+        + (f"; each split from {o.max_features:g} of the features" if o.max_features < 1 else "")
         + ("; each draw hides its own nodes' HBM temperature" if draw_X is not None else "")
         + ") + "
         f"{'centred isotonic' if o.method == 'isotonic' else o.method} calibration "
