@@ -61,12 +61,12 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
         b.append(Block("h2", "Availability"))
         _img(b, charts, "availability")
         rows: list[tuple[str, ...]] = [("node", "GPUs", "availability %", "downtime h")]
-        rows += [(n.hostname, str(n.gpus), f"{figure(n.availability_pct)}", f"{figure(n.downtime_h)}")
+        rows += [(n.hostname, str(n.gpus), figure(n.availability_pct), figure(n.downtime_h))
                  for n in sorted(a.by_node, key=lambda n: n.availability_pct)[:TABLE_ROWS]]  # fmt: skip
         b.append(Block("table", rows=tuple(rows)))
         rows = [("GPU model", "GPUs", "availability %", "downtime h")]
         rows += [
-            (m.model, str(m.gpus), f"{figure(m.availability_pct)}", f"{figure(m.downtime_h)}")
+            (m.model, str(m.gpus), figure(m.availability_pct), figure(m.downtime_h))
             for m in a.by_model
         ]
         b.append(Block("table", rows=tuple(rows)))
@@ -96,7 +96,7 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
     _img(b, charts, "risk")
     if f.risk.gpus:
         rows = [("node", "GPU", "model", "state", "risk", "reasons", "action")]
-        rows += [(g.hostname, str(g.gpu), g.model, g.state, f"{figure(g.risk)}" if g.risk is not None else "",
+        rows += [(g.hostname, str(g.gpu), g.model, g.state, figure(g.risk) if g.risk is not None else "",
                   "; ".join(g.reasons[:3]), g.action) for g in f.risk.gpus[:TABLE_ROWS]]  # fmt: skip
         b.append(Block("table", rows=tuple(rows)))
     else:
@@ -169,7 +169,7 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
                 "cost",
             )
         ]
-        rows += [(t.tenant, f"{figure(t.gpu_hours)}", f"{figure(t.share_pct)}", figure(t.quota_gpus), figure(t.quota_used_pct),
+        rows += [(t.tenant, figure(t.gpu_hours), figure(t.share_pct), figure(t.quota_gpus), figure(t.quota_used_pct),
                   figure(t.gpu_util_pct), figure(t.memory_used_pct), f"{f.cost.by_tenant.get(t.tenant, 0):,.2f} {f.cost.currency}" if f.cost else "")
                  for t in s.by_tenant[:TABLE_ROWS]]  # fmt: skip
         b.append(Block("table", rows=tuple(rows)))
@@ -180,7 +180,7 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
     if f.namespaces:
         b.append(Block("h2", "Kubernetes namespaces"))
         rows = [("namespace", "GPU-hours held", "share %", "GPU util %", "memory %")]
-        rows += [(t.tenant, f"{figure(t.gpu_hours)}", f"{figure(t.share_pct)}", figure(t.gpu_util_pct), figure(t.memory_used_pct))
+        rows += [(t.tenant, figure(t.gpu_hours), figure(t.share_pct), figure(t.gpu_util_pct), figure(t.memory_used_pct))
                  for t in f.namespaces[:TABLE_ROWS]]  # fmt: skip
         b.append(Block("table", rows=tuple(rows)))
     if f.changes:
@@ -228,8 +228,8 @@ def _capacity(b: list[Block], f: Facts) -> None:
             decision = f"release {m.change_gpus}"
         else:
             decision = "hold"
-        rows.append((m.model, str(m.gpus), f"{figure(m.forecast_mean_gpus)}",
-                     f"{figure(m.forecast_low_gpus)} .. {figure(m.forecast_high_gpus)}", f"{figure(m.peak_need_gpus)}",
+        rows.append((m.model, str(m.gpus), figure(m.forecast_mean_gpus),
+                     f"{figure(m.forecast_low_gpus)} .. {figure(m.forecast_high_gpus)}", figure(m.peak_need_gpus),
                      decision, figure(m.growth_monthly_pct), figure(m.gpu_util_pct), figure(m.break_even_own_pct)))  # fmt: skip
     b.append(Block("table", rows=tuple(rows)))
 
@@ -248,7 +248,7 @@ def _spot(b: list[Block], f: Facts) -> None:
                    f"of work lost; prices from {sp.prices}."))  # fmt: skip
     rows = [("GPU model", "spot GPUs", "GPU-hours", f"on-demand {sp.currency}",
              f"spot {sp.currency}", f"saved {sp.currency}")]  # fmt: skip
-    rows += [(m.model, str(m.gpus), f"{figure(m.gpu_hours)}", _money(m.on_demand_cost),
+    rows += [(m.model, str(m.gpus), figure(m.gpu_hours), _money(m.on_demand_cost),
               _money(m.spot_cost), _money(m.saved)) for m in sp.by_model]  # fmt: skip
     b.append(Block("table", rows=tuple(rows)))
 
