@@ -101,6 +101,7 @@ SPENT: tuple[tuple[int, tuple[int, ...], int], ...] = (
     (35, (35001, 35002, 35003, 35004), 32),  # ... the default simulator's share kept (D48w)
     (36, (36001, 36002, 36003, 36004), 33),  # one class per failure mode (M)
     (37, (37001, 37002, 37003, 37004), 35),  # early stopping on held-out GPU lives (J)
+    (38, (38001, 38002, 38003, 38004), 36),  # each split from half the features (FS)
 )
 DAYS = 60.0
 
