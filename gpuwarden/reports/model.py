@@ -163,6 +163,7 @@ class Xids(_Frozen):
 
 class ModelUsage(_Frozen):
     model: str
+    #: boards that reported in the period (a board swapped in a slot counts apart)
     gpus: int
     gpu_util_pct: float | None
     memory_used_pct: float | None

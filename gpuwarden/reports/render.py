@@ -124,7 +124,7 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
         b.append(Block("h2", "Utilisation and energy"))
         _img(b, charts, "utilisation")
     if ut is not None:
-        rows = [("GPU model", "GPUs", "GPU util %", "memory used %", "energy kWh")]
+        rows = [("GPU model", "GPU boards", "GPU util %", "memory used %", "energy kWh")]
         rows += [
             (
                 m.model,
