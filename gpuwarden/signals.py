@@ -41,6 +41,12 @@ class Signal:
         """dcgm-exporter's names of ``fields``."""
         return tuple(FIELDS_BY_NAME[f].dcgm for f in self.fields)
 
+    @property
+    def smi_fields(self) -> tuple[str, ...]:
+        """``nvidia-smi --query-gpu`` names of ``fields``; empty when nvidia-smi's query has
+        none (PCIe replays, NVLink errors and violation times: NVML or DCGM only)."""
+        return tuple(q for f in self.fields if (q := FIELDS_BY_NAME[f].smi))
+
 
 SIGNALS: tuple[Signal, ...] = (
     Signal(

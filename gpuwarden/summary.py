@@ -114,6 +114,21 @@ class FleetSummary:
                 f"  {n:5d} of {self.reported} GPUs  {signal.name} ({' or '.join(signal.metrics)})"
             )
         out.append(f"  dcgm-exporter exports them with {COUNTERS_FILE} (docs/store.md)")
+        smi = [q for signal, _ in self.gaps for q in signal.smi_fields]
+        if smi:
+            out.append(f"  nvidia-smi logs them with --query-gpu={','.join(smi)}")
+        only = [signal for signal, _ in self.gaps if not signal.smi_fields]
+        if only:
+            q = any("pcie_replay_total" in signal.fields for signal in only)
+            out.append(
+                f"  not in nvidia-smi's --query-gpu: {', '.join(s.name for s in only)} (NVML or "
+                "DCGM read them: gpuwarden collect nvml://"
+                + (
+                    "; nvidia-smi -q logs show PCIe replays: gpuwarden ingest --smi-q)"
+                    if q
+                    else ")"
+                )
+            )
         return out
 
     def _rejection_lines(self, span_h: float, top: int) -> list[str]:

@@ -97,6 +97,12 @@ def test_signals_the_store_lacks_are_named_with_their_metrics(tmp_path):
     )
     assert "core temperature" not in text.split("lacks")[1]  # gpu_temp_c is there
     assert "deploy/dcgm-exporter/gpuwarden-counters.csv" in text
+    # a fleet logged by nvidia-smi: the query fields that add them, and what no query field has
+    smi = next(line for line in text.splitlines() if "--query-gpu=" in line)
+    assert "ecc.errors.corrected.volatile.total" in smi and "remapped_rows.pending" in smi
+    assert "temperature.gpu" not in smi  # there already
+    assert "not in nvidia-smi's --query-gpu: thermal violation time, PCIe replays, NVLink" in text
+    assert "nvidia-smi -q logs show PCIe replays: gpuwarden ingest --smi-q" in text
 
 
 def test_a_replaced_boards_errors_are_not_on_the_watch_list(tmp_path):

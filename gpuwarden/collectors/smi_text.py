@@ -20,7 +20,8 @@ Read, by section path (a MIG Device block's own sections are not the GPU's):
     Retired Pages / Single Bit ECC, Double Bit ECC, Pending Page Blacklist
     Remapped Rows / Correctable Error, Uncorrectable Error, Pending, Remapping Failure Occurred
         (``Remapped Rows : N/A`` on one line, as under MIG and on consumer boards: absent)
-    PCI / GPU Link Info / PCIe Generation / Current, Max; Link Width / Current, Max
+    PCI / GPU Link Info / PCIe Generation / Current, Max; Link Width / Current, Max;
+        Replays Since Reset (the PCIe replay counter; NVML's nvmlDeviceGetPcieReplayCounter)
 
 A value that is neither a number nor a known marker is named in ``problems``.
 """
@@ -66,6 +67,7 @@ _PATHS: dict[tuple[str, ...], str] = {
     ("PCI", "GPU Link Info", "PCIe Generation", "Max"): "pcie_link_gen_max",
     ("PCI", "GPU Link Info", "Link Width", "Current"): "pcie_link_width",
     ("PCI", "GPU Link Info", "Link Width", "Max"): "pcie_link_width_max",
+    ("PCI", "Replays Since Reset"): "pcie_replay_total",
 }
 #: ECC totals of newer drivers: the field -> the (section, key)s that add up to it.
 _ECC_PARTS: dict[str, tuple[str, tuple[str, ...]]] = {

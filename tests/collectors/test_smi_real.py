@@ -167,6 +167,7 @@ EXPECTED_Q: dict[str, tuple[str, GpuId, str, str, dict[str, float]]] = {
             **ECC0, **REMAP0,  # Retired Pages: N/A (H100 remaps rows instead)
             "pcie_link_gen": 5, "pcie_link_gen_max": 5,
             "pcie_link_width": 16, "pcie_link_width_max": 16,
+            "pcie_replay_total": 9,  # PCI / Replays Since Reset
         },
     ),
     "h100_mig_r590_q_load.txt": (
@@ -180,6 +181,7 @@ EXPECTED_Q: dict[str, tuple[str, GpuId, str, str, dict[str, float]]] = {
             **ECC0,  # Utilization N/A and "Remapped Rows : N/A" under MIG
             "pcie_link_gen": 5, "pcie_link_gen_max": 5,
             "pcie_link_width": 16, "pcie_link_width_max": 16,
+            "pcie_replay_total": 9,
         },
     ),
     "l40s_r595_q_load.txt": (
@@ -194,6 +196,7 @@ EXPECTED_Q: dict[str, tuple[str, GpuId, str, str, dict[str, float]]] = {
             **ECC0, **REMAP0,
             "pcie_link_gen": 4, "pcie_link_gen_max": 4,
             "pcie_link_width": 16, "pcie_link_width_max": 16,
+            "pcie_replay_total": 0,
         },
     ),
     "rtx4080s_r595_q_idle.txt": (
@@ -207,6 +210,7 @@ EXPECTED_Q: dict[str, tuple[str, GpuId, str, str, dict[str, float]]] = {
             "fb_total_mib": 16376, "fb_used_mib": 596, "fb_free_mib": 15348,
             "pcie_link_gen": 1, "pcie_link_gen_max": 4,  # ECC, remapping: N/A
             "pcie_link_width": 16, "pcie_link_width_max": 16,
+            "pcie_replay_total": 0,
         },
     ),
 }  # fmt: skip
