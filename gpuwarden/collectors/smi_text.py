@@ -22,6 +22,8 @@ Read, by section path (a MIG Device block's own sections are not the GPU's):
         (``Remapped Rows : N/A`` on one line, as under MIG and on consumer boards: absent)
     PCI / GPU Link Info / PCIe Generation / Current, Max; Link Width / Current, Max;
         Replays Since Reset (the PCIe replay counter; NVML's nvmlDeviceGetPcieReplayCounter)
+    Clocks Event Reasons (older: Clocks Throttle Reasons): each Active line's bit of
+        ``clock_event_reasons`` (nvmlClocksEventReason*); an N/A line leaves the mask unknown
 
 A value that is neither a number nor a known marker is named in ``problems``.
 """
@@ -33,7 +35,20 @@ from datetime import UTC, datetime, tzinfo
 
 from gpuwarden.collectors.smi import normalise_bus_id, parse_cell
 from gpuwarden.readings import screen
-from gpuwarden.telemetry import Batch, GpuId, NodeInfo, Sample
+from gpuwarden.telemetry import (
+    CLOCK_EVENT_APP_CLOCKS,
+    CLOCK_EVENT_GPU_IDLE,
+    CLOCK_EVENT_HW_POWER_BRAKE,
+    CLOCK_EVENT_HW_SLOWDOWN,
+    CLOCK_EVENT_HW_THERMAL,
+    CLOCK_EVENT_SW_POWER_CAP,
+    CLOCK_EVENT_SW_THERMAL,
+    CLOCK_EVENT_SYNC_BOOST,
+    Batch,
+    GpuId,
+    NodeInfo,
+    Sample,
+)
 
 _PATHS: dict[tuple[str, ...], str] = {
     ("Temperature", "GPU Current Temp"): "gpu_temp_c",
@@ -77,6 +92,20 @@ _ECC_PARTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "ecc_dbe_aggregate_total": ("Aggregate", ("SRAM Uncorrectable", "DRAM Uncorrectable")),
 }
 _LINE = re.compile(r"^(?P<indent> *)(?P<key>[^:]*?)\s*(?::\s?(?P<value>.*))?$")
+#: ``Clocks Event Reasons`` (``Clocks Throttle Reasons`` on older drivers): each line's
+#: nvmlClocksEventReason bit, Active or Not Active; together the ``clock_event_reasons`` mask
+_CLOCK_SECTIONS = ("Clocks Event Reasons", "Clocks Throttle Reasons")
+_CLOCK_BITS: dict[str, int] = {
+    "Idle": CLOCK_EVENT_GPU_IDLE,
+    "Applications Clocks Setting": CLOCK_EVENT_APP_CLOCKS,
+    "SW Power Cap": CLOCK_EVENT_SW_POWER_CAP,
+    "HW Slowdown": CLOCK_EVENT_HW_SLOWDOWN,
+    "Sync Boost": CLOCK_EVENT_SYNC_BOOST,
+    "SW Thermal Slowdown": CLOCK_EVENT_SW_THERMAL,
+    "HW Thermal Slowdown": CLOCK_EVENT_HW_THERMAL,
+    "HW Power Brake Slowdown": CLOCK_EVENT_HW_POWER_BRAKE,
+    "Display Clock Setting": 0x100,  # nvmlClocksEventReasonDisplayClockSetting
+}
 _UNIT = re.compile(r"^(?P<num>[-+]?[0-9.]+)\s*(?:C|W|MHz|MiB|%|x|bank\(s\))$")
 _GPU = re.compile(r"^GPU (?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])$")
 
@@ -156,6 +185,9 @@ def read_query_text(text: str, *, hostname: str, tz: tzinfo = UTC) -> Batch:
         label = f"gpu {index} ({gpu.pci_bus_id})"
         values: dict[str, float] = {}
         ecc: dict[tuple[str, str], list[float | None]] = {}
+        clocks = _clock_mask(entries)
+        if clocks is not None:
+            values["clock_event_reasons"] = float(clocks)
         for path, cell in entries:
             name = _PATHS.get(path)
             is_ecc = len(path) == 3 and path[0] == "ECC Errors"
@@ -185,6 +217,21 @@ def read_query_text(text: str, *, hostname: str, tz: tzinfo = UTC) -> Batch:
     cuda = "" if cuda.startswith("N/A") else cuda
     nodes = (NodeInfo(ts, hostname, driver, cuda),) if driver or cuda else ()
     return screen(Batch(ts=ts, samples=tuple(samples), problems=tuple(problems), nodes=nodes))
+
+
+def _clock_mask(entries: list[tuple[tuple[str, ...], str]]) -> int | None:
+    """The ``Clocks Event Reasons`` lines as nvml's bitmask; None when the section is absent,
+    or a line reads neither Active nor Not Active (``N/A``: unknown, not 0)."""
+    mask, seen = 0, False
+    for path, cell in entries:
+        if len(path) < 2 or path[0] not in _CLOCK_SECTIONS or path[-1] not in _CLOCK_BITS:
+            continue
+        state = cell.strip()
+        if state not in ("Active", "Not Active"):
+            return None
+        seen = True
+        mask |= _CLOCK_BITS[path[-1]] if state == "Active" else 0
+    return mask if seen else None
 
 
 __all__ = ["number", "parse_q_time", "read_query_text"]

@@ -168,6 +168,7 @@ EXPECTED_Q: dict[str, tuple[str, GpuId, str, str, dict[str, float]]] = {
             "pcie_link_gen": 5, "pcie_link_gen_max": 5,
             "pcie_link_width": 16, "pcie_link_width_max": 16,
             "pcie_replay_total": 9,  # PCI / Replays Since Reset
+            "clock_event_reasons": 0,  # Clocks Event Reasons: every line Not Active
         },
     ),
     "h100_mig_r590_q_load.txt": (
@@ -182,6 +183,7 @@ EXPECTED_Q: dict[str, tuple[str, GpuId, str, str, dict[str, float]]] = {
             "pcie_link_gen": 5, "pcie_link_gen_max": 5,
             "pcie_link_width": 16, "pcie_link_width_max": 16,
             "pcie_replay_total": 9,
+            "clock_event_reasons": 0,
         },
     ),
     "l40s_r595_q_load.txt": (
@@ -197,6 +199,7 @@ EXPECTED_Q: dict[str, tuple[str, GpuId, str, str, dict[str, float]]] = {
             "pcie_link_gen": 4, "pcie_link_gen_max": 4,
             "pcie_link_width": 16, "pcie_link_width_max": 16,
             "pcie_replay_total": 0,
+            "clock_event_reasons": 0,
         },
     ),
     "rtx4080s_r595_q_idle.txt": (
@@ -211,6 +214,7 @@ EXPECTED_Q: dict[str, tuple[str, GpuId, str, str, dict[str, float]]] = {
             "pcie_link_gen": 1, "pcie_link_gen_max": 4,  # ECC, remapping: N/A
             "pcie_link_width": 16, "pcie_link_width_max": 16,
             "pcie_replay_total": 0,
+            "clock_event_reasons": 1,  # Idle: Active
         },
     ),
 }  # fmt: skip
@@ -233,3 +237,5 @@ def test_q_and_query_gpu_of_the_same_moment_agree_where_both_read() -> None:
     (c,) = read("rtx4080s_r595_query_gpu_all_idle.csv").samples
     same = set(q.values) & set(c.values) - {"power_w"}  # -q's average vs a later instant
     assert same and {k: q.values[k] for k in same} == {k: c.values[k] for k in same}
+    # -q's Clocks Event Reasons lines give the mask the query's column has (0x1: idle)
+    assert "clock_event_reasons" in same and q.values["clock_event_reasons"] == 1
