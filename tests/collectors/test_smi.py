@@ -355,3 +355,32 @@ def test_no_cuda_version_when_q_fails_or_prints_none():
     run = _versioned_runner(["550.54.15"], "==NVSMI LOG==\nDriver Version : 550.54.15\n", calls)
     batch = SmiCollector(run=run, hostname="n").collect()
     assert [(n.driver_version, n.cuda_driver_version) for n in batch.nodes] == [("550.54.15", "")]
+
+
+def test_the_clock_event_lines_of_older_drivers_and_unknown_ones():
+    """Older drivers name the section Clocks Throttle Reasons, with the same lines (a power
+    brake shows as HW Slowdown and HW Power Brake Slowdown, nested); an N/A line leaves the
+    mask unknown, not 0 (lines written here, in the layout of the recorded captures)."""
+    from gpuwarden.collectors.smi_text import read_query_text
+
+    def mask(section: str, brake: str) -> float | None:
+        text = (
+            "==============NVSMI LOG==============\n\n"
+            "Timestamp                                 : Tue Jul 14 08:12:53 2026\n"
+            "Driver Version                            : 470.82.01\n\n"
+            "GPU 00000000:00:09.0\n"
+            "    Product Name                          : Tesla V100-SXM2-32GB\n"
+            f"    {section}\n"
+            "        Idle                              : Not Active\n"
+            "        HW Slowdown                       : Active\n"
+            f"            HW Power Brake Slowdown       : {brake}\n"
+            "        SW Thermal Slowdown               : Not Active\n"
+            "    Temperature\n"
+            "        GPU Current Temp                  : 41 C\n"
+        )
+        (sample,) = read_query_text(text, hostname="n").samples
+        return sample.values.get("clock_event_reasons")
+
+    assert mask("Clocks Throttle Reasons", "Active") == 0x8 | 0x80
+    assert mask("Clocks Event Reasons", "Not Active") == 0x8
+    assert mask("Clocks Event Reasons", "N/A") is None
