@@ -22,6 +22,7 @@ from gpuwarden.cliutil import (
     domain_errors,
     open_collector,
     open_store,
+    progress_option,
     settings,
     spool_options,
     spool_summary,
@@ -252,7 +253,7 @@ def exporter(
     help="Write every line not stored to this file, as FILE:LINE: reason (default: beside each "
     "input, as INPUT.bad-lines.txt, when it has any).",
 )
-@click.option("--progress/--no-progress", default=True, help="Show a progress bar.")
+@progress_option("A progress bar")
 @click.pass_context
 def ingest(
     ctx: click.Context,

@@ -15,6 +15,7 @@ or loads them itself when it runs alone (tests invoke commands through ``CliRunn
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -29,6 +30,21 @@ store_option = click.option("--store", "store_url", help="Store URL (default: se
 collector_option = click.option(
     "--collector", "collector_url", help="Collector URL (default: setting `collector`)."
 )
+
+
+def progress_option(what: str = "Progress bars") -> Any:
+    """``--progress/--no-progress``: on when stderr is a terminal, so a command run from cron
+    or a timer writes no bar into its log unless asked."""
+
+    def resolve(_ctx: click.Context, _param: click.Parameter, value: bool | None) -> bool:
+        return sys.stderr.isatty() if value is None else bool(value)
+
+    return click.option(
+        "--progress/--no-progress",
+        default=None,
+        callback=resolve,
+        help=f"{what} on stderr (default: when stderr is a terminal).",
+    )
 
 
 def spool_options(command: Any) -> Any:

@@ -1,4 +1,5 @@
-"""Counts and figures as people read them: one node, never "1 nodes"; 1,680,000, never 1.68e+06."""
+"""What commands write for people: one node, never "1 nodes"; 1,680,000, never 1.68e+06; no
+progress bar in a cron log."""
 
 from __future__ import annotations
 
@@ -34,3 +35,26 @@ def test_a_single_gpu_machine_reads_in_the_singular(tmp_path):
                                   "--audit", str(tmp_path / "a.db")])  # fmt: skip
     assert r.exit_code == 0, r.output
     assert r.output.strip().endswith("1 GPU scored, 0 changed"), r.output
+
+
+def test_progress_bars_follow_the_terminal(tmp_path):
+    """Long commands draw progress bars at a terminal and not under cron (stderr a file),
+    unless told: one option for ingest, train, evaluate, the closed loop, forecast and the
+    report (the report's timer wrote its bar into the journal)."""
+    import click
+
+    from gpuwarden.cliutil import progress_option
+
+    @click.command()
+    @progress_option()
+    def probe(progress: bool) -> None:
+        click.echo(f"progress={progress}")
+
+    runner = CliRunner()  # its stderr is no terminal
+    assert runner.invoke(probe, []).output.strip() == "progress=False"
+    assert runner.invoke(probe, ["--progress"]).output.strip() == "progress=True"
+    assert runner.invoke(probe, ["--no-progress"]).output.strip() == "progress=False"
+    for command in (["ingest"], ["train"], ["evaluate"], ["report"], ["plan", "forecast"],
+                    ["evaluate", "closed-loop"]):  # fmt: skip
+        helptext = runner.invoke(main, [*command, "--help"]).output
+        assert "default: when stderr is a terminal" in " ".join(helptext.split()), command

@@ -11,7 +11,7 @@ import os
 
 import click
 
-from gpuwarden.cliutil import domain_errors
+from gpuwarden.cliutil import domain_errors, progress_option
 from gpuwarden.errors import InputError
 
 
@@ -90,7 +90,7 @@ def parse_shares(text: str) -> tuple[float, ...]:
     show_default=True,
     help="Folder for the table, the per-seed CSV and the plots.",
 )
-@click.option("--progress/--no-progress", default=True, help="Progress bar on stderr.")
+@progress_option("A progress bar")
 def closed_loop(
     seeds: int,
     days: float,

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from gpuwarden import cliutil
-from gpuwarden.cliutil import domain_errors, store_option
+from gpuwarden.cliutil import domain_errors, progress_option, store_option
 from gpuwarden.config import parse_duration
 from gpuwarden.errors import InputError
 from gpuwarden.wording import counted
@@ -129,7 +129,7 @@ def _model(path: str | None):
     "healthy rows kept and of early stopping's split, and score the mean of their log-odds "
     "(steadier from one training to the next; the tree time times this).",
 )
-@click.option("--progress/--no-progress", default=True, help="Show progress bars.")
+@progress_option()
 @click.pass_context
 @domain_errors()
 def train(
@@ -381,7 +381,7 @@ def score(
     show_default=True,
     help="Folder for the PNG plots and the per-failure CSV.",
 )
-@click.option("--progress/--no-progress", default=False, help="Show progress bars.")
+@progress_option()
 @click.pass_context
 @domain_errors()
 def evaluate(

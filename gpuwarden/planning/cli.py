@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
-from gpuwarden.cliutil import domain_errors
+from gpuwarden.cliutil import domain_errors, progress_option
 from gpuwarden.errors import InputError
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def plan() -> None:
     type=click.Path(dir_okay=False),
     help="Write a PNG of history and forecast.",
 )
-@click.option("--progress/--no-progress", default=True, help="Progress bar on stderr.")
+@progress_option("A progress bar")
 @train_weeks_option
 def forecast_cmd(
     db_path: str | None,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any
 
 import click
 
-from gpuwarden.cliutil import open_store, settings, store_option
+from gpuwarden.cliutil import open_store, progress_option, settings, store_option
 from gpuwarden.config import grid_intensity
 
 
@@ -81,11 +80,7 @@ def with_verdicts(store: Any, url: str | None, cfg: dict[str, Any]) -> Any:
     is_flag=True,
     help="Print what would be sent to the LLM and Slack; send and write nothing.",
 )
-@click.option(
-    "--progress/--no-progress",
-    default=None,
-    help="Progress bar on stderr (default: when stderr is a terminal, not under cron).",
-)
+@progress_option("A progress bar")
 @click.pass_context
 def report(
     ctx: click.Context,
@@ -101,7 +96,7 @@ def report(
     no_llm: bool,
     slack: bool,
     dry_run: bool,
-    progress: bool | None,
+    progress: bool,
 ) -> None:
     """Write the weekly cluster report: facts from code, prose from an LLM with every number
     checked (or templates), Markdown and HTML with charts, posted to Slack."""
@@ -131,8 +126,14 @@ def report(
     previous = _previous_facts(Path(out_dir or cfg["report_dir"]), start, end)  # type: ignore[arg-type]
     store = with_verdicts(open_store(store_url, cfg), verdicts_url, cfg)
     try:
-        shown = sys.stderr.isatty() if progress is None else progress
-        facts = build_facts(store, start, end, sources=sources, previous=previous, progress=shown)  # type: ignore[arg-type]
+        facts = build_facts(
+            store,
+            start,
+            end,  # type: ignore[arg-type]
+            sources=sources,
+            previous=previous,
+            progress=progress,
+        )
     finally:
         store.close()
     if facts_only:
