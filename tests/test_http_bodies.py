@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -47,10 +46,9 @@ class Server:
         return self.memory_mb()["VmHWM"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+sys.path.insert(0, str(Path(__file__).resolve().parent / "integration"))
+# a port from this xdist worker's own block, as the integration tests' daemons get
+from alerting_daemons import free_port as _free_port  # noqa: E402
 
 
 def _start(argv: list[str], tmp: Path, port: int) -> Server:
