@@ -53,10 +53,9 @@ def _store() -> SqliteStore:
     return store
 
 
-def _slot_changes(assess) -> list[tuple[str, GpuState, GpuState, str]]:
-    store = _store()
-    clock = [T0]
-    service = RiskService(
+def _service(store: SqliteStore, assess, clock: list[float]) -> RiskService:
+    """The loop over ``store`` at ``clock[0]``, at-risk from 0.5, storing no verdicts."""
+    return RiskService(
         store,
         assess=assess,
         engine=DecisionEngine(enter_at=0.5, exit_below=0.5),
@@ -64,6 +63,12 @@ def _slot_changes(assess) -> list[tuple[str, GpuState, GpuState, str]]:
         clock=lambda: clock[0],
         verdicts=None,
     )
+
+
+def _slot_changes(assess) -> list[tuple[str, GpuState, GpuState, str]]:
+    store = _store()
+    clock = [T0]
+    service = _service(store, assess, clock)
     seen = []
     t = FAILED - 1800
     while t <= END:
@@ -121,14 +126,7 @@ def test_an_alert_on_the_old_board_after_the_swap_changes_nothing():
     """Alertmanager resolves (or keeps firing) an alert labelled with the old board's UUID
     after the new board reports in its slot: the slot stays the new board's."""
     store = _store()
-    clock = [END]
-    service = RiskService(
-        store,
-        assess=None,
-        engine=DecisionEngine(enter_at=0.5, exit_below=0.5),
-        clock=lambda: clock[0],
-        verdicts=None,
-    )
+    service = _service(store, None, [END])
     service.engine.assess(RiskAssessment(NEW, END, risk=0.1))
 
     def alert(uuid: str, status: str) -> dict:
