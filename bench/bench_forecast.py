@@ -10,7 +10,7 @@ the trace's complete window, about 34 days):
    an ablation;
 2. the plan's buffer: capacity for next week = mean forecast x buffer, scored on the week that
    followed (hours short of capacity, capacity left idle);
-3. TCO with the shipped prices: cost per used GPU-hour, break-even, the essay's check, and the
+3. TCO with the shipped prices: cost per used GPU-hour, break-even, the guideline's check, and the
    split of this demand into base load and an elastic part.
 
     .venv/bin/python bench/bench_forecast.py
@@ -39,8 +39,8 @@ from gpuwarden.planning.backtest import rolling_origin
 from gpuwarden.planning.capacity import plan
 from gpuwarden.planning.forecast import DAILY, WEEKLY, forecast, seasonal_naive
 from gpuwarden.planning.tco import (
-    ESSAY_HIGH,
-    ESSAY_LOW,
+    GUIDE_HIGH,
+    GUIDE_LOW,
     OPTIONS,
     TABLE_UTILISATION,
     load_prices,
@@ -144,8 +144,8 @@ def tco_table(series: pd.Series) -> None:
     for model, p in prices.items():
         od = p.on_demand.value
         s = split(series.to_numpy(), p)
-        print(f"| {model} | {1 - p.per_used_hour('own', ESSAY_HIGH) / od:+.0%} cheaper | "
-              f"{1 - p.per_used_hour('own', ESSAY_LOW) / od:+.0%} cheaper | own {s.base_gpus} "
+        print(f"| {model} | {1 - p.per_used_hour('own', GUIDE_HIGH) / od:+.0%} cheaper | "
+              f"{1 - p.per_used_hour('own', GUIDE_LOW) / od:+.0%} cheaper | own {s.base_gpus} "
               f"({s.base_share_of_hours:.0%} of GPU-hours), {s.elastic_gpus} elastic to p99 "
               f"{s.peak_gpus} |")  # fmt: skip
 

@@ -66,8 +66,8 @@ MIG_SLICE_X = 168.2 / 144.7  # NVIDIA, A100 MIG vs time-slicing, mean TTS latenc
 MPS_CONTENTION = 0.30  # Villarrubia et al. 2026: ~30% worse under memory contention
 TIMESLICE_OVERHEAD = 1.00 / 0.76 - 1.0  # NVIDIA: 0.76 vs 1.00 req/s per GPU
 SATURATED_X = 100.0
-#: The essay's figures: GPU utilisation before -> after.
-ESSAY = {"mig": (35.0, 72.0), "time-slice": (15.0, 55.0)}
+#: The guideline's figures: GPU utilisation before -> after.
+GUIDELINE = {"mig": (35.0, 72.0), "time-slice": (15.0, 55.0)}
 
 
 @dataclass(frozen=True)
@@ -272,8 +272,8 @@ def main() -> int:
             print(f"{mode:<11} {r['gpus']:>11.1f} {r['util']:>7.1f} {r['alloc']:>8.1f} "
                   f"{r['util'] / base['util']:>7.2f} {r['p50x']:>6.2f} {r['p99x']:>6.1f} {r['sat']:>11.2f} "
                   f"{r['wait']:>11.1f}")  # fmt: skip
-        for mode, (before, after) in ESSAY.items():
-            print(f"essay {mode}: {before:.0f}% -> {after:.0f}% ({after / before:.2f}x); "
+        for mode, (before, after) in GUIDELINE.items():
+            print(f"guideline {mode}: {before:.0f}% -> {after:.0f}% ({after / before:.2f}x); "
                   f"here {base['util']:.0f}% -> {res[mode]['util']:.0f}% "
                   f"({res[mode]['util'] / base['util']:.2f}x)")  # fmt: skip
     if a.plot:

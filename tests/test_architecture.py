@@ -76,7 +76,7 @@ def test_the_threshold_and_the_states_are_written_once():
         ("gpuwarden/models/evaluate.py", 0.7),
         ("gpuwarden/models/memory_errors.py", 0.7),  # the 70/30 time split of the HBM log
         ("gpuwarden/scheduler/power.py", 0.7),  # the inference power cap, 70% of the maximum
-        ("gpuwarden/planning/tco.py", 0.7),  # 70% yearly utilisation, the essay's TCO figure
+        ("gpuwarden/planning/tco.py", 0.7),  # 70% yearly utilisation, the guideline's TCO figure
     }
     found = []
     for path in sorted((ROOT / "gpuwarden").rglob("*.py")):

@@ -49,7 +49,7 @@ ADVISOR_BUCKETS: dict[str, float] = {
 
 @dataclass(frozen=True)
 class SpotScenario:
-    """A hybrid fleet and its prices. ``spot_discount``: spot price below on demand (the essay
+    """A hybrid fleet and its prices. ``spot_discount``: spot price below on demand (the guideline
     says spot cuts interruptible training's cost by 60-80%; AWS GPU instances show 50-70%).
     ``checkpoint_write_s``: how long a job's checkpoint takes to write when the notice comes."""
 

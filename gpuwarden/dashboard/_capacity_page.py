@@ -24,7 +24,7 @@ from gpuwarden.errors import GpuwardenError
 from gpuwarden.planning import demand as d
 from gpuwarden.planning.forecast import forecast
 from gpuwarden.planning.tco import (
-    ESSAY_HIGH,
+    GUIDE_HIGH,
     OPTIONS,
     TABLE_UTILISATION,
     GpuPrices,
@@ -159,7 +159,7 @@ def _tco_section(prices_path: str, frame: pd.DataFrame | None) -> None:
     cols[0].metric(
         "Break-even utilisation (own vs on-demand)", "never" if be is None else f"{be:.0%}"
     )
-    saving = 1 - prices.per_used_hour("own", ESSAY_HIGH) / prices.on_demand.value
+    saving = 1 - prices.per_used_hour("own", GUIDE_HIGH) / prices.on_demand.value
     cols[1].metric("Own vs on-demand at 70%", f"{saving:.0%} cheaper")
     if frame is not None:
         s = split(frame.sum(axis=1).to_numpy(), prices)

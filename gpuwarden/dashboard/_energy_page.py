@@ -8,7 +8,7 @@ Each section says where its figures come from, and says so plainly when there ar
 - **by tenant**: the bundled scheduler's bill (``/v1/billing``: measured kWh where its agents
   metered the GPUs, else estimated at board power), with ``--scheduler-url``.
 - **idle-sleep plan**: ``planning.sleep_plan`` over the same hourly rollup, with the window,
-  threshold and headroom picked on the page (the essay's policy by default).
+  threshold and headroom picked on the page (the guideline's policy by default).
 - **power caps per job class**: ``planning.energy_samples`` over the store, job classes from
   the scheduler database (``--scheduler-db`` or ``GPUWARDEN_SCHEDULER_DB``, else a
   ``--plan-demand`` database) or the store's Kubernetes namespaces.

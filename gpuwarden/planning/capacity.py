@@ -141,7 +141,7 @@ def plan(
     basis: Basis = "mean",
 ) -> list[WeekNeed]:
     """Weekly GPUs needed for ``gpu_model`` from an hourly forecast mean (``Forecast.mean``).
-    ``basis``: the week's ``mean`` hourly forecast (the essay's "forecast x 1.3", the buffer
+    ``basis``: the week's ``mean`` hourly forecast (the guideline's "forecast x 1.3", the buffer
     absorbing the daily peaks) or its ``peak`` hour (the buffer on top of the peak)."""
     _require(
         (weeks >= 1, f"weeks must be at least 1, got {weeks}"),

@@ -352,8 +352,8 @@ def tco_cmd(
     spot) against utilisation; break-even utilisation; with a demand source, the split into
     base load to own and an elastic part for cloud."""
     from gpuwarden.planning.tco import (
-        ESSAY_HIGH,
-        ESSAY_LOW,
+        GUIDE_HIGH,
+        GUIDE_LOW,
         OPTIONS,
         TABLE_UTILISATION,
         chart,
@@ -388,10 +388,14 @@ def tco_cmd(
                 text = "never within 0-100%" if be is None else f"{be:.0%}"
                 click.echo(f"  break-even {option} vs cloud on-demand: {text}")
             od = p.on_demand.value
-            own70, own30 = p.per_used_hour("own", ESSAY_HIGH), p.per_used_hour("own", ESSAY_LOW)
-            click.echo(f"  essay check: own at 70% is {1 - own70 / od:.0%} cheaper than on-demand; "
-                       f"at 30% {'cloud' if od < own30 else 'owning'} is cheaper "
-                       f"({own30:.2f} own vs {od:.2f} on-demand)")  # fmt: skip
+            own70, own30 = p.per_used_hour("own", GUIDE_HIGH), p.per_used_hour("own", GUIDE_LOW)
+            gap = 1 - own70 / od
+            click.echo(
+                "  guideline (owning is 40-60% cheaper above 70% use): own at 70% is "
+                f"{abs(gap):.0%} {'cheaper' if gap >= 0 else 'dearer'} than on-demand; "
+                f"at 30% {'cloud' if od < own30 else 'owning'} is cheaper "
+                f"({own30:.2f} own vs {od:.2f} on-demand)"
+            )
             if demand is not None:
                 s = split(demand.to_numpy(), p)
                 click.echo(

@@ -260,7 +260,7 @@ class PowerAdvice:
 #: voltage with frequency, so a core clock cut of c cuts dynamic power by about 1 - (1 - c)^3;
 #: static and memory power do not move. Memory-bound work (LLM decode) barely slows: Maliakel,
 #: Ilager and Brandic (arXiv:2501.08219, 2025) measured a 1-6% latency increase for large clock
-#: cuts because decode, 77-91% of inference time, is insensitive to the GPU clock. The essay's
+#: cuts because decode, 77-91% of inference time, is insensitive to the GPU clock. The guideline's
 #: figure (-20% clock, -30% power, +5% latency) is this model with ~80% dynamic power.
 DYNAMIC_SHARE = 0.8
 

@@ -44,10 +44,10 @@ OWN_FIELDS = (
 )
 RATE_FIELDS = {"bare_metal": ("usd_per_gpu_hour",), "cloud": ("on_demand", "reserved", "spot")}
 OPTIONS = ("own", "bare_metal", "cloud_reserved", "cloud_on_demand", "cloud_spot")
-#: Yearly utilisations the tables show; the essay's figures are about the first (cloud is
+#: Yearly utilisations the tables show; the guideline's figures are about the first (cloud is
 #: cheaper below it) and the third (owning is 40-60% cheaper above it).
 TABLE_UTILISATION = (0.3, 0.5, 0.7, 0.9)
-ESSAY_LOW, ESSAY_HIGH = TABLE_UTILISATION[0], TABLE_UTILISATION[2]
+GUIDE_LOW, GUIDE_HIGH = TABLE_UTILISATION[0], TABLE_UTILISATION[2]
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,7 @@ class Split:
 
 
 def split(demand: np.ndarray, prices: GpuPrices, peak_quantile: float = 0.99) -> Split:
-    """The essay's split from hourly demand: GPU number ``n`` is busy in the hours demand
+    """The guideline's split from hourly demand: GPU number ``n`` is busy in the hours demand
     reaches ``n``, so owning it pays when that share is at least the break-even utilisation;
     base = the ``1 - break_even`` quantile of demand. Peak = the ``peak_quantile`` quantile."""
     values = np.asarray(demand, dtype=float)

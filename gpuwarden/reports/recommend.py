@@ -3,8 +3,8 @@
 - **scaling**: with capacity facts, the planner's ``should_scale`` per GPU model (add N now or
   in K weeks, release N), citing the forecast, the plan's peak need with its buffer and the
   GPUs the fleet has; and where a model's measured utilisation is under its TCO break-even,
-  that cloud on-demand costs less per used hour than owning. Without them, as the source
-  essay's ``should_scale``: a long queue (p95 wait over ``WAIT_SCALE_UP_MIN``) on capacity
+  that cloud on-demand costs less per used hour than owning. Without them, as the planning
+  guideline's ``should_scale``: a long queue (p95 wait over ``WAIT_SCALE_UP_MIN``) on capacity
   mostly allocated (over ``BUSY_PCT``) says add GPUs; capacity mostly idle (allocated under
   ``IDLE_PCT``) with no queue says release some;
 - **drain or RMA** each GPU gpuwarden holds unhealthy or at risk, with NVIDIA's action for its

@@ -38,7 +38,7 @@ class PowerPlan:
             raise InputError(f"power plan: clock_cut must be in [0, 1), got {self.clock_cut}")
 
 
-#: The essay's advice as defaults: inference is memory-bound, so a 20% clock cut costs it ~5%
+#: The guideline's advice as defaults: inference is memory-bound, so a 20% clock cut costs it ~5%
 #: latency for ~30% power (``planning.energy.clock_cut_effect``); training keeps full clocks.
 DEFAULT_PLANS: dict[str, PowerPlan] = {"inference": PowerPlan(cap_share=0.7, clock_cut=0.2)}
 

@@ -1,6 +1,6 @@
 """Idle-node sleep: drain nodes that idle in a quiet window, put them to sleep, wake them on demand.
 
-The essay's policy: a node below 20% utilisation from 02:00 to 06:00 and at weekends is drained
+The guideline's policy: a node below 20% utilisation from 02:00 to 06:00 and at weekends is drained
 and put to sleep; Wake-on-LAN wakes it, with a cold start of about three minutes. Here:
 
 - ``SleepWindow`` says when nodes may sleep (default 02:00-06:00 every day, and weekends);

@@ -54,7 +54,7 @@ def test_default_prices_are_dated_and_sourced():
             assert price.source.startswith(("https://", "estimate: "))
 
 
-def test_default_prices_against_the_essay():
+def test_default_prices_against_the_guideline():
     """>70% yearly use: owning 40-60% cheaper than cloud on-demand; <30%: cloud cheaper."""
     p = load_prices()["H100"]
     saving = 1 - p.per_used_hour("own", 0.7) / p.per_used_hour("cloud_on_demand", 0.7)

@@ -65,7 +65,7 @@ def test_sleep_and_waits_from_store_and_scheduler(week, tmp_path):
 
 
 def test_default_policy_keeps_headroom_and_absent_sections_say_why(week):
-    # the essay's policy keeps 8 GPUs awake: the known week's 4 GPUs all stay awake
+    # the guideline's policy keeps 8 GPUs awake: the known week's 4 GPUs all stay awake
     f = facts_of(week[0], FactSources())
     assert f.sleep is not None and f.sleep.nodes_sleeping == 0 and f.sleep.kwh_saved == 0
     assert f.queue_wait_by_model is None
