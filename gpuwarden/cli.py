@@ -448,6 +448,7 @@ def _kernel_log_summary(path: str, report) -> str:  # report: ingest.IngestRepor
 @click.option(
     "--end", "end_ts", type=float, default=None, help="Unix time the history ends (default: now)."
 )
+@progress_option("A progress bar")
 @click.pass_context
 def simulate(
     ctx: click.Context,
@@ -460,6 +461,7 @@ def simulate(
     seed: int,
     accel: float,
     end_ts: float | None,
+    progress: bool,
 ) -> None:
     """Write a simulated fleet's history, Xids and failures (ground truth) into a store."""
     from gpuwarden.demo import fleet_spec, simulate_into
@@ -476,7 +478,7 @@ def simulate(
     )
     store = open_store(store_url, settings(ctx))
     try:
-        n_samples, n_events, n_failures = simulate_into(store, spec)
+        n_samples, n_events, n_failures = simulate_into(store, spec, progress=progress)
     finally:
         store.close()
     click.echo(

@@ -23,6 +23,7 @@ It prints seven numbered steps:
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -168,7 +169,8 @@ def run_demo(
         f"[1/7] Simulating {nodes} nodes x {gpus_per_node} GPUs, {days:g} days at {step_s} s "
         f"(failure rate x{accel:g}) into {db}"
     )
-    n_samples, n_events, n_failures = simulate_into(store, spec)
+    # a bar only at a terminal: `make demo > log` gets the steps, not 30 redraws
+    n_samples, n_events, n_failures = simulate_into(store, spec, progress=sys.stderr.isatty())
     echo(
         f"      stored {n_samples:,} samples, {n_events:,} events, {n_failures} failures (ground truth)"
     )
@@ -254,24 +256,32 @@ def run_demo(
     echo("[6/7] Closed loop: does flagging keep inference off failing GPUs? (simulated fleet)")
     demo_run(echo=echo)
     echo("")
-    _demo_dashboard(f"sqlite:///{db}", echo=echo, keep_serving=keep_serving)
+    _demo_dashboard(
+        f"sqlite:///{db}", echo=echo, keep_serving=keep_serving, log=out / "dashboard.log"
+    )
     echo(f"Explore it: gpuwarden summary --store sqlite:///{db}")
 
 
-def _demo_dashboard(store_url: str, *, echo: Callable[[str], None], keep_serving: bool) -> None:
-    """Serve the dashboard on the demo store; keep it up for a person at a terminal."""
+def _demo_dashboard(
+    store_url: str, *, echo: Callable[[str], None], keep_serving: bool, log: Path
+) -> None:
+    """Serve the dashboard on the demo store; keep it up for a person at a terminal. Streamlit's
+    own lines (its banner, its URLs) go to ``log``: the step says where the page is."""
     from gpuwarden.dashboard.cli import start_dashboard, stop_dashboard, wait_ready
     from gpuwarden.errors import GpuwardenError
 
     host, port = "127.0.0.1", _free_port()
     url = f"http://{host}:{port}/"
     try:
-        proc = start_dashboard(store_url, host, port)
+        proc = start_dashboard(store_url, host, port, log=log)
     except GpuwardenError as exc:  # streamlit not installed: pip install '.[dashboard]'
         echo(f"[7/7] Dashboard skipped: {exc}")
         return
     try:
-        wait_ready(proc, url.rstrip("/"), timeout_s=90)
+        try:
+            wait_ready(proc, url.rstrip("/"), timeout_s=90)
+        except GpuwardenError as exc:
+            raise GpuwardenError(f"{exc}; its output is in {log}") from exc
         echo(f"[7/7] Dashboard running on the demo store: {url}")
         if keep_serving:
             echo("      Ctrl-C to stop.")

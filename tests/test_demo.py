@@ -41,6 +41,10 @@ def test_the_demo_runs_every_step_on_the_default_fleet(tmp_path) -> None:
     finally:
         store.close()
     assert list((tmp_path / "reports").glob("report-*/report.md"))
+    # Streamlit's banner goes to a log beside the store, not between the demo's steps
+    page = re.search(r"\[7/7\] Dashboard running on the demo store: (http://\S+?)/?$", out, re.M)
+    assert page is not None, out
+    assert page.group(1) in (tmp_path / "dashboard.log").read_text()
     loop = out[out.index("[5/7]") : out.index("[6/7]")]
     # a flag narrated with its reasons and the job moved off it, then what became of the board
     # (or, should the fleet ending at this hour hold no flag, the scripted ramp)

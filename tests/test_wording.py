@@ -55,6 +55,12 @@ def test_progress_bars_follow_the_terminal(tmp_path):
     assert runner.invoke(probe, ["--progress"]).output.strip() == "progress=True"
     assert runner.invoke(probe, ["--no-progress"]).output.strip() == "progress=False"
     for command in (["ingest"], ["train"], ["evaluate"], ["report"], ["plan", "forecast"],
-                    ["evaluate", "closed-loop"]):  # fmt: skip
+                    ["evaluate", "closed-loop"], ["simulate"]):  # fmt: skip
         helptext = runner.invoke(main, [*command, "--help"]).output
         assert "default: when stderr is a terminal" in " ".join(helptext.split()), command
+    # simulate drew its bar always: a cron-run simulation's log got every redraw
+    store = f"sqlite:///{tmp_path / 'sim.db'}"
+    sim = ["simulate", "--store", store, "--nodes", "1", "--gpus", "1", "--days", "0.1"]
+    quiet = runner.invoke(main, sim)
+    assert quiet.exit_code == 0 and "simulating" not in quiet.stderr, quiet.stderr
+    assert "simulating" in runner.invoke(main, [*sim, "--seed", "2", "--progress"]).stderr

@@ -45,6 +45,7 @@ Everything is a function of the seeds, so the same command rebuilds the same mod
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -378,7 +379,12 @@ def main(argv: list[str] | None = None) -> None:
         default=0,
         help="further family members, as drawn, with the HBM temperature hidden on every model",
     )
-    ap.add_argument("--no-progress", dest="progress", action="store_false")
+    ap.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=sys.stderr.isatty(),
+        help="progress bars on stderr (default: when stderr is a terminal)",
+    )
     ap.add_argument("--trained", type=Path, default=None, help="reuse this model's trees")
     ap.add_argument(
         "--scale-free",
