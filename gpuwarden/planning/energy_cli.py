@@ -60,9 +60,11 @@ def sleep_replay(
     from gpuwarden.scheduler.sleep import SleepPolicy, SleepWindow
 
     with domain_errors():
-        default_nodes, default_pods = openb.default_paths()
-        nodes = openb.load_nodes(nodes_path or default_nodes)
-        pods = openb.load_pods(pods_path or default_pods)
+        if nodes_path is None or pods_path is None:
+            default_nodes, default_pods = openb.default_paths()
+            nodes_path, pods_path = nodes_path or default_nodes, pods_path or default_pods
+        nodes = openb.load_nodes(nodes_path)
+        pods = openb.load_pods(pods_path)
         policy = SleepPolicy(SleepWindow.parse(window, weekends=weekends), below=below,
                              headroom_gpus=headroom_gpus, cold_start_s=cold_start_s,
                              dry_run=False)  # fmt: skip

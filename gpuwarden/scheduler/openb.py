@@ -44,9 +44,18 @@ def shared_data_dir() -> Path:
 
 
 def default_paths(trace: str = "default") -> tuple[Path, Path]:
-    """(nodes file, pods file) of one openb trace in the shared data folder."""
+    """(nodes file, pods file) of one openb trace in the shared data folder; ``InputError``
+    naming the ways to give one when the folder has no openb traces (an installed package has
+    no ``../shared/data`` beside it)."""
     base = shared_data_dir() / "openb"
-    return base / "openb_node_list_gpu_node.csv", base / f"openb_pod_list_{trace}.csv"
+    nodes, pods = base / "openb_node_list_gpu_node.csv", base / f"openb_pod_list_{trace}.csv"
+    if not nodes.is_file() or not pods.is_file():
+        raise InputError(
+            f"no openb trace {trace!r} in {base.resolve()}: pass the node and pod lists "
+            "(--nodes, --pods; Alibaba's clusterdata repository, cluster-trace-gpu-v2023), or "
+            "set GPUWARDEN_SHARED_DATA to a folder holding openb/"
+        )
+    return nodes, pods
 
 
 def _rows(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:

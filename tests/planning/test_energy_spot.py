@@ -126,3 +126,13 @@ def test_energy_and_spot_commands(tmp_path):
                              "--nodes", str(OPENB / "openb_node_list_gpu_node.csv"),
                              "--pods", str(OPENB / "openb_pod_list_default.csv")])  # fmt: skip
     assert r.exit_code != 0 and "sleep window" in r.output
+
+
+def test_sleep_replay_without_a_trace_names_the_ways_to_give_one(tmp_path, monkeypatch):
+    """An installed package has no ../shared/data beside it: the error says which options and
+    which setting give the trace, not only that a path inside site-packages is missing."""
+    monkeypatch.setenv("GPUWARDEN_SHARED_DATA", str(tmp_path))
+    r = CliRunner().invoke(main, ["energy", "sleep-replay", "--days", "0.1"])
+    assert r.exit_code != 0
+    assert "no openb trace 'default'" in r.output and "--nodes, --pods" in r.output, r.output
+    assert "GPUWARDEN_SHARED_DATA" in r.output
