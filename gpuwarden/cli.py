@@ -20,6 +20,7 @@ from gpuwarden.cliutil import (
     DomainErrorGroup,
     collector_option,
     domain_errors,
+    maybe_time,
     open_collector,
     open_store,
     progress_option,
@@ -287,7 +288,7 @@ def ingest(
             "give at least one of --telemetry, --xids, --failures, --kernel-log, --smi-csv, "
             "--smi-q, --memory-errors"
         )
-    boot = ing.parse_time(boot_time, "--boot-time") if boot_time else None
+    boot = maybe_time(boot_time, "--boot-time")
     store = open_store(store_url, settings(ctx))
     named = ing.BadLineReport(bad_lines, always=True) if bad_lines else None
     bad = 0
@@ -445,9 +446,7 @@ def _kernel_log_summary(path: str, report) -> str:  # report: ingest.IngestRepor
     show_default=True,
     help="Failure-rate multiplier (1 = real-world rate, about 3e-4 per GPU-day).",
 )
-@click.option(
-    "--end", "end_ts", type=float, default=None, help="Unix time the history ends (default: now)."
-)
+@click.option("--end", "end", default=None, help="When the history ends (default: now).")
 @progress_option("A progress bar")
 @click.pass_context
 def simulate(
@@ -460,7 +459,7 @@ def simulate(
     step_s: int,
     seed: int,
     accel: float,
-    end_ts: float | None,
+    end: str | None,
     progress: bool,
 ) -> None:
     """Write a simulated fleet's history, Xids and failures (ground truth) into a store."""
@@ -474,7 +473,7 @@ def simulate(
         step_s=step_s,
         seed=seed,
         accel=accel,
-        end_ts=end_ts,
+        end_ts=maybe_time(end, "--end"),
     )
     store = open_store(store_url, settings(ctx))
     try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -30,6 +31,38 @@ store_option = click.option("--store", "store_url", help="Store URL (default: se
 collector_option = click.option(
     "--collector", "collector_url", help="Collector URL (default: setting `collector`)."
 )
+
+
+def parse_time(text: str, option: str) -> float:
+    """Unix seconds, or an ISO 8601 date or date-time (``2026-01-31``, ``2026-01-31T12:00``,
+    ``2026-01-31T12:00:00Z``, ``+01:00``; UTC unless it carries an offset) -> Unix seconds.
+    Every command's time options take these forms; anything else is a ``click.BadParameter``
+    naming ``option``."""
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is not a time: use 2026-01-31, 2026-01-31T12:00, "
+            "2026-01-31T12:00:00Z or Unix seconds",
+            param_hint=option,
+        ) from None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+
+
+def maybe_time(text: str | None, option: str) -> float | None:
+    """``parse_time``, or None for an option not given."""
+    return None if text is None else parse_time(text, option)
+
+
+def month_start(now: float) -> float:
+    """00:00 UTC on the 1st of ``now``'s month: where billing windows start by default."""
+    day = datetime.fromtimestamp(now, UTC)
+    return day.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()
 
 
 def progress_option(what: str = "Progress bars") -> Any:

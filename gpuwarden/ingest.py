@@ -38,7 +38,7 @@ import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, tzinfo
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -536,23 +536,6 @@ def ingest_smi_query_text(
     )
 
 
-def parse_time(text: str, name: str = "time") -> float:
-    """RFC 3339 (without an offset: UTC) or Unix seconds -> Unix seconds; ``InputError``
-    naming ``name`` (the option) otherwise."""
-    text = text.strip()
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise InputError(
-            f"{name} {text!r} is neither RFC 3339 (2026-01-01T00:00:00Z) nor Unix seconds"
-        ) from None
-    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
-
-
 def _kernel_log_lines(path: str | os.PathLike[str]) -> list[str]:
     return read_log_text(path).splitlines()
 
@@ -648,6 +631,5 @@ __all__ = [
     "ingest_smi_csv",
     "ingest_telemetry",
     "ingest_xids",
-    "parse_time",
     "report_path",
 ]

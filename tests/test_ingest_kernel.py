@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import gzip
 
+import click
 import pytest
 from click.testing import CliRunner
 
 from gpuwarden.cli import main
+from gpuwarden.cliutil import parse_time
 from gpuwarden.errors import InputError
-from gpuwarden.ingest import ingest_kernel_log, parse_time
+from gpuwarden.ingest import ingest_kernel_log
 from gpuwarden.store.sqlite import SqliteStore
 from gpuwarden.telemetry import Event, GpuId
 
@@ -98,12 +100,13 @@ def test_an_empty_file_is_an_error(tmp_path):
     [("1767225600", BOOT), ("2026-01-01T00:00:00Z", BOOT), ("2026-01-01T01:00:00+01:00", BOOT)],
 )
 def test_parse_time(text, ts):
-    assert parse_time(text) == ts
+    assert parse_time(text, "--boot-time") == ts
 
 
 def test_parse_time_names_the_option():
-    with pytest.raises(InputError, match="--boot-time 'yesterday'"):
+    with pytest.raises(click.BadParameter, match="'yesterday' is not a time") as bad:
         parse_time("yesterday", "--boot-time")
+    assert bad.value.param_hint == "--boot-time"
 
 
 def test_cli_good_file(tmp_path):

@@ -15,29 +15,10 @@ import numpy as np
 import pandas as pd
 
 from gpuwarden import cliutil
-from gpuwarden.cliutil import domain_errors, progress_option, store_option
+from gpuwarden.cliutil import domain_errors, maybe_time, progress_option, store_option
 from gpuwarden.config import parse_duration
 from gpuwarden.errors import InputError
 from gpuwarden.wording import counted
-
-
-def parse_time(text: str | None, name: str) -> float | None:
-    """Unix seconds or an RFC 3339 time (UTC when no offset is given) -> Unix seconds."""
-    if text is None:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        ts = pd.Timestamp(text)
-    except (ValueError, TypeError) as exc:
-        raise click.BadParameter(
-            f"{text!r} is not a time (2026-01-31T12:00:00Z or Unix s)", param_hint=name
-        ) from exc
-    if ts.tzinfo is None:
-        ts = ts.tz_localize("UTC")
-    return float(ts.timestamp())
 
 
 def parse_span(text: str, name: str) -> float:
@@ -183,7 +164,7 @@ def train(
     store = open_store(cliutil.store_url(ctx, store_url))
     try:
         panel, end = store_history(
-            store, until=parse_time(until, "--until"), failures=failures, progress=progress
+            store, until=maybe_time(until, "--until"), failures=failures, progress=progress
         )
         done = train_user_model(
             panel,
@@ -325,13 +306,13 @@ def score(
             frame = backtest(
                 store,
                 model,
-                start=parse_time(start, "--start") or 0.0,
-                end=parse_time(end, "--end") or 0.0,
+                start=maybe_time(start, "--start") or 0.0,
+                end=maybe_time(end, "--end") or 0.0,
                 step_s=parse_span(step, "--step"),
                 progress=output is not None,
             )
         else:
-            frame = score_store(store, model, at=parse_time(at, "--at"))
+            frame = score_store(store, model, at=maybe_time(at, "--at"))
     finally:
         store.close()
     if into_url:  # the rows just scored: the same as models.score.backfill
@@ -414,8 +395,8 @@ def evaluate(
             store,
             model,
             failures=failures,
-            start=parse_time(start, "--start"),
-            end=parse_time(end, "--end"),
+            start=maybe_time(start, "--start"),
+            end=maybe_time(end, "--end"),
             step_h=int(step_s // 3600),
             out_dir=out_dir,
             progress=progress,

@@ -62,9 +62,8 @@ def sleep_replay(
     with domain_errors():
         if nodes_path is None or pods_path is None:
             default_nodes, default_pods = openb.default_paths()
-            nodes_path, pods_path = nodes_path or default_nodes, pods_path or default_pods
-        nodes = openb.load_nodes(nodes_path)
-        pods = openb.load_pods(pods_path)
+        nodes = openb.load_nodes(nodes_path or default_nodes)
+        pods = openb.load_pods(pods_path or default_pods)
         policy = SleepPolicy(SleepWindow.parse(window, weekends=weekends), below=below,
                              headroom_gpus=headroom_gpus, cold_start_s=cold_start_s,
                              dry_run=False)  # fmt: skip

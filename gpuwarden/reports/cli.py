@@ -10,20 +10,8 @@ from typing import Any
 
 import click
 
-from gpuwarden.cliutil import open_store, progress_option, settings, store_option
+from gpuwarden.cliutil import maybe_time, open_store, progress_option, settings, store_option
 from gpuwarden.config import grid_intensity
-
-
-def _when(value: str | None, name: str) -> float | None:
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise click.BadParameter(
-            f"{value!r} is not a date (2025-11-24 or 2025-11-24T06:00)", param_hint=name
-        ) from None
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
 
 
 def with_verdicts(store: Any, url: str | None, cfg: dict[str, Any]) -> Any:
@@ -107,7 +95,7 @@ def report(
     from gpuwarden.reports.slack import ENV_BOT_TOKEN, ENV_WEBHOOK_URL, summary_blocks
 
     cfg = settings(ctx)
-    start, end = _when(since, "--since"), _when(until, "--until")
+    start, end = maybe_time(since, "--since"), maybe_time(until, "--until")
     if start is None and end is None:
         start, end = last_full_week(time.time())
     elif start is None:
@@ -177,7 +165,6 @@ def report(
 def _previous_facts(out: Path, since: float, until: float):
     """The facts.json of the report of the period before, when it is in ``out`` and readable:
     the comparison then costs no second read of the store."""
-    from datetime import UTC, datetime
 
     from pydantic import ValidationError
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
-from gpuwarden.cliutil import DomainErrorGroup, domain_errors
+from gpuwarden.cliutil import DomainErrorGroup, domain_errors, month_start, parse_time
 from gpuwarden.scheduler.billing import BillRow, EnergyRow, energy_totals, tenant_totals, write_csv
 from gpuwarden.scheduler.client import DEFAULT_URL, URL_ENV, SchedulerClient, read_token
 
@@ -310,10 +310,9 @@ def billing(
     """GPU-hours per job and tenant in a window; shares and MIG instances count fractionally.
     KWH_FROM says whether a job's kWh was measured by its GPUs' energy counters, partly
     measured, or estimated from board power (agents without NVML)."""
-    now = datetime.now(UTC)
-    since_s = parse_time(since, "--since") if since else now.replace(
-        day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()  # fmt: skip
-    until_s = parse_time(until, "--until") if until else now.timestamp()
+    now = time.time()
+    since_s = parse_time(since, "--since") if since else month_start(now)
+    until_s = parse_time(until, "--until") if until else now
     if since_s > until_s:
         raise click.BadParameter("the window starts after it ends", param_hint="--since")
     with _client(url, token_file) as c:
@@ -365,21 +364,6 @@ def parse_cpu_milli(text: str) -> int:
         )
     value = float(m.group(1))
     return round(value if m.group(2) else value * 1000)
-
-
-def parse_time(text: str, option: str) -> float:
-    """Unix seconds, or an ISO 8601 date or date-time (UTC unless it says otherwise)."""
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r}: use 2026-01-31, 2026-01-31T12:00 or unix seconds", param_hint=option
-        ) from None
-    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
 
 
 def _asks(j: dict[str, Any]) -> str:

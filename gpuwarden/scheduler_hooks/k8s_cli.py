@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import click
 
-from gpuwarden.cliutil import DomainErrorGroup, open_store, settings, store_option
+from gpuwarden.cliutil import (
+    DomainErrorGroup,
+    month_start,
+    open_store,
+    parse_time,
+    settings,
+    store_option,
+)
 
 
 def _cluster_options(fn):  # type: ignore[no-untyped-def]
@@ -66,8 +73,9 @@ def extender(listen: str, resync_s: float, kubeconfig: str | None, context: str 
 
 @k8s.command()
 @store_option
-@click.option("--since", type=float, required=True, help="Window start, Unix seconds.")
-@click.option("--until", type=float, default=None, help="Window end, Unix seconds (default: now).")
+@click.option("--since", default=None, help="Start: ISO date/time (UTC) or Unix seconds (default: "
+              "the 1st of this month), as `gpuwarden billing --since`.")  # fmt: skip
+@click.option("--until", default=None, help="End (exclusive), same forms (default: now).")
 @click.option(
     "--scrape-interval", "scrape_s", type=float, default=None,
     help="dcgm-exporter's scrape interval in s (default: read from the data).",
@@ -77,8 +85,8 @@ def extender(listen: str, resync_s: float, kubeconfig: str | None, context: str 
 def billing(
     ctx: click.Context,
     store_url: str | None,
-    since: float,
-    until: float | None,
+    since: str | None,
+    until: str | None,
     scrape_s: float | None,
     csv_path: str | None,
 ) -> None:
@@ -90,12 +98,16 @@ def billing(
     from gpuwarden.scheduler.billing import tenant_totals, write_csv
     from gpuwarden.scheduler_hooks.k8s_billing import gpu_hours
 
+    now = time.time()
+    since_s = parse_time(since, "--since") if since else month_start(now)
+    until_s = parse_time(until, "--until") if until else now
+    if since_s > until_s:
+        raise click.BadParameter("the window starts after it ends", param_hint="--since")
     store = open_store(store_url, settings(ctx))
     try:
         if not hasattr(store, "read_pod_samples"):
             raise ConfigError("k8s billing reads a Prometheus-compatible store (PromQL)")
-        rows = gpu_hours(store, since, time.time() if until is None else until,
-                         scrape_interval_s=scrape_s)  # fmt: skip
+        rows = gpu_hours(store, since_s, until_s, scrape_interval_s=scrape_s)
     finally:
         store.close()
     for ns, hours in tenant_totals(rows).items():

@@ -183,7 +183,6 @@ def _serve(ctx: click.Context, **o: Any) -> None:
     from gpuwarden.alerts.slack import ENV_WEBHOOK_URL, SlackNotifier
     from gpuwarden.config import parse_listen
     from gpuwarden.exporter import Exporter
-    from gpuwarden.ingest import parse_time
     from gpuwarden.scheduler_hooks import open_tagger
     from gpuwarden.serve.api import ENV_API_TOKEN
     from gpuwarden.serve.assessors import (
@@ -198,7 +197,7 @@ def _serve(ctx: click.Context, **o: Any) -> None:
     cfg = cliutil.settings(ctx)
     if o["at"] is not None and not o["once"]:
         raise click.UsageError("--at scores one round: give it with --once")
-    at = None if o["at"] is None else parse_time(o["at"], "--at")
+    at = cliutil.maybe_time(o["at"], "--at")
     host, port = parse_listen(o["listen"])
     interval = o["interval_s"] or cfg["interval_s"]
     enter_at, exit_below = decision_lines(o["enter_at"], o["exit_below"])

@@ -18,11 +18,12 @@ from click.testing import CliRunner, Result
 from service_helpers import AGENT_SECRET, agent_token  # this directory's helpers, by path
 
 from gpuwarden.cli import main
+from gpuwarden.cliutil import parse_time
 from gpuwarden.scheduler._auth import TokenBook
 from gpuwarden.scheduler.agent import Agent, host_inventory
 from gpuwarden.scheduler.api import SchedulerServer
 from gpuwarden.scheduler.client import SchedulerClient
-from gpuwarden.scheduler.client_cli import job_spec, parse_cpu_milli, parse_mib, parse_time, submit
+from gpuwarden.scheduler.client_cli import job_spec, parse_cpu_milli, parse_mib, submit
 from gpuwarden.scheduler.service import SchedulerService
 from gpuwarden.scheduler.state import SchedulerDB
 

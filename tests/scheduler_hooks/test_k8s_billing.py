@@ -133,6 +133,16 @@ def test_billing_command_prints_namespaces_and_csv(prometheus, tmp_path):
     assert "team-a,train-0,train-0,2.000000" in lines
     bad = CliRunner().invoke(main, [*argv[:4], "--since", "10", "--until", "20"])
     assert bad.exit_code == 1 and "at least one hour" in bad.output
+    # the window in the forms `gpuwarden billing` takes (it took Unix seconds only)
+    iso = ["--since", "2025-12-01", "--until", "2025-12-01T03:00:00Z"]
+    dated = CliRunner().invoke(main, [*argv[:4], *iso])
+    assert dated.exit_code == 0 and "2.928571" in dated.output, dated.output
+    backwards = CliRunner().invoke(
+        main, [*argv[:4], "--since", "2025-12-02", "--until", "2025-12-01"]
+    )
+    assert backwards.exit_code == 2 and "starts after it ends" in backwards.output
+    word = CliRunner().invoke(main, [*argv[:4], "--since", "yesterday"])
+    assert word.exit_code == 2 and "'yesterday' is not a time" in word.output
 
 
 def test_mig_weights_follow_the_bundled_scheduler():

@@ -92,7 +92,7 @@ def test_user_mistakes_are_one_line(tmp_path):
     assert r.exit_code == 1 and "exit_below <= enter_at" in r.output
     assert "Traceback" not in r.output
     r = run(tmp_path, "--at", "yesterday")
-    assert r.exit_code == 1 and "--at 'yesterday' is neither RFC 3339" in r.output
+    assert r.exit_code == 2 and "Invalid value for --at: 'yesterday' is not a time" in r.output
     r = CliRunner().invoke(serve, ["--no-collect", "--at", "0", "--store", "sqlite:///x.db"])
     assert r.exit_code == 2 and "--at scores one round: give it with --once" in r.output
 
