@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,6 +44,9 @@ class FleetSummary:
     #: (signal, GPUs lacking it), most first; ``reported``: GPUs read in that day
     gaps: list[tuple[Signal, int]] = field(default_factory=list)
     reported: int = 0
+    #: Xids of a kernel log whose PCI address no stored GPU had (``xid_unmatched`` events):
+    #: code, name, cls, count, as ``xids``
+    unmatched: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def render(self, top: int = 10) -> str:
         lines: list[str] = []
@@ -58,7 +62,10 @@ class FleetSummary:
         if len(slots):
             by_model = slots.groupby("model").size().sort_values(ascending=False)
             lines.append("  " + ", ".join(f"{n} x {m or 'unknown'}" for m, n in by_model.items()))
-        lines.append(f"Telemetry: {start} .. {end} UTC ({span_h:.0f} h)")
+        if len(self.gpus):
+            lines.append(f"Telemetry: {start} .. {end} UTC ({span_h:.0f} h)")
+        else:
+            lines.append(f"Telemetry: none stored; events {start} .. {end} UTC ({span_h:.0f} h)")
         lines.append(
             f"Reporting now: {counted(self.reporting, 'GPU')}; missing: {len(self.missing)}"
         )
@@ -71,9 +78,19 @@ class FleetSummary:
         for row in self.failures.itertuples():
             lines.append(f"  {row.count:5d}  {row.kind}")
         lines.append("")
-        lines.append("Xid events:" if len(self.xids) else "Xid events: none")
+        if len(self.xids):
+            lines.append("Xid events:")
+        elif not len(self.unmatched):
+            lines.append("Xid events: none")
         for row in self.xids.itertuples():
             lines.append(f"  {row.count:5d}  Xid {row.code:<4d} {row.name} ({row.cls})")
+        if len(self.unmatched):
+            lines.append(
+                "Xid events of no known GPU (kernel-log PCI addresses no stored GPU has; "
+                "load telemetry with pci_bus_id, then the log again):"
+            )
+            for row in self.unmatched.itertuples():
+                lines.append(f"  {row.count:5d}  Xid {row.code:<4d} {row.name} ({row.cls})")
         lines.append("")
         lines += self._rejection_lines(span_h, top)
         lines.append("")
@@ -106,6 +123,10 @@ class FleetSummary:
 
     def _gap_lines(self) -> list[str]:
         """The signals the model reads that the store lacks: unknown, so left out of risk."""
+        if self.gpus.empty:
+            return ["Signals the model reads: none, no telemetry stored"]
+        if not self.reported:
+            return ["Signals the model reads: none in the last day, no GPU reported in it"]
         if not self.gaps:
             return ["Signals the model reads: all in the store"]
         out = ["Signals the model reads that the store lacks (left out of the risk, not zero):"]
@@ -155,10 +176,14 @@ def _fmt(x: float) -> str:
 def fleet_summary(
     store: Store, *, window_s: float = 7 * 86400, now: float | None = None
 ) -> FleetSummary:
-    """Summarise the last ``window_s`` seconds of ``store`` (ending at its newest sample)."""
+    """Summarise the last ``window_s`` seconds of ``store`` (ending at its newest sample; in a
+    store of events alone, a kernel log ingested, at its newest event)."""
     gpus = store.gpus()
-    if now is None:
-        now = float(gpus["last_ts"].max()) if len(gpus) else 0.0
+    if now is None and len(gpus):
+        now = float(gpus["last_ts"].max())
+    elif now is None:
+        events = store.read_events(start=0.0, end=time.time() + 86400)
+        now = float(events["ts"].max()) if len(events) else time.time()
     start = now - window_s
     samples = store.read_samples(
         start=start, end=now + 1, fields=list(_WATCH_FIELDS) + ["mem_temp_c", "gpu_temp_c"]
@@ -182,22 +207,8 @@ def fleet_summary(
             "%Y-%m-%d %H:%M"
         )
 
-    xids = events[events["kind"] == "xid"] if len(events) else events
-    if len(xids):
-        counts = xids.groupby("code").size()
-        xid_table = pd.DataFrame(
-            [
-                {
-                    "code": int(c),
-                    "name": describe(int(c)).name,
-                    "cls": describe(int(c)).cls,
-                    "count": int(n),
-                }
-                for c, n in counts.items()
-            ]
-        ).sort_values("count", ascending=False)
-    else:
-        xid_table = pd.DataFrame(columns=["code", "name", "cls", "count"])
+    xid_table = _xid_table(events, "xid")
+    unmatched = _xid_table(events, "xid_unmatched")
     if len(failures):
         fail_table = (
             failures.groupby("kind")
@@ -220,8 +231,23 @@ def fleet_summary(
     gaps, reported = _gaps(store, gpus, now)
     return FleetSummary(
         start, now, gpus, reporting, missing, xid_table, fail_table, watch, verdicts, rejections,
-        gaps, reported,
+        gaps, reported, unmatched,
     )  # fmt: skip
+
+
+def _xid_table(events: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """Events of ``kind`` counted per Xid code, with NVIDIA's name and class, most first."""
+    xids = events[events["kind"] == kind] if len(events) else events
+    if not len(xids):
+        return pd.DataFrame(columns=["code", "name", "cls", "count"])
+    counts = xids.groupby("code").size()
+    return pd.DataFrame(
+        [
+            {"code": int(c), "name": describe(int(c)).name, "cls": describe(int(c)).cls,
+             "count": int(n)}
+            for c, n in counts.items()
+        ]
+    ).sort_values("count", ascending=False)  # fmt: skip
 
 
 def _gaps(store: Store, gpus: pd.DataFrame, now: float) -> tuple[list[tuple[Signal, int]], int]:

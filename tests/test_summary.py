@@ -122,3 +122,25 @@ def test_a_replaced_boards_errors_are_not_on_the_watch_list(tmp_path):
     watch = fleet_summary(store).watch
     assert list(watch["uuid"]) == ["GPU-a"]
     assert watch["sbe"].iloc[0] == 90.0
+
+
+def test_an_empty_store_and_a_store_of_kernel_log_xids_alone(tmp_path):
+    """An empty store read "Telemetry: 1969-12-25 .. 1970-01-01" and "all in the store"; a
+    kernel log ingested before any telemetry read "Xid events: none" (its Xids stored as of no
+    known GPU, and the window ended at 1970)."""
+    from gpuwarden.ingest import ingest_kernel_log
+
+    store = SqliteStore(tmp_path / "s.db")
+    text = fleet_summary(store).render()
+    assert "1970" not in text and "Telemetry: none stored" in text, text
+    assert "Signals the model reads: none, no telemetry stored" in text
+    log = tmp_path / "kern.log"
+    log.write_text(
+        "2026-01-01T00:00:05+00:00 gpu17 kernel: NVRM: Xid (PCI:0000:9b:00): 79, "
+        "pid=1, GPU has fallen off the bus.\n"
+    )
+    assert ingest_kernel_log(store, log).unmatched_total == 1
+    text = fleet_summary(store).render()
+    assert "Xid events: none" not in text, text
+    assert "Xid events of no known GPU" in text and "Xid 79" in text, text
+    assert "events 2025-12-25 00:00 .. 2026-01-01 00:00 UTC" in text, text
