@@ -208,7 +208,7 @@ def fleet_summary(
         )
 
     xid_table = _xid_table(events, "xid")
-    unmatched = _xid_table(events, "xid_unmatched")
+    unmatched = _xid_table(_since_unmatched(events), "xid_unmatched")
     if len(failures):
         fail_table = (
             failures.groupby("kind")
@@ -233,6 +233,18 @@ def fleet_summary(
         start, now, gpus, reporting, missing, xid_table, fail_table, watch, verdicts, rejections,
         gaps, reported, unmatched,
     )  # fmt: skip
+
+
+def _since_unmatched(events: pd.DataFrame) -> pd.DataFrame:
+    """``events`` less the ``xid_unmatched`` ones a later load of the same log matched (the
+    hint says: load telemetry with pci_bus_id, then the log again): the same host, time and
+    code stored as an ``xid`` of a GPU. The store keeps both; the unmatched one is history."""
+    if events.empty:
+        return events
+    key = ["hostname", "ts", "code"]
+    matched = events.loc[events["kind"] == "xid", key].drop_duplicates()
+    twin = events[key].merge(matched, on=key, how="left", indicator=True)["_merge"].to_numpy()
+    return events[~((events["kind"] == "xid_unmatched").to_numpy() & (twin == "both"))]
 
 
 def _xid_table(events: pd.DataFrame, kind: str) -> pd.DataFrame:

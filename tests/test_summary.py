@@ -144,3 +144,29 @@ def test_an_empty_store_and_a_store_of_kernel_log_xids_alone(tmp_path):
     assert "Xid events: none" not in text, text
     assert "Xid events of no known GPU" in text and "Xid 79" in text, text
     assert "events 2025-12-25 00:00 .. 2026-01-01 00:00 UTC" in text, text
+
+
+def test_an_xid_matched_by_a_second_load_is_not_also_counted_unmatched(tmp_path):
+    """The ingest hint says: load telemetry with pci_bus_id, then the log again. The store
+    keeps the first load's unmatched event beside the matched one; the summary counts it once."""
+    from gpuwarden.ingest import ingest_kernel_log
+    from gpuwarden.telemetry import Event
+
+    store = SqliteStore(tmp_path / "s.db")
+    log = tmp_path / "kern.log"
+    log.write_text(
+        "2026-01-01T00:00:05+00:00 node7 kernel: NVRM: Xid (PCI:0000:9b:00): 79, pid=1, "
+        "GPU has fallen off the bus.\n"
+        "2026-01-01T00:00:09+00:00 node7 kernel: NVRM: Xid (PCI:0000:cb:00): 13, pid=9, "
+        "Graphics Exception\n"
+    )
+    ingest_kernel_log(store, log)
+    h100 = GpuId("node7", 4, "GPU-509665ad", pci_bus_id="00000000:9B:00.0", model="H100")
+    store.write_events([Event(T - 86400, h100, "gpu_recovered")])  # its telemetry, later
+    ingest_kernel_log(store, log)
+    assert len(store.read_events(kinds=["xid", "xid_unmatched"])) == 3  # both loads kept
+    text = fleet_summary(store, now=T + 60).render()
+    xids = text[text.index("Xid events:") : text.index("Rejected readings")]
+    assert "1  Xid 79" in xids and xids.count("Xid 79") == 1, xids
+    unmatched = xids[xids.index("of no known GPU") :]
+    assert "Xid 13" in unmatched and "Xid 79" not in unmatched, xids
