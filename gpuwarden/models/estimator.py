@@ -258,6 +258,7 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
         draw_X=None,
         tree_y=None,
         groups=None,
+        learn_rows=None,
     ):
         """Fit on rows ordered in time by ``sample_time`` (Unix s; default: row order).
 
@@ -267,7 +268,8 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
         draw's trees read instead of ``X``'s: the same rows in the same order, the same
         columns. It is called once per draw, so the rows of only one draw need be held.
         ``groups`` (one label per row, e.g. the GPU life) is what ``early_stop_groups`` holds
-        out whole.
+        out whole. ``learn_rows`` (a boolean per row, default all) are the rows the trees may
+        learn from; the calibration block keeps every row whatever it says.
         """
         if self.method not in ("isotonic", "sigmoid"):
             raise ValueError(f"method must be 'isotonic' or 'sigmoid', got {self.method!r}")
@@ -298,6 +300,11 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
         if int(self.n_draws) < 1:
             raise ValueError(f"n_draws must be at least 1, got {self.n_draws!r}")
         blocks = [self._draw_rows(y, early, k) for k in range(int(self.n_draws))]
+        if learn_rows is not None:
+            learn_rows = np.asarray(learn_rows, dtype=bool)
+            if learn_rows.shape != (n,):
+                raise ValueError(f"learn_rows has {learn_rows.size} values for {n} rows")
+            blocks = [rows & learn_rows for rows in blocks]
         for name, mask in (("training", blocks[0]), ("calibration", late)):
             if np.unique(y[mask]).size < 2:
                 raise ValueError(

@@ -444,6 +444,12 @@ def main(argv: list[str] | None = None) -> None:
         help="share of the features each split chooses from, drawn at each split "
         "(TrainOptions.max_features; 1: shipped)",
     )
+    ap.add_argument(
+        "--learnable-only",
+        action="store_true",
+        help="the trees learn failing rows only from their precursor's start on, and no sudden "
+        "failure's rows (TrainOptions.learnable_only; off: shipped)",
+    )
     args = ap.parse_args(argv)
     if not 0 < args.max_features <= 1:
         ap.error("--max-features must be in (0, 1]")
@@ -487,6 +493,7 @@ def main(argv: list[str] | None = None) -> None:
             mode_classes=args.mode_classes,
             early_stop_lives=args.early_stop_lives,
             max_features=args.max_features,
+            learnable_only=args.learnable_only,
         )
         model = train_on_panel(panel, options=options, source=source, progress=args.progress)
         del panel

@@ -80,6 +80,13 @@ class TrainOptions:
     #: the share of the features each split of the trees chooses from, drawn anew at each
     #: split (1.0: all of them, shipped), so no split leans on one feature alone
     max_features: float = 1.0
+    #: the trees learn only from the failing rows a detector could have seen coming: rows of a
+    #: failure with a precursor, scored at or after the precursor began (the simulator's ground
+    #: truth, ``precursor_start_ts``). A sudden failure's rows, and those of the days before
+    #: its precursor began, are left out of the trees (not relabelled healthy); the
+    #: calibration block keeps every row, so the risk stays the chance of failing. A failure
+    #: without that ground truth (a user's own fleet) keeps all its rows.
+    learnable_only: bool = False
 
 
 def hide_memory_temperature(panel: HourlyPanel, share: float, seed: int) -> HourlyPanel:
@@ -114,6 +121,24 @@ def kind_weights(ds: Dataset, power: float) -> np.ndarray:
     for kind, n in counts.items():
         w[pos & (kinds == kind)] = (counts.max() / n) ** power
     return w
+
+
+def learnable_rows(panel: HourlyPanel, ds: Dataset) -> np.ndarray:
+    """Per row of ``ds``: False for a failing row no detector could have seen coming (its
+    failure is of a sudden kind, or the row was scored before the failure's precursor began),
+    True otherwise: every healthy row, and every failing row without ground truth."""
+    from gpuwarden.sim import SUDDEN_KINDS
+
+    pre = (
+        panel.keys.set_index("key")["precursor_start_ts"]
+        .reindex(ds.meta["key"])
+        .to_numpy(np.float64)
+    )
+    kind = ds.meta["fail_kind"].fillna("").to_numpy(dtype=object)
+    failing = ds.y == 1
+    sudden = np.isin(kind, list(SUDDEN_KINDS))
+    early = np.isfinite(pre) & (ds.meta["at"].to_numpy(np.float64) < pre)
+    return ~(failing & (sudden | early))
 
 
 def row_weights(ds: Dataset, options: TrainOptions) -> np.ndarray:
@@ -320,6 +345,7 @@ def fit_on_rows(
             draw_X=draw_X,
             tree_y=mode_labels(ds) if o.mode_classes else None,
             groups=ds.meta["key"].to_numpy() if o.early_stop_lives else None,
+            learn_rows=learnable_rows(panel, ds) if o.learnable_only else None,
         )
     except ValueError as exc:
         raise InputError(f"cannot train: {exc}") from exc
@@ -333,6 +359,7 @@ def fit_on_rows(
         + (f"; mean log-odds of {o.draws} draws" if o.draws > 1 else "")
         + ("; early stopping on held-out GPU lives" if o.early_stop_lives else "")
         + (f"; each split from {o.max_features:g} of the features" if o.max_features < 1 else "")
+        + ("; trees learn failing rows only from their precursor on" if o.learnable_only else "")
         + ("; each draw hides its own nodes' HBM temperature" if draw_X is not None else "")
         + ") + "
         f"{'centred isotonic' if o.method == 'isotonic' else o.method} calibration "
