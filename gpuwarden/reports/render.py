@@ -11,10 +11,14 @@ import html
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuwarden.health import HARD_SIGNALS
 from gpuwarden.reports.model import Facts
 from gpuwarden.reports.templates import add_when, change_unit
 from gpuwarden.reports.writer import LLM, Part, Prose
 from gpuwarden.wording import counted, figure
+
+#: a hard signal's name in the facts -> its words ("fatal_xid" -> "fatal Xid")
+_HARD_WORDS = {s.name: s.what for s in HARD_SIGNALS}
 
 TABLE_ROWS = 15
 MARK = {LLM: "[checked LLM]", "template": "[template]"}
@@ -111,7 +115,8 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
     b.append(Block("p", f"{al.transitions} verdict transitions ({al.to_at_risk} to at-risk, "
                    f"{al.to_unhealthy} to unhealthy, {al.to_ok} to ok; {al.hard_signal_transitions} "
                    f"by a hard signal){retag}. Hard signals: "
-                   + (", ".join(f"{k} {v}" for k, v in x.hard_signals.items()) or "none") + "."))  # fmt: skip
+                   + (", ".join(f"{_HARD_WORDS.get(k, k)} {counted(v, 'time')}"
+                                for k, v in x.hard_signals.items()) or "none") + "."))  # fmt: skip
     if x.by_code:
         rows = [("Xid", "name", "class", "count", "GPUs", "NVIDIA's action")]
         rows += [

@@ -120,10 +120,13 @@ def summary(f: Facts) -> list[Sentence]:
         least = "at least " if w.still_waiting else ""  # their waits so far: lower bounds
         say("scheduler", f"{who} waited {least}{_n(w.wait_p50_min)} min at the median and "
             f"{least}{_n(w.wait_p90_min)} min at p90 ({counted(w.jobs, 'job')} submitted{late}).")  # fmt: skip
-    for c in f.changes[:3]:
-        pct = f" ({c.change_pct:+g}%)" if c.change_pct is not None else ""
-        say("changes", f"Against the previous period, {c.metric} changed from {_n(c.before)} to "
-            f"{change_unit(c.after, c.unit)}{pct}.")  # fmt: skip
+    moved = [
+        f"{c.metric} from {_n(c.before)} to {change_unit(c.after, c.unit)}"
+        + (f" ({c.change_pct:+g}%)" if c.change_pct is not None else "")
+        for c in f.changes[:3]
+    ]
+    if moved:
+        say("changes", f"Against the previous period, {'; '.join(moved)}.")
     return out
 
 
