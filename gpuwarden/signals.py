@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from gpuwarden.readings import has_memory_sensor
 from gpuwarden.telemetry import FIELDS_BY_NAME
-from gpuwarden.wording import counted
+from gpuwarden.wording import counted, plural
 
 COUNTERS_FILE = "deploy/dcgm-exporter/gpuwarden-counters.csv"
 
@@ -117,9 +117,10 @@ def note(missing: Sequence[Signal]) -> str:
 def advice(signal: Signal, n_gpus: int, of: int) -> str:
     """One warning line: how many GPUs lack ``signal``, its metrics, the file that adds them."""
     return (
-        f"{n_gpus} of {counted(of, 'GPU')} {'has' if of == 1 else 'have'} no {signal.name} in "
+        f"{n_gpus} of {counted(of, 'GPU')} {plural(n_gpus, 'has', 'have')} no {signal.name} in "
         "the store "
-        f"({' or '.join(signal.metrics)}): their risk leaves it out (its features "
+        f"({' or '.join(signal.metrics)}): {plural(n_gpus, 'its', 'their')} risk leaves it out "
+        "(its features "
         f"{', '.join(p + '*' for p in signal.features)} are unknown, not zero, and the "
         f"{signal.reasons} reasons cannot name it); dcgm-exporter exports it with {COUNTERS_FILE}"
     )

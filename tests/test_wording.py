@@ -64,3 +64,14 @@ def test_progress_bars_follow_the_terminal(tmp_path):
     quiet = runner.invoke(main, sim)
     assert quiet.exit_code == 0 and "simulating" not in quiet.stderr, quiet.stderr
     assert "simulating" in runner.invoke(main, [*sim, "--seed", "2", "--progress"]).stderr
+
+
+def test_the_missing_signal_warning_agrees_with_the_gpus_lacking_it():
+    """The verb followed the fleet ("1 of 10 GPUs have", "1 of 1 GPU has ...: their risk")."""
+    from gpuwarden.signals import SIGNALS, advice
+
+    nvlink = next(s for s in SIGNALS if s.name == "NVLink errors")
+    assert advice(nvlink, 1, 10).startswith("1 of 10 GPUs has no NVLink errors")
+    assert ": its risk leaves it out" in advice(nvlink, 1, 1)
+    many = advice(nvlink, 3, 10)
+    assert many.startswith("3 of 10 GPUs have no") and ": their risk leaves it out" in many
