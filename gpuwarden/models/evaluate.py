@@ -69,7 +69,8 @@ class Evaluation:
             "",
             "| fleet-wide | model | rules |",
             "|---|---:|---:|",
-            f"| false flags per 1,000 GPU-days | {_f(s['model_false_flags_per_1000'])} "
+            "| false flags per 1,000 GPU-days, 7-day label (flag episodes on GPUs not failing "
+            f"within it) | {_f(s['model_false_flags_per_1000'])} "
             f"({s['model_false_flags']}) | {_f(s['rules_false_flags_per_1000'])} "
             f"({s['rules_false_flags']}) |",
         ]
@@ -94,6 +95,12 @@ class Evaluation:
                 f"not failing within 30 days; {s['false_flag_gpu_days_30d']:.0f} GPU-days) | "
                 f"{_f(s['model_false_flag_days_30d_per_1000'])} | "
                 f"{_f(s['rules_false_flag_days_30d_per_1000'])} |"
+            )
+        elif "false_flag_gpu_days_30d" in s:
+            # the figure needs 30 days of outcome after a GPU-day: say why it is absent
+            lines.append(
+                "| false flags per 1,000 GPU-days, 30-day outcome | - (no GPU-day here has 30 "
+                "days of history after it: evaluate a longer history) | - |"
             )
         if s.get("pr_auc_vs_bound") is not None:
             lines.append(

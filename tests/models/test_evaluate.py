@@ -103,6 +103,12 @@ def test_model_and_rules_side_by_side_on_a_held_out_fleet(eval_sim, tiny_model, 
         and "a model passes it only by ranking" in text
     )
     assert 0 < s["oracle_pr_auc"] <= s["oracle_pr_auc_no_sudden"] <= 1
+    # both false-flag figures are named; the 30-day one says why it is absent on a short fleet
+    assert "| false flags per 1,000 GPU-days, 7-day label (flag episodes" in text
+    if s.get("model_false_flag_days_30d_per_1000") is None:
+        assert "30-day outcome | - (no GPU-day here has 30 days of history after it" in text
+    else:
+        assert "| false flags per 1,000 GPU-days, 30-day outcome (flagged GPU-days" in text
 
 
 def test_the_ground_truth_bound_counts_slow_declines_and_sudden_failures_against_any_model():
