@@ -450,6 +450,12 @@ def main(argv: list[str] | None = None) -> None:
         help="the trees learn failing rows only from their precursor's start on, and no sudden "
         "failure's rows (TrainOptions.learnable_only; off: shipped)",
     )
+    ap.add_argument(
+        "--learnable-healthy",
+        action="store_true",
+        help="the trees also skip the healthy-labelled rows of a precursor under way, more than "
+        "the horizon before its failure (TrainOptions.learnable_healthy; off: shipped)",
+    )
     args = ap.parse_args(argv)
     if not 0 < args.max_features <= 1:
         ap.error("--max-features must be in (0, 1]")
@@ -494,6 +500,7 @@ def main(argv: list[str] | None = None) -> None:
             early_stop_lives=args.early_stop_lives,
             max_features=args.max_features,
             learnable_only=args.learnable_only,
+            learnable_healthy=args.learnable_healthy,
         )
         model = train_on_panel(panel, options=options, source=source, progress=args.progress)
         del panel

@@ -87,6 +87,12 @@ class TrainOptions:
     #: calibration block keeps every row, so the risk stays the chance of failing. A failure
     #: without that ground truth (a user's own fleet) keeps all its rows.
     learnable_only: bool = False
+    #: the trees leave out the healthy-labelled rows of a precursor under way too: a failing
+    #: GPU's rows scored after its precursor began but more than the horizon before the
+    #: failure (a slow decline). Their label says healthy while the telemetry already shows the
+    #: decline, and the 30-day false-flag figure does not count a flag on them. Ground truth
+    #: as ``learnable_only``; the calibration block keeps every row.
+    learnable_healthy: bool = False
 
 
 def hide_memory_temperature(panel: HourlyPanel, share: float, seed: int) -> HourlyPanel:
@@ -123,10 +129,14 @@ def kind_weights(ds: Dataset, power: float) -> np.ndarray:
     return w
 
 
-def learnable_rows(panel: HourlyPanel, ds: Dataset) -> np.ndarray:
-    """Per row of ``ds``: False for a failing row no detector could have seen coming (its
-    failure is of a sudden kind, or the row was scored before the failure's precursor began),
-    True otherwise: every healthy row, and every failing row without ground truth."""
+def learnable_rows(
+    panel: HourlyPanel, ds: Dataset, *, failing: bool = True, healthy: bool = False
+) -> np.ndarray:
+    """Per row of ``ds``, whether the trees may learn from it. ``failing``: not a failing row
+    no detector could have seen coming (its failure is of a sudden kind, or the row was scored
+    before the failure's precursor began). ``healthy``: not a healthy-labelled row of a
+    precursor under way (scored after it began, the failure beyond the horizon). Rows without
+    ground truth are always kept."""
     from gpuwarden.sim import SUDDEN_KINDS
 
     pre = (
@@ -135,10 +145,12 @@ def learnable_rows(panel: HourlyPanel, ds: Dataset) -> np.ndarray:
         .to_numpy(np.float64)
     )
     kind = ds.meta["fail_kind"].fillna("").to_numpy(dtype=object)
-    failing = ds.y == 1
+    at = ds.meta["at"].to_numpy(np.float64)
     sudden = np.isin(kind, list(SUDDEN_KINDS))
-    early = np.isfinite(pre) & (ds.meta["at"].to_numpy(np.float64) < pre)
-    return ~(failing & (sudden | early))
+    early = np.isfinite(pre) & (at < pre)
+    unseen = (ds.y == 1) & (sudden | early)
+    under_way = (ds.y == 0) & np.isfinite(pre) & ~sudden & (at >= pre)
+    return ~((unseen & failing) | (under_way & healthy))
 
 
 def row_weights(ds: Dataset, options: TrainOptions) -> np.ndarray:
@@ -345,7 +357,11 @@ def fit_on_rows(
             draw_X=draw_X,
             tree_y=mode_labels(ds) if o.mode_classes else None,
             groups=ds.meta["key"].to_numpy() if o.early_stop_lives else None,
-            learn_rows=learnable_rows(panel, ds) if o.learnable_only else None,
+            learn_rows=(
+                learnable_rows(panel, ds, failing=o.learnable_only, healthy=o.learnable_healthy)
+                if o.learnable_only or o.learnable_healthy
+                else None
+            ),
         )
     except ValueError as exc:
         raise InputError(f"cannot train: {exc}") from exc
@@ -360,6 +376,11 @@ def fit_on_rows(
         + ("; early stopping on held-out GPU lives" if o.early_stop_lives else "")
         + (f"; each split from {o.max_features:g} of the features" if o.max_features < 1 else "")
         + ("; trees learn failing rows only from their precursor on" if o.learnable_only else "")
+        + (
+            "; trees skip healthy-labelled rows of a precursor under way"
+            if o.learnable_healthy
+            else ""
+        )
         + ("; each draw hides its own nodes' HBM temperature" if draw_X is not None else "")
         + ") + "
         f"{'centred isotonic' if o.method == 'isotonic' else o.method} calibration "

@@ -25,6 +25,14 @@ def test_sudden_failures_and_the_days_before_a_precursor_are_left_out(train_sim)
     assert sudden.any() and before.any() and after.any()  # the fixture holds all three
     assert not keep[sudden].any() and not keep[before].any()
     assert keep[after].all() and keep[~failing].all()
+    # and, with healthy=True, the healthy-labelled rows of a precursor under way (a slow decline
+    # scored more than the horizon before its failure); failing=False keeps the failing rows
+    under_way = ~failing & np.isfinite(pre) & (at >= pre) & ~np.isin(kind, list(SUDDEN_KINDS))
+    assert under_way.any()
+    both = learnable_rows(panel, ds, healthy=True)
+    assert not both[under_way].any() and np.array_equal(both | under_way, keep)
+    only_healthy = learnable_rows(panel, ds, failing=False, healthy=True)
+    assert only_healthy[failing].all() and not only_healthy[under_way].any()
 
 
 def test_the_trees_skip_the_rows_and_the_calibration_reads_them():
@@ -57,6 +65,9 @@ def test_the_trees_skip_the_rows_and_the_calibration_reads_them():
 
 
 def test_a_model_trained_on_learnable_rows_says_so(train_sim):
-    model = train_on_panel(train_sim.panel, options=TrainOptions(step_h=3, learnable_only=True))
+    options = TrainOptions(step_h=3, learnable_only=True, learnable_healthy=True)
+    model = train_on_panel(train_sim.panel, options=options)
     assert "trees learn failing rows only from their precursor on" in model.card["estimator"]
+    assert "trees skip healthy-labelled rows of a precursor under way" in model.card["estimator"]
     assert model.card["options"]["learnable_only"] is True
+    assert model.card["options"]["learnable_healthy"] is True
