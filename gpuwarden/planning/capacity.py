@@ -275,6 +275,11 @@ class ModelPlan:
     decision: ScaleDecision
 
 
+#: Weeks the demand forecast itself covers; a longer plan carries the last one on, grown by
+#: the monthly growth (a seasonal forecast says little past a month).
+FORECAST_WEEKS = 4
+
+
 def plan_model(
     series: pd.Series | None,
     gpu_model: str,
@@ -299,7 +304,7 @@ def plan_model(
     from gpuwarden.planning.demand import monthly_growth
     from gpuwarden.planning.forecast import forecast
 
-    horizon = min(weeks, 4) * 168
+    horizon = min(weeks, FORECAST_WEEKS) * 168
     fc = None
     if series is not None:
         fc = forecast(series.iloc[-train_weeks * 168 :], horizon, level=level)

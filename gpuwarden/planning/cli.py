@@ -280,7 +280,12 @@ def should_scale_cmd(
     queue wait of the forecast replayed through the scheduler."""
     import pandas as pd
 
-    from gpuwarden.planning.capacity import load_launches, plan_model, should_scale
+    from gpuwarden.planning.capacity import (
+        FORECAST_WEEKS,
+        load_launches,
+        plan_model,
+        should_scale,
+    )
     from gpuwarden.planning.queuewait import FleetHistory, gpus_for_wait
 
     with domain_errors():
@@ -327,6 +332,9 @@ def should_scale_cmd(
             for n in needs:
                 click.echo(f"  {n.week:>4} {n.start!s:>10} {n.base_gpus:>9.1f} "
                            f"{n.launch_gpus:>9.1f} {n.need_gpus:>7.1f}")  # fmt: skip
+            if len(needs) > FORECAST_WEEKS:
+                click.echo(f"  (the forecast covers weeks 0-{FORECAST_WEEKS - 1}; later weeks "
+                           f"carry week {FORECAST_WEEKS - 1}'s on at the growth above)")  # fmt: skip
             click.echo(f"  -> {decision}")
 
 

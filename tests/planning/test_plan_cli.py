@@ -46,6 +46,8 @@ def test_should_scale_with_launches(tmp_path):
     assert "H100: add 11 GPU(s) in 2 week(s)" in r.output  # 8 x 1.3 from week 3
     r = run("should-scale", "--openb", OPENB, "--current", "any=200", "--growth", "0")
     assert "any: release" in r.output
+    # 12 weeks planned on a 4-week forecast: the table says where the forecast ends
+    assert "(the forecast covers weeks 0-3; later weeks carry week 3's on" in r.output
 
 
 def test_should_scale_asks_for_the_fleet():
