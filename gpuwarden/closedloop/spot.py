@@ -31,6 +31,7 @@ from gpuwarden.errors import InputError
 from gpuwarden.planning.events import Events
 from gpuwarden.scheduler import Job, NodeSpec, Scheduler
 from gpuwarden.scheduler.resources import CostClass
+from gpuwarden.wording import counted
 
 DAY_S = 86_400.0
 MONTH_S = 30 * DAY_S
@@ -307,7 +308,7 @@ def render(rows: list[SpotRow], scenario: SpotScenario, seeds: int) -> str:
         f"{sc.owned_nodes} owned + {sc.spot_nodes} spot nodes x {sc.gpus_per_node} GPUs, "
         f"{sc.days:g} days, spot {100 * sc.spot_discount:.0f}% below on demand, "
         f"{sc.notice_s:.0f} s notice, replacement after {sc.replace_s:.0f} s; "
-        f"means over {seeds} seeds",
+        f"means over {counted(seeds, 'seed')}",
         "",
         "| interruptions / month | checkpoint at notice | cost saved vs all on demand | "
         "saved on the spot part | reclaims | work lost | work lost % | job completion time | "

@@ -110,7 +110,7 @@ def test_energy_and_spot_commands(tmp_path):
     r = runner.invoke(main, ["spot", "simulate", "--owned", "2", "--spot-nodes", "2", "--days", "3",
                              "--bucket", "5-10%", "--seeds", "1"])  # fmt: skip
     assert r.exit_code == 0, r.output
-    assert "| 5-10% | yes |" in r.output
+    assert "| 5-10% | yes |" in r.output and "means over 1 seed\n" in r.output
     r = runner.invoke(
         main, ["spot", "simulate", "--bucket", "often", "--seeds", "1", "--days", "1"]
     )
