@@ -75,3 +75,12 @@ def test_the_missing_signal_warning_agrees_with_the_gpus_lacking_it():
     assert ": its risk leaves it out" in advice(nvlink, 1, 1)
     many = advice(nvlink, 3, 10)
     assert many.startswith("3 of 10 GPUs have no") and ": their risk leaves it out" in many
+
+
+def test_counts_of_one_in_planning_and_hooks():
+    """"over 1 jobs" in plan forecast's queue wait, "of 1 nodes" in the circuit breaker's
+    refusal, "1 GPUs on 1 nodes" in the risk-loop demo, "wrote 1 rows" in billing and score."""
+    from gpuwarden.planning.queuewait import WaitStats
+
+    assert str(WaitStats("H100", 1, 0.5, 0.5)) == "H100: p50 0.50 h, p90 0.50 h over 1 job"
+    assert str(WaitStats("H100", 2, 0.5, 0.5, waiting=1)).endswith("over 2 jobs, 1 still waiting")

@@ -332,7 +332,7 @@ def score(
     text = _render(frame, fmt, top)
     if output:
         Path(output).write_text(text)
-        click.echo(f"wrote {len(frame)} rows to {output}", err=True)
+        click.echo(f"wrote {counted(len(frame), 'row')} to {output}", err=True)
     else:
         click.echo(text, nl=False)
 

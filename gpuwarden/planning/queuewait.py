@@ -30,6 +30,7 @@ import pandas as pd
 
 from gpuwarden.errors import InputError
 from gpuwarden.planning.demand import HOUR_S, DemandRecord, _job_model, _node_model
+from gpuwarden.wording import counted
 
 WEEK_S = 7 * 24 * HOUR_S
 DAY_S = 24 * HOUR_S
@@ -56,7 +57,7 @@ class WaitStats:
         late = f", {self.waiting} still waiting" if self.waiting else ""
         return (
             f"{self.gpu_model}: p50 {bound}{self.p50_h:.2f} h, p90 {bound}{self.p90_h:.2f} h "
-            f"over {self.jobs} jobs{late}"
+            f"over {counted(self.jobs, 'job')}{late}"
         )
 
 
@@ -249,8 +250,8 @@ def forecast_waits(
     end = max([a[0] for a in planned] + [float(np.nanmax(result.started_s, initial=0.0))])
     waits: dict[str, list[float]] = {}
     waiting: dict[str, int] = {}
-    for (at, t, _, counted), started in zip(planned, result.started_s, strict=True):
-        if not counted:
+    for (at, t, _, in_horizon), started in zip(planned, result.started_s, strict=True):
+        if not in_horizon:
             continue
         never = math.isnan(started)
         waits.setdefault(t.gpu_model, []).append((end if never else started) - at)
@@ -281,7 +282,7 @@ class QueueEvidence:
             return (f"queue wait says add GPUs: {said} stays above {self.max_p90_h:g} h even "
                     f"with {MAX_ADDED_NODES} more nodes")  # fmt: skip
         assert self.then is not None
-        return (f"queue wait says add {self.add_gpus} GPUs: {said}, {self.then.p90_h:.1f} h "
+        return (f"queue wait says add {counted(self.add_gpus, 'GPU')}: {said}, {self.then.p90_h:.1f} h "
                 f"with them (target {self.max_p90_h:g} h)")  # fmt: skip
 
 

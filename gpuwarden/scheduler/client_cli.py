@@ -19,6 +19,7 @@ import click
 from gpuwarden.cliutil import DomainErrorGroup, domain_errors, month_start, parse_time
 from gpuwarden.scheduler.billing import BillRow, EnergyRow, energy_totals, tenant_totals, write_csv
 from gpuwarden.scheduler.client import DEFAULT_URL, URL_ENV, SchedulerClient, read_token
+from gpuwarden.wording import counted
 
 F = TypeVar("F", bound=Callable[..., Any])
 PRIORITIES = ("inference", "training", "batch", "dev")
@@ -320,7 +321,7 @@ def billing(
     rows = [BillRow(r["tenant"], r["job_id"], r["name"], float(r["gpu_hours"])) for r in raw]
     if output:
         write_csv(rows, output)
-        click.echo(f"wrote {len(rows)} rows to {output}", err=True)
+        click.echo(f"wrote {counted(len(rows), 'row')} to {output}", err=True)
     if fmt == "json":
         click.echo(json.dumps(raw, indent=2))
         return

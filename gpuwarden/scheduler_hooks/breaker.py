@@ -18,6 +18,7 @@ from collections.abc import Callable
 from gpuwarden.errors import ConfigError
 from gpuwarden.health import GpuState
 from gpuwarden.scheduler_hooks.base import NodeHealth, Tagger, TagResult
+from gpuwarden.wording import counted
 
 
 class CircuitBreaker:
@@ -77,7 +78,7 @@ class CircuitBreaker:
                     False,
                     f"circuit breaker open: {len(self._recent)} node(s) already re-tagged by "
                     f"{self.name} within {self.window_s / 60:g} min, the limit is "
-                    f"{self.limit()} ({self.max_share:.0%} of {self.fleet_nodes()} nodes); "
+                    f"{self.limit()} ({self.max_share:.0%} of {counted(self.fleet_nodes(), 'node')}); "
                     f"{node.hostname} left as it is",
                     dry_run=self.dry_run,
                     blocked=True,

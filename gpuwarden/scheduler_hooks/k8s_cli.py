@@ -17,6 +17,7 @@ from gpuwarden.cliutil import (
     settings,
     store_option,
 )
+from gpuwarden.wording import counted
 
 
 def _cluster_options(fn):  # type: ignore[no-untyped-def]
@@ -61,7 +62,7 @@ def extender(listen: str, resync_s: float, kubeconfig: str | None, context: str 
     view = source.sync()  # a first picture before serving, or one clear error
     server = AppServer(make_app(ext), source).start(host, port)
     click.echo(
-        f"gpuwarden extender: {server.url} ({view.cluster.n_nodes} nodes, "
+        f"gpuwarden extender: {server.url} ({counted(view.cluster.n_nodes, 'node')}, "
         f"resync every {resync_s:g} s)",
         err=True,
     )

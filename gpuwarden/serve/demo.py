@@ -17,6 +17,7 @@ from typing import Any
 from gpuwarden.alerts.base import RiskAssessment
 from gpuwarden.serve.assessors import Assessor, combine, decision_lines
 from gpuwarden.telemetry import GpuId
+from gpuwarden.wording import counted
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,10 @@ def run_loop_demo(
             breaker_share=1.0,
             clock=lambda: clock[0],
         )
-        echo(f"risk loop: {len(gpus)} GPUs on {len(hosts)} nodes, scored every {step_s} s")
+        echo(
+            f"risk loop: {counted(len(gpus), 'GPU')} on {counted(len(hosts), 'node')}, "
+            f"scored every {step_s} s"
+        )
         scored_by = (
             "the scorer given" if assess else "a scripted risk ramp, standing in for the model"
         )
