@@ -159,8 +159,7 @@ def _tco_section(prices_path: str, frame: pd.DataFrame | None) -> None:
     cols[0].metric(
         "Break-even utilisation (own vs on-demand)", "never" if be is None else f"{be:.0%}"
     )
-    saving = 1 - prices.per_used_hour("own", GUIDE_HIGH) / prices.on_demand.value
-    cols[1].metric("Own vs on-demand at 70%", f"{saving:.0%} cheaper")
+    cols[1].metric("Own vs on-demand at 70%", prices.own_against_on_demand(GUIDE_HIGH))
     if frame is not None:
         s = split(frame.sum(axis=1).to_numpy(), prices)
         cols[2].metric("Split: own / elastic", f"{s.base_gpus} / {s.elastic_gpus} GPUs")

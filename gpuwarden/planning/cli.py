@@ -396,11 +396,10 @@ def tco_cmd(
                 text = "never within 0-100%" if be is None else f"{be:.0%}"
                 click.echo(f"  break-even {option} vs cloud on-demand: {text}")
             od = p.on_demand.value
-            own70, own30 = p.per_used_hour("own", GUIDE_HIGH), p.per_used_hour("own", GUIDE_LOW)
-            gap = 1 - own70 / od
+            own30 = p.per_used_hour("own", GUIDE_LOW)
             click.echo(
                 "  guideline (owning is 40-60% cheaper above 70% use): own at 70% is "
-                f"{abs(gap):.0%} {'cheaper' if gap >= 0 else 'dearer'} than on-demand; "
+                f"{p.own_against_on_demand(GUIDE_HIGH)} than on-demand; "
                 f"at 30% {'cloud' if od < own30 else 'owning'} is cheaper "
                 f"({own30:.2f} own vs {od:.2f} on-demand)"
             )

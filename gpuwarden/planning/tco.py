@@ -106,6 +106,11 @@ class GpuPrices:
             return self.spot.value * self.spot_overhead
         raise InputError(f"unknown option {option!r}; choose from {', '.join(OPTIONS)}")
 
+    def own_against_on_demand(self, utilisation: float) -> str:
+        """ "44% cheaper" or "5% dearer": owning against on-demand per used hour."""
+        gap = 1 - self.per_used_hour("own", utilisation) / self.on_demand.value
+        return f"{abs(gap):.0%} {'cheaper' if gap >= 0 else 'dearer'}"
+
     def break_even(self, option: str = "own", against: str = "cloud_on_demand") -> float | None:
         """Utilisation above which ``option`` (paid by the hour of the year) is cheaper per used
         hour than ``against`` (paid per hour used); None if it never is within (0, 1].

@@ -45,6 +45,12 @@ def test_never_breaks_even_when_owning_costs_more_than_cloud_at_full_use():
     assert simple(purchase_usd=1e6).break_even() is None
 
 
+def test_owning_against_on_demand_reads_dearer_when_it_costs_more():
+    """The CLI's and the Capacity page's line said "-5% cheaper" where owning cost more."""
+    assert simple().own_against_on_demand(0.7).endswith("% cheaper")
+    assert simple(purchase_usd=1e6).own_against_on_demand(0.7).endswith("% dearer")
+
+
 def test_default_prices_are_dated_and_sourced():
     prices = load_prices()
     assert {"H100", "A100"} <= set(prices)
