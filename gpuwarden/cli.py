@@ -143,11 +143,20 @@ def collect(
     finally:
         collector.close()
         store.close()
+    problems = (
+        f", {counted(stats.problem_count, 'collector problem')}" if stats.problem_count else ""
+    )
     click.echo(
         f"{counted(stats.ticks, 'collection')}: {counted(stats.samples, 'sample')}, "
-        f"{counted(stats.events, 'event')}, {counted(stats.collect_errors, 'collector error')}, "
-        f"{counted(stats.store_errors, 'store error')}" + spool_summary(store)
+        f"{counted(stats.events, 'event')}, {counted(stats.collect_errors, 'collector error')}"
+        f"{problems}, {counted(stats.store_errors, 'store error')}" + spool_summary(store)
     )
+    if iterations is not None and not stats.samples and (stats.collect_errors or problems):
+        # a bounded run (cron, a check) that read nothing: say so in the exit status
+        raise click.ClickException(
+            "no sample collected: the collector failed or reported problems every time "
+            "(see the warnings above)"
+        )
 
 
 @main.command()

@@ -31,6 +31,9 @@ class CollectStats:
     collect_errors: int = 0
     store_errors: int = 0
     problems: list[str] = field(default_factory=list)
+    #: problems the collector reported beside a batch (an endpoint of several down, a field
+    #: one GPU could not read), over every tick; ``problems`` holds the last tick's
+    problem_count: int = 0
 
 
 class CollectLoop:
@@ -81,6 +84,7 @@ class CollectLoop:
             for problem in batch.problems:
                 log.warning("collector %s: %s", self.collector.url, problem)
             self.stats.problems = list(batch.problems)
+            self.stats.problem_count += len(batch.problems)
             self._pending.append(batch)
         self._flush()
         now = self.clock()

@@ -80,6 +80,24 @@ def test_collect_without_nvml_says_so_in_one_line(tmp_path):
     assert "Traceback" not in result.output
 
 
+def test_a_bounded_collect_that_read_nothing_exits_non_zero(tmp_path):
+    """An unreachable dcgm-exporter is a problem of the batch, not an error of the collector:
+    the closing line said "0 collector errors" and the exit status 0 for a run that read
+    nothing."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = run("collect", "--collector", f"dcgm+http://127.0.0.1:{port}/metrics",
+                 "--store", str(tmp_path / "s.db"), "--iterations", "1")  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "1 collection: 0 samples, 0 events, 0 collector errors, 1 collector problem" in (
+        result.output
+    )
+    assert "no sample collected" in result.output
+
+
 def test_collect_sim_into_store(tmp_path):
     db = tmp_path / "s.db"
     result = run(

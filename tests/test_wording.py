@@ -78,7 +78,7 @@ def test_the_missing_signal_warning_agrees_with_the_gpus_lacking_it():
 
 
 def test_counts_of_one_in_planning_and_hooks():
-    """"over 1 jobs" in plan forecast's queue wait, "of 1 nodes" in the circuit breaker's
+    """ "over 1 jobs" in plan forecast's queue wait, "of 1 nodes" in the circuit breaker's
     refusal, "1 GPUs on 1 nodes" in the risk-loop demo, "wrote 1 rows" in billing and score."""
     from gpuwarden.planning.queuewait import WaitStats
 
