@@ -65,6 +65,7 @@ class Exporter:
         self._silence = SilenceWatch()  # under _poll_lock: one batch at a time
         self._lock = threading.Lock()  # guards _state and the cached bodies
         self._poll_lock = threading.Lock()  # one collect() at a time
+        self._problems: frozenset[str] = frozenset()  # the last batch's, under _poll_lock
         self._body: bytes | None = None
         self._gzipped: bytes | None = None
         self._stop = threading.Event()
@@ -92,8 +93,11 @@ class Exporter:
                 self._state.apply(batch, duration, now=self._clock())
                 self._state.health.store_errors_total += store_failed
                 self._body = self._gzipped = None
+            # a new problem (an endpoint down) is a warning once; while it lasts, info
             for problem in batch.problems:
-                logger.info("collect from %s: %s", self.collector.url, problem)
+                level = logging.INFO if problem in self._problems else logging.WARNING
+                logger.log(level, "collect from %s: %s", self.collector.url, problem)
+            self._problems = frozenset(batch.problems)
             return batch
 
     def _write_store(self, batch: Batch) -> int:

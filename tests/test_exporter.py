@@ -209,6 +209,18 @@ def test_problems_are_shown_but_the_batch_is_used() -> None:
     assert exporter.health() == (True, "ok")
 
 
+def test_a_new_problem_is_a_warning_once(caplog) -> None:
+    """An endpoint that went down was logged at INFO only: `serve --once` against an
+    unreachable dcgm-exporter said "0 GPUs scored" and nothing else."""
+    down = Batch(ts=1.0, samples=both().samples, problems=("http://n2:9400/metrics: down",))
+    exporter = Exporter(ScriptedCollector(down, down, both()))
+    with caplog.at_level("INFO", logger="gpuwarden.exporter"):
+        for _ in range(3):
+            exporter.poll_once()
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if "n2:9400" in r.getMessage()]
+    assert [level for level, _ in said] == ["WARNING", "INFO"]
+
+
 def test_batches_go_to_the_store_and_store_failures_are_counted() -> None:
     store = ListStore()
     exporter = Exporter(ScriptedCollector(both()), store=store)  # type: ignore[arg-type]
