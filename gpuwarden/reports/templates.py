@@ -41,8 +41,12 @@ def summary(f: Facts) -> list[Sentence]:
     )
     inv = f.inventory
     models = ", ".join(f"{n} {m}" for m, n in inv.gpus_by_model.items())
-    say("inventory", f"The fleet has {counted(inv.gpus, 'GPU')} on {counted(inv.nodes, 'node')} "
-        f"({models}).")  # fmt: skip
+    if inv.gpus:
+        say("inventory", f"The fleet has {counted(inv.gpus, 'GPU')} on "
+            f"{counted(inv.nodes, 'node')} ({models}).")  # fmt: skip
+    else:
+        say("inventory", "The store holds no GPU for this period: no telemetry was collected "
+            "or loaded into it (gpuwarden collect, or gpuwarden ingest for history).")  # fmt: skip
     if inv.added or inv.replaced or inv.missing:
         added, replaced, missing = len(inv.added), len(inv.replaced), len(inv.missing)
         say("inventory", f"In the period {counted(added, 'GPU')} {plural(added, 'was', 'were')} "

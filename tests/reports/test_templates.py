@@ -144,3 +144,23 @@ def test_a_large_fleets_figures_never_print_in_exponent_form(facts):
     assert "1,176,000.5 kWh over 1,680,000 GPU-hours" in md
     assert "1,512,000 of 1,680,000 GPU-hours allocated" in md
     assert "| 1,234,567 |" in md
+
+
+def test_an_empty_store_reads_as_one(facts):
+    """A report on a store with no telemetry said "The fleet has 0 GPUs on 0 nodes ()"."""
+    none = facts.model_copy(
+        update={
+            "inventory": facts.inventory.model_copy(
+                update={
+                    "gpus": 0,
+                    "nodes": 0,
+                    "gpus_by_model": {},
+                    "added": [],
+                    "replaced": [],
+                    "missing": [],
+                }
+            )
+        }  # fmt: skip
+    )
+    text = " ".join(s.text for s in summary(none))
+    assert "()" not in text and "The store holds no GPU for this period" in text, text
