@@ -79,7 +79,11 @@ def fields() -> None:
     width = max(len(f.name) for f in FIELDS)
     dwidth = max(len(f.dcgm) for f in FIELDS)
     valid = {f.name: plausible(f) for f in FIELDS}
-    vwidth = max(map(len, valid.values()))
+    vwidth = max(len("READINGS"), *map(len, valid.values()))
+    click.echo(
+        f"{'FIELD':<{width}}  {'DCGM-EXPORTER METRIC':<{dwidth}}  {'KIND':<7}  {'UNIT':<7}  "
+        f"{'TYPE':<5}  {'READINGS':<{vwidth}}  DESCRIPTION"
+    )
     for f in FIELDS:
         resets = " (resets on driver reload)" if f.resets else ""
         click.echo(

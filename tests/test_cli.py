@@ -16,6 +16,7 @@ def test_fields_lists_every_catalogue_entry():
     for f in FIELDS:
         assert f.name in result.output and f.dcgm in result.output
     lines = {line.split()[0]: line for line in result.output.splitlines()}
+    assert result.output.startswith("FIELD ") and "DCGM-EXPORTER METRIC" in lines["FIELD"]
     assert " fp64 " in lines["power_w"] and " 0..2xTDP " in lines["power_w"]
     assert " int64 " in lines["mem_temp_c"] and " -10..130, HBM only " in lines["mem_temp_c"]
     assert " 1|2|4|8|16|32 " in lines["pcie_link_width"] and " >= 0 " in lines["energy_mj"]
