@@ -111,7 +111,12 @@ def billing(
         rows = gpu_hours(store, since_s, until_s, scrape_interval_s=scrape_s)
     finally:
         store.close()
-    for ns, hours in tenant_totals(rows).items():
+    totals = tenant_totals(rows)
+    if totals:
+        click.echo("NAMESPACE\tGPU_HOURS")
+    else:
+        click.echo("no pod used a GPU in the window (no pod label on any GPU series)")
+    for ns, hours in totals.items():
         click.echo(f"{ns}\t{hours:.6f}")
     if csv_path:
         write_csv(rows, csv_path)

@@ -128,6 +128,7 @@ def test_billing_command_prints_namespaces_and_csv(prometheus, tmp_path):
     result = CliRunner().invoke(main, argv)
     assert result.exit_code == 0, result.output
     assert "team-a" in result.output and "2.928571" in result.output  # 2 + 0.5 + 3/7
+    assert result.output.startswith("NAMESPACE\tGPU_HOURS\n")
     lines = out.read_text().splitlines()
     assert lines[0] == "tenant,job_id,name,gpu_hours"
     assert "team-a,train-0,train-0,2.000000" in lines
@@ -141,6 +142,8 @@ def test_billing_command_prints_namespaces_and_csv(prometheus, tmp_path):
         main, [*argv[:4], "--since", "2025-12-02", "--until", "2025-12-01"]
     )
     assert backwards.exit_code == 2 and "starts after it ends" in backwards.output
+    empty = CliRunner().invoke(main, [*argv[:4], "--since", "2020-01-01", "--until", "2020-01-02"])
+    assert empty.exit_code == 0 and "no pod used a GPU in the window" in empty.output, empty.output
     word = CliRunner().invoke(main, [*argv[:4], "--since", "yesterday"])
     assert word.exit_code == 2 and "'yesterday' is not a time" in word.output
 
