@@ -47,6 +47,9 @@ class FleetSummary:
     #: Xids of a kernel log whose PCI address no stored GPU had (``xid_unmatched`` events):
     #: code, name, cls, count, as ``xids``
     unmatched: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: memory-error events in the window (``ingest --memory-errors``): ECC type -> (errors,
+    #: devices)
+    memory_errors: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def render(self, top: int = 10) -> str:
         lines: list[str] = []
@@ -91,6 +94,10 @@ class FleetSummary:
             )
             for row in self.unmatched.itertuples():
                 lines.append(f"  {row.count:5d}  Xid {row.code:<4d} {row.name} ({row.cls})")
+        if self.memory_errors:
+            lines.append(f"Memory errors, last {span_h:.0f} h:")
+            for ecc, (n, devices) in self.memory_errors.items():
+                lines.append(f"  {n:5d}  {ecc:<4} on {counted(devices, 'device')}")
         lines.append("")
         lines += self._rejection_lines(span_h, top)
         lines.append("")
@@ -208,6 +215,7 @@ def fleet_summary(
         )
 
     xid_table = _xid_table(events, "xid")
+    memory = _memory_errors(events)
     unmatched = _xid_table(_since_unmatched(events), "xid_unmatched")
     if len(failures):
         fail_table = (
@@ -231,8 +239,25 @@ def fleet_summary(
     gaps, reported = _gaps(store, gpus, now)
     return FleetSummary(
         start, now, gpus, reporting, missing, xid_table, fail_table, watch, verdicts, rejections,
-        gaps, reported, unmatched,
+        gaps, reported, unmatched, memory,
     )  # fmt: skip
+
+
+def _memory_errors(events: pd.DataFrame) -> dict[str, tuple[int, int]]:
+    """Memory-error events per ECC type (CE, UER, UEO, as the detail's ``ecc=`` says): the
+    errors and the devices that logged them, in the order of ``ECC_TYPES``."""
+    from gpuwarden.collectors.memory_errors import ECC_TYPES, KIND
+
+    mem = events[events["kind"] == KIND] if len(events) else events
+    if not len(mem):
+        return {}
+    ecc = mem["detail"].str.extract(r"\becc=(\w+)", expand=False).fillna("?")
+    out = {}
+    for name in (*ECC_TYPES, *sorted(set(ecc) - set(ECC_TYPES))):
+        sel = mem[ecc == name]
+        if len(sel):
+            out[name] = (len(sel), int(sel["uuid"].nunique()))
+    return out
 
 
 def _since_unmatched(events: pd.DataFrame) -> pd.DataFrame:

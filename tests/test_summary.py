@@ -170,3 +170,22 @@ def test_an_xid_matched_by_a_second_load_is_not_also_counted_unmatched(tmp_path)
     assert "1  Xid 79" in xids and xids.count("Xid 79") == 1, xids
     unmatched = xids[xids.index("of no known GPU") :]
     assert "Xid 13" in unmatched and "Xid 79" not in unmatched, xids
+
+
+def test_memory_errors_are_counted_by_type(tmp_path):
+    """A store of `ingest --memory-errors` events showed none of them."""
+    from gpuwarden.collectors.memory_errors import ingest_memory_errors
+
+    log = tmp_path / "hbm.csv"
+    log.write_text(
+        "Datacenter,Server,Name,Stack,SID,PcId,BankGroup,BankArray,Col,Row,Time,EccType\n"
+        "dc1,n1,DSA3,0x3,0x0,0x1,0x2,0x1,0x54,0x3e2b,1767225600,CE\n"
+        "dc1,n1,DSA3,0x3,0x0,0x1,0x2,0x1,0x54,0x3e2c,1767225660,CE\n"
+        "dc1,n2,DSA1,0x0,0x0,0x1,0x2,0x1,0x54,0x3e2b,1767225720,UER\n"
+    )
+    store = SqliteStore(tmp_path / "s.db")
+    ingest_memory_errors(store, log)
+    text = fleet_summary(store).render()
+    assert "Memory errors, last 168 h:" in text, text
+    assert "    2  CE   on 1 device" in text and "    1  UER  on 1 device" in text, text
+    assert "UEO" not in text
