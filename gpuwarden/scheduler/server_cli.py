@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import threading
 from pathlib import Path
@@ -12,7 +13,7 @@ import click
 
 from gpuwarden.cliutil import domain_errors, settings
 from gpuwarden.config import grid_intensity
-from gpuwarden.errors import ConfigError
+from gpuwarden.errors import CollectorUnavailable, ConfigError
 from gpuwarden.scheduler.quota import load_quotas
 from gpuwarden.wording import counted
 
@@ -270,10 +271,19 @@ def agent(
         hooks = OutboundPolicy.parse(settings(ctx)["hook_allow"])
         if mac:
             magic_packet(mac)  # a bad address is an error here, not a refusal at registration
-        inventory = host_inventory(
-            node, fake_gpus=fake_gpus, gpu_model=gpu_model,
-            versions=(driver_version, cuda_version), cuda_compat=cuda_compat or find_cuda_compat(),
-        )  # fmt: skip
+        try:
+            inventory = host_inventory(
+                node, fake_gpus=fake_gpus, gpu_model=gpu_model,
+                versions=(driver_version, cuda_version),
+                cuda_compat=cuda_compat or find_cuda_compat(),
+            )  # fmt: skip
+        except CollectorUnavailable as exc:
+            # the collectors' advice (smi://, sim://) is no option of the agent's
+            why = re.sub(r"; (?:load it or )?use \S+.*$", "", str(exc))
+            raise CollectorUnavailable(
+                f"{why}: the agent registers this node's GPUs through NVML "
+                "(--fake-gpus N on a machine without them)"
+            ) from exc
         inventory = with_mig(inventory, mig_gpus)
         gpus = inventory.gpus
         sharing = GpuSharing(

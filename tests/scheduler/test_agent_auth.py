@@ -223,3 +223,14 @@ def test_agent_token_command_errors_are_one_line(monkeypatch, args, env, problem
 def test_a_weak_or_shared_master_secret_is_refused_at_start(kwargs, problem):
     with pytest.raises(ConfigError, match=problem):
         TokenBook({"team-a": TEAM}, **kwargs)
+
+
+def test_an_agent_without_nvml_names_its_own_option(tmp_path):
+    """This machine has no NVIDIA driver: the agent's error told the operator to use smi://,
+    dcgm+http://... or sim://, which are collector URLs, no option of the agent's."""
+    r = CliRunner().invoke(main, ["agent", "--node", "n1", "--service", "http://127.0.0.1:9",
+                                  "--workdir", str(tmp_path / "w")],
+                           env={"GPUWARDEN_AGENT_TOKEN": "t" * 64})  # fmt: skip
+    assert r.exit_code == 1, r.output
+    assert "NVML not found" in r.output and "--fake-gpus N" in r.output, r.output
+    assert "smi://" not in r.output and "sim://" not in r.output
