@@ -108,6 +108,18 @@ class TokenBook:
     def tenants(self) -> list[str]:
         return sorted(p.name for _, p in self._entries if p.kind == "tenant")
 
+    def gaps(self) -> list[str]:
+        """What the service cannot do with these tokens, one phrase each (empty: nothing)."""
+        out = []
+        if not any(p.kind in ("tenant", "admin") for _, p in self._entries):
+            out.append(
+                f"no tenant or admin token ({ENV_TENANT_TOKENS}, {ENV_TENANT_TOKENS_JSON}, "
+                f"{ENV_ADMIN_TOKEN}): every request from a person will be refused"
+            )
+        if self._secret is None:
+            out.append(f"no {ENV_AGENT_SECRET}: no node agent can register")
+        return out
+
     def who(self, token: str) -> Principal | None:
         """The tenant or admin a bearer token belongs to, or None (node tokens: ``is_node``)."""
         given = _digest(token)

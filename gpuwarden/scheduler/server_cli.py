@@ -116,11 +116,13 @@ def serve(
                                   limits.get("gpu_memory_mib"), limits.get("guaranteed_gpus"))  # fmt: skip
         server = SchedulerServer(service, tokens).start(host, port)
     print(
-        f"gpuwarden scheduler: {server.url} ({len(tokens.tenants)} tenants, db {db_path}); "
-        "Ctrl-C to stop",
+        f"gpuwarden scheduler: {server.url} ({counted(len(tokens.tenants), 'tenant')}, db "
+        f"{db_path}); Ctrl-C to stop",
         file=sys.stderr,
         flush=True,
     )
+    for gap in tokens.gaps():  # a service nobody can use starts, but says so
+        print(f"warning: {gap}", file=sys.stderr, flush=True)
     try:
         wait_for_stop()
     finally:

@@ -234,3 +234,11 @@ def test_an_agent_without_nvml_names_its_own_option(tmp_path):
     assert r.exit_code == 1, r.output
     assert "NVML not found" in r.output and "--fake-gpus N" in r.output, r.output
     assert "smi://" not in r.output and "sim://" not in r.output
+
+
+def test_a_service_nobody_can_use_says_so():
+    """`scheduler serve` with no token at all started with "0 tenants" and nothing else."""
+    assert len(TokenBook({}).gaps()) == 2
+    assert TokenBook({}, admin="a" * 20, agent=AGENT_SECRET).gaps() == []
+    only_tenant = TokenBook({"team-a": "b" * 20}).gaps()
+    assert only_tenant == ["no GPUWARDEN_AGENT_SECRET: no node agent can register"]
