@@ -457,7 +457,7 @@ def _kernel_log_summary(path: str, report) -> str:  # report: ingest.IngestRepor
     type=float,
     default=1.0,
     show_default=True,
-    help="Failure-rate multiplier (1 = real-world rate, about 3e-4 per GPU-day).",
+    help="Failure-rate multiplier (1 = real-world rate, about 0.0003 per GPU-day).",
 )
 @click.option("--end", "end", default=None, help="When the history ends (default: now).")
 @progress_option("A progress bar")

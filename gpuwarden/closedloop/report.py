@@ -23,6 +23,7 @@ import pandas as pd
 
 from gpuwarden.closedloop.arms import ARM_TITLES, ARMS
 from gpuwarden.closedloop.run import ClosedLoopResult, run_closed_loop
+from gpuwarden.wording import counted
 
 DEFAULT_SUDDEN = 0.3
 #: the issue's targets for the model arm at the default sudden share
@@ -104,11 +105,12 @@ def render(result: ClosedLoopResult) -> str:
     frame = per_seed(result)
     cuts = reductions(frame).set_index(["sudden_fraction", "arm", "metric"])
     lines = [
-        f"Closed loop: {len(cfg.seeds)} seeds ({cfg.seeds[0]}..{cfg.seeds[-1]}"
+        f"Closed loop: {counted(len(cfg.seeds), 'seed')} ({cfg.seeds[0]}"
+        + (f"..{cfg.seeds[-1]}" if len(cfg.seeds) > 1 else "")
         + (", members of the randomized family, 8 GPUs a node" if cfg.family else "")
         + f"), {cfg.days:g} "
         f"simulated days, {cfg.gpus} GPUs, failure rate x{cfg.accel:g} (accelerated: Meta's "
-        f"3e-4 failures per GPU-day x{cfg.accel:g})"
+        f"0.0003 failures per GPU-day x{cfg.accel:g})"
         + (
             f"; benign temperature drift {cfg.thermal_drift_c:g} C (sd per GPU on core and HBM "
             "and per node, daily knots)"
@@ -175,9 +177,13 @@ def check(frame: pd.DataFrame, cuts: pd.DataFrame) -> list[str]:
     ]
     for name, metric in (("precursor", "interruptions_with_precursor"), ("all", "interruptions")):
         row = cuts.loc[(DEFAULT_SUDDEN, "model", metric)]
-        lines.append(
-            f"  95% interval of the {name}-failure cut: [{row['lo']:.0%}, {row['hi']:.0%}]"
-        )
+        if math.isnan(row["lo"]) or math.isnan(row["hi"]):  # one seed, or no interruption
+            why = "needs 2 seeds or more" if frame["seed"].nunique() < 2 else "not defined here"
+            lines.append(f"  95% interval of the {name}-failure cut: {why}")
+        else:
+            lines.append(
+                f"  95% interval of the {name}-failure cut: [{row['lo']:.0%}, {row['hi']:.0%}]"
+            )
     at = frame[frame["sudden_fraction"] == DEFAULT_SUDDEN].groupby("arm").mean(numeric_only=True)
     if {"hard", "model"} <= set(at.index):  # what the model adds to gpuwarden without one
         for name, metric in (
@@ -185,10 +191,10 @@ def check(frame: pd.DataFrame, cuts: pd.DataFrame) -> list[str]:
             ("all", "interruptions"),
         ):
             hard, model = at.loc["hard", metric], at.loc["model", metric]
-            extra = 1 - model / hard if hard else math.nan
+            said = f"{1 - model / hard:.0%} fewer" if hard else "none to cut"
             lines.append(
                 f"Model vs hard signals only at {DEFAULT_SUDDEN:.0%} sudden: {name}-failure "
-                f"interruptions {hard:.1f} -> {model:.1f} ({extra:.0%} fewer)"
+                f"interruptions {hard:.1f} -> {model:.1f} ({said})"
             )
     return lines
 

@@ -86,10 +86,22 @@ def test_family_members_run_from_their_own_seeds(tmp_path):
     args += ["--sudden", "0.3", "--accel", "200", "--jobs", "1", "--no-progress"]
     result = CliRunner().invoke(main, [*args, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert "1 seeds (60101..60101, members of the randomized family, 8 GPUs a node)" in (
+    assert "1 seed (60101, members of the randomized family, 8 GPUs a node)" in (
         result.output
     )
     frame = pd.read_csv(tmp_path / "per_seed.csv")
     assert set(frame["seed"]) == {60101} and len(frame) == 4
     drift = CliRunner().invoke(main, [*args, "--thermal-drift", "1", "--out", str(tmp_path)])
     assert drift.exit_code == 1 and "a family member draws its own drift" in drift.output
+
+
+def test_one_seed_says_what_it_cannot_give(tmp_path):
+    """One seed printed "1 seeds (101..101)", intervals "[nan%, nan%]", and "(nan% fewer)"
+    where the hard-signals arm had nothing to cut."""
+    args = ["evaluate", "closed-loop", "--seeds", "1", "--days", "2", "--gpus", "16",
+            "--sudden", "30%", "--accel", "200", "--jobs", "1", "--no-progress"]  # fmt: skip
+    result = CliRunner().invoke(main, [*args, "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "Closed loop: 1 seed (101), " in result.output
+    assert "nan" not in result.output and "e-4" not in result.output, result.output
+    assert "95% interval of the all-failure cut: needs 2 seeds or more" in result.output
