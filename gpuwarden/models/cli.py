@@ -232,7 +232,7 @@ def _render(frame: pd.DataFrame, fmt: str, top: int) -> str:
 )
 @click.option("--at", help="Score at this time (RFC 3339 or Unix s; default: newest sample).")
 @click.option("--start", help="Backtest: first scoring time.")
-@click.option("--end", help="Backtest: last scoring time.")
+@click.option("--end", help="Backtest: last scoring time (default: the newest sample).")
 @click.option("--step", default="6h", show_default=True, help="Backtest: time between scores.")
 @click.option(
     "--into",
@@ -290,8 +290,8 @@ def score(
     )
     from gpuwarden.store import open_store
 
-    if (start is None) != (end is None):
-        raise click.UsageError("a backtest needs both --start and --end")
+    if end is not None and start is None:
+        raise click.UsageError("a backtest needs --start (--end defaults to the newest sample)")
     if at is not None and start is not None:
         raise click.UsageError("give either --at or --start/--end")
     from gpuwarden.store.shard import HostShard, parse_shard
@@ -303,11 +303,14 @@ def score(
         if part is not None:
             store = HostShard(store, *part)
         if start is not None:
+            from gpuwarden.models.history import newest_sample_ts
+
+            last = maybe_time(end, "--end") if end is not None else newest_sample_ts(store)
             frame = backtest(
                 store,
                 model,
                 start=maybe_time(start, "--start") or 0.0,
-                end=maybe_time(end, "--end") or 0.0,
+                end=0.0 if last is None else last,
                 step_s=parse_span(step, "--step"),
                 progress=output is not None,
             )
@@ -323,7 +326,7 @@ def score(
             n = into.write_verdicts(verdicts(frame, model.threshold))
         finally:
             into.close()
-        click.echo(f"stored {n} verdicts in {into_url}", err=True)
+        click.echo(f"stored {counted(n, 'verdict')} in {into_url}", err=True)
     for line in missing_warnings(frame) + drift_warnings(frame) + level_warnings(frame):
         click.echo(f"warning: {line}", err=True)
     if fmt is None:

@@ -539,20 +539,37 @@ def render_table(frame: pd.DataFrame, *, top: int = 20) -> str:
     count per state (what ``gpuwarden score`` and the demo print)."""
     if frame.empty:
         return "no GPU reported in the 24 h before the scoring time\n"
-    shown = frame[frame["state"] != OK]
-    if len(shown) < top:
-        shown = frame.head(top)
-    lines = [f"{'host':<12} {'gpu':>3}  {'uuid':<40} {'risk':>5}  {'state':<9}  reasons"]
+    flagged = frame["state"] != OK
+    shown = frame[flagged]
+    if len(shown) < top:  # every flagged row, then the first ok ones up to ``top``
+        shown = frame[flagged | (np.cumsum(~flagged) <= top - len(shown))]
+    times = np.unique(frame["at"].to_numpy(np.float64))
+    backtest = times.size > 1  # a row per GPU per scoring time: each row says its time
+
+    def stamp(ts: float) -> str:
+        return f"{pd.Timestamp(float(ts), unit='s', tz='UTC'):%Y-%m-%d %H:%M}"
+
+    at = f"{'scored at (UTC)':<16}  " if backtest else ""
+    lines = [f"{at}{'host':<12} {'gpu':>3}  {'uuid':<40} {'risk':>5}  {'state':<9}  reasons"]
     for r in shown.itertuples(index=False):
+        at = f"{stamp(r.at):<16}  " if backtest else ""
         lines.append(
-            f"{r.hostname:<12} {r.gpu:>3}  {r.uuid:<40} {r.risk:>5.2f}  {r.state:<9}  {r.reasons}"
+            f"{at}{r.hostname:<12} {r.gpu:>3}  {r.uuid:<40} {r.risk:>5.2f}  {r.state:<9}  "
+            f"{r.reasons}"
         )
     rest = len(frame) - len(shown)
     counts = frame["state"].value_counts()
-    when = pd.Timestamp(float(frame["at"].iloc[-1]), unit="s", tz="UTC")
     summary = ", ".join(f"{counts.get(s, 0)} {s}" for s in (UNHEALTHY, AT_RISK, OK))
     more = f"... {rest} more; " if rest else ""
-    lines.append(f"{more}{counted(len(frame), 'GPU')} at {when:%Y-%m-%d %H:%M} UTC: {summary}")
+    if backtest:
+        gpus = frame.drop_duplicates(["hostname", "gpu", "uuid"])
+        lines.append(
+            f"{more}{counted(len(frame), 'row')}: {counted(len(gpus), 'GPU')} at "
+            f"{counted(times.size, 'scoring time')}, {stamp(times[0])} .. {stamp(times[-1])} "
+            f"UTC: {summary}"
+        )
+    else:
+        lines.append(f"{more}{counted(len(frame), 'GPU')} at {stamp(times[-1])} UTC: {summary}")
     return "\n".join(lines) + "\n"
 
 

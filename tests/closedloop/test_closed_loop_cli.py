@@ -86,9 +86,7 @@ def test_family_members_run_from_their_own_seeds(tmp_path):
     args += ["--sudden", "0.3", "--accel", "200", "--jobs", "1", "--no-progress"]
     result = CliRunner().invoke(main, [*args, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert "1 seed (60101, members of the randomized family, 8 GPUs a node)" in (
-        result.output
-    )
+    assert "1 seed (60101, members of the randomized family, 8 GPUs a node)" in (result.output)
     frame = pd.read_csv(tmp_path / "per_seed.csv")
     assert set(frame["seed"]) == {60101} and len(frame) == 4
     drift = CliRunner().invoke(main, [*args, "--thermal-drift", "1", "--out", str(tmp_path)])

@@ -191,7 +191,7 @@ def test_evaluate_prints_both_and_writes_plots(store_url, model_dir, tmp_path):
     [
         (score, ["--store", "sqlite:///:memory:"], "no telemetry"),
         (score, ["--at", "yesterday-ish", "--store", "x.db"], "is not a time"),
-        (score, ["--start", "0"], "both --start and --end"),
+        (score, ["--end", "0"], "a backtest needs --start"),
         (score, ["--step", "-1h", "--start", "0", "--end", "1", "--store", "x.db"], "duration"),
         (train, ["--out", "x"], "--store"),
         (evaluate, ["--store", "sqlite:///:memory:", "--step", "90m"], "whole hours"),

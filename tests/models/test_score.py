@@ -561,3 +561,27 @@ def test_the_training_error_level_is_the_highest_fleets_and_cards_record_it(tiny
     # a card without the record (models trained before wave 23) never warns
     assert level_limit({}) == {} and level_limit({CARD_LEVEL_KEY: None}) == {}
     assert level_warnings(pd.DataFrame()) == []
+
+
+def test_a_backtest_table_says_when_each_row_was_scored():
+    """A backtest printed one row per GPU per time without the time, closed with "378 GPUs at
+    <the last time>", and filled its first rows with ok ones while an unhealthy row went
+    unshown."""
+    from gpuwarden.models.score import render_table
+
+    rows = [
+        {"at": at, "hostname": "n1", "gpu": g, "uuid": f"GPU-{g}", "model": "H100", "risk": 0.1,
+         "state": "ok", "reasons": ""}
+        for at in (1_767_225_600.0, 1_767_247_200.0) for g in range(3)
+    ]  # fmt: skip
+    rows[-1].update(state="unhealthy", risk=0.4, reasons="fatal Xid")
+    text = render_table(pd.DataFrame(rows), top=2)
+    lines = text.splitlines()
+    assert lines[0].startswith("scored at (UTC)   host")
+    assert any(ln.startswith("2026-01-01 06:00  n1") and "unhealthy" in ln for ln in lines), text
+    assert lines[-1] == (
+        "... 4 more; 6 rows: 3 GPUs at 2 scoring times, 2026-01-01 00:00 .. 2026-01-01 06:00 "
+        "UTC: 1 unhealthy, 0 at-risk, 5 ok"
+    )
+    one = render_table(pd.DataFrame(rows[:3]), top=5)
+    assert one.splitlines()[-1] == "3 GPUs at 2026-01-01 00:00 UTC: 0 unhealthy, 0 at-risk, 3 ok"
