@@ -26,7 +26,7 @@ def test_rules_are_valid():
         [promtool(), "check", "rules", str(RULES_FILE)], capture_output=True, text=True
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "14 rules found" in out.stdout
+    assert "15 rules found" in out.stdout
 
 
 def test_rule_unit_tests_pass():
