@@ -125,7 +125,9 @@ def summary(f: Facts) -> list[Sentence]:
         say("scheduler", f"{who} waited {least}{_n(w.wait_p50_min)} min at the median and "
             f"{least}{_n(w.wait_p90_min)} min at p90 ({counted(w.jobs, 'job')} submitted{late}).")  # fmt: skip
     moved = [
-        f"{c.metric} from {_n(c.before)} to {change_unit(c.after, c.unit)}"
+        # "failures from 11 to 5", not "failures from 11 to 5 failures"
+        f"{c.metric} from {_n(c.before)} to "
+        + (_n(c.after) if c.unit.lower() == c.metric.lower() else change_unit(c.after, c.unit))
         + (f" ({c.change_pct:+g}%)" if c.change_pct is not None else "")
         for c in f.changes[:3]
     ]

@@ -82,7 +82,7 @@ def test_template_text_agrees_with_counts_of_one(ones):
         "1 job started",
         "1 preemption.",
         "allocated 1 GPU-hour,",
-        "Against the previous period, failures from 2 to 1 failure (-50%)",
+        "Against the previous period, failures from 2 to 1 (-50%)",
         "1 GPU idled under 5% utilisation on average: give it",
         "Of those missed, 1 came near the at-risk line",
         "1 missed failure came near the at-risk line before failing: review its telemetry",
