@@ -16,9 +16,15 @@ from typing import Any
 from gpuwarden.errors import ConfigError, HookError
 
 
-def api_client_from(kubeconfig: str | None, context: str | None, url: str = "k8s://") -> Any:
+def api_client_from(
+    kubeconfig: str | None,
+    context: str | None,
+    url: str = "k8s://",
+    option: str = "--kubeconfig",
+) -> Any:
     """A ``kubernetes.client.ApiClient``: in-cluster when run in a pod (and no kubeconfig is
-    named), else from ``kubeconfig`` (default ~/.kube/config) and ``context``."""
+    named), else from ``kubeconfig`` (default ~/.kube/config) and ``context``. ``option`` is
+    how the caller's user names a kubeconfig, for the error."""
     try:
         from kubernetes import client, config
     except ImportError as exc:
@@ -32,7 +38,11 @@ def api_client_from(kubeconfig: str | None, context: str | None, url: str = "k8s
             return client.ApiClient(cfg)
         return config.new_client_from_config(config_file=kubeconfig, context=context)
     except (config.ConfigException, OSError) as exc:
-        raise ConfigError(f"{url}: cannot load Kubernetes credentials: {exc}") from exc
+        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+        raise ConfigError(
+            f"{url}: cannot load Kubernetes credentials from {where}: {exc} (give a kubeconfig "
+            f"with {option} or $KUBECONFIG, or run in a pod with a service account)"
+        ) from exc
 
 
 def call(

@@ -161,7 +161,9 @@ class KubernetesTagger:
         unknown = set(params) - known
         if unknown:
             raise ConfigError(f"{url}: unknown parameter(s) {', '.join(sorted(unknown))}")
-        api_client = api_client_from(params.get("kubeconfig"), params.get("context"), url)
+        api_client = api_client_from(
+            params.get("kubeconfig"), params.get("context"), url, "?kubeconfig=PATH in the URL"
+        )
         from kubernetes import client
 
         at_risk = params.get("mode", "taint")

@@ -197,3 +197,4 @@ def test_the_extender_command_serves_what_the_api_server_lists(tmp_path):
     bad = subprocess.run([str(gpuwarden), "k8s", "extender", "--kubeconfig", str(tmp_path / "none")],
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert bad.returncode == 1 and "cannot load Kubernetes credentials" in bad.stderr
+    assert f"from {tmp_path / 'none'}" in bad.stderr and "--kubeconfig" in bad.stderr
