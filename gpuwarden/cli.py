@@ -155,7 +155,11 @@ def collect(
         f"{counted(stats.events, 'event')}, {counted(stats.collect_errors, 'collector error')}"
         f"{problems}, {counted(stats.store_errors, 'store error')}" + spool_summary(store)
     )
-    if iterations is not None and not stats.samples and (stats.collect_errors or problems):
+    if (
+        iterations is not None
+        and not stats.samples
+        and (stats.collect_errors or stats.problem_count)
+    ):
         # a bounded run (cron, a check) that read nothing: say so in the exit status
         raise click.ClickException(
             "no sample collected: the collector failed or reported problems every time "

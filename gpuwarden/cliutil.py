@@ -16,6 +16,7 @@ or loads them itself when it runs alone (tests invoke commands through ``CliRunn
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -59,10 +60,18 @@ def maybe_time(text: str | None, option: str) -> float | None:
     return None if text is None else parse_time(text, option)
 
 
-def month_start(now: float) -> float:
-    """00:00 UTC on the 1st of ``now``'s month: where billing windows start by default."""
-    day = datetime.fromtimestamp(now, UTC)
-    return day.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()
+def billing_window(since: str | None, until: str | None) -> tuple[float, float]:
+    """``--since``/``--until`` of a billing command as Unix seconds: by default from 00:00 UTC
+    on the 1st of this month until now; a window that ends before it starts is refused."""
+    now = time.time()
+    first = datetime.fromtimestamp(now, UTC).replace(
+        day=1, hour=0, minute=0, second=0, microsecond=0
+    )
+    start = parse_time(since, "--since") if since else first.timestamp()
+    end = parse_time(until, "--until") if until else now
+    if start > end:
+        raise click.BadParameter("the window starts after it ends", param_hint="--since")
+    return start, end
 
 
 def progress_option(what: str = "Progress bars") -> Any:

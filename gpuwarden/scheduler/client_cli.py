@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
-from gpuwarden.cliutil import DomainErrorGroup, domain_errors, month_start, parse_time
+from gpuwarden.cliutil import DomainErrorGroup, billing_window, domain_errors
 from gpuwarden.scheduler.billing import BillRow, EnergyRow, energy_totals, tenant_totals, write_csv
 from gpuwarden.scheduler.client import DEFAULT_URL, URL_ENV, SchedulerClient, read_token
 from gpuwarden.wording import counted
@@ -311,11 +311,7 @@ def billing(
     """GPU-hours per job and tenant in a window; shares and MIG instances count fractionally.
     KWH_FROM says whether a job's kWh was measured by its GPUs' energy counters, partly
     measured, or estimated from board power (agents without NVML)."""
-    now = time.time()
-    since_s = parse_time(since, "--since") if since else month_start(now)
-    until_s = parse_time(until, "--until") if until else now
-    if since_s > until_s:
-        raise click.BadParameter("the window starts after it ends", param_hint="--since")
+    since_s, until_s = billing_window(since, until)
     with _client(url, token_file) as c:
         raw = c.billing(since_s, until_s)
     rows = [BillRow(r["tenant"], r["job_id"], r["name"], float(r["gpu_hours"])) for r in raw]

@@ -11,9 +11,8 @@ import click
 
 from gpuwarden.cliutil import (
     DomainErrorGroup,
-    month_start,
+    billing_window,
     open_store,
-    parse_time,
     settings,
     store_option,
 )
@@ -93,17 +92,12 @@ def billing(
 ) -> None:
     """GPU-hours per namespace and pod from dcgm-exporter's pod labels in a Prometheus store
     (prometheus+http://..., victoriametrics://...)."""
-    import time
 
     from gpuwarden.errors import ConfigError
     from gpuwarden.scheduler.billing import tenant_totals, write_csv
     from gpuwarden.scheduler_hooks.k8s_billing import gpu_hours
 
-    now = time.time()
-    since_s = parse_time(since, "--since") if since else month_start(now)
-    until_s = parse_time(until, "--until") if until else now
-    if since_s > until_s:
-        raise click.BadParameter("the window starts after it ends", param_hint="--since")
+    since_s, until_s = billing_window(since, until)
     store = open_store(store_url, settings(ctx))
     try:
         if not hasattr(store, "read_pod_samples"):
