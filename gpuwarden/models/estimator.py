@@ -237,6 +237,7 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
         centred: bool = True,
         n_draws: int = 1,
         early_stop_groups: bool = False,
+        increasing: tuple[str, ...] = (),
     ):
         self.estimator = estimator
         self.method = method
@@ -247,6 +248,7 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
         self.centred = centred
         self.n_draws = n_draws
         self.early_stop_groups = early_stop_groups
+        self.increasing = increasing
 
     def fit(
         self,
@@ -328,6 +330,8 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
                 raise ValueError(f"exclude names unknown features: {sorted(unknown)[:5]}")
             self.used_features_ &= ~np.isin(np.asarray(X.columns, dtype=object), self.exclude)
         base = clone(self.estimator if self.estimator is not None else default_trees())
+        if self.increasing:
+            base = self._constrained(base, X)
         if self.early_stop_groups:
             groups = self._check_groups(base, groups, n)
         members = []
@@ -360,6 +364,19 @@ class TimeSplitCalibratedClassifier(ClassifierMixin, BaseEstimator):
                 np.nanmedian(negatives, axis=0) if len(negatives) else np.full(Xa.shape[1], np.nan)
             )
         return self
+
+    def _constrained(self, base, X):
+        """``base`` with its score held non-decreasing in each ``increasing`` feature the
+        trees read (scikit-learn's ``monotonic_cst``, one class only)."""
+        if not hasattr(X, "columns"):
+            raise ValueError("increasing names features: fit on a DataFrame")
+        unknown = set(self.increasing) - set(X.columns)
+        if unknown:
+            raise ValueError(f"increasing names unknown features: {sorted(unknown)[:5]}")
+        if "monotonic_cst" not in base.get_params():
+            raise ValueError(f"{type(base).__name__} takes no monotonic constraints")
+        used = np.asarray(X.columns, dtype=object)[self.used_features_]
+        return base.set_params(monotonic_cst=np.isin(used, self.increasing).astype(np.int8))
 
     @staticmethod
     def _check_groups(trees, groups, n: int) -> np.ndarray:

@@ -251,6 +251,57 @@ ABSOLUTE_FEATURES: tuple[str, ...] = tuple(
     if FEATURES_BY_NAME[n].unit in ("errors/day", "replays/min", "errors/min")
     or n == "pcie_replay_vs_limit_1h"
 )
+#: Features in which more can only mean more evidence of a fault, on any fleet: counts of hard
+#: events (uncorrectable errors, remaps, retired pages, hardware and fatal Xids, lost buses,
+#: link recoveries, hardware slowdowns), lanes lost, and comparisons of the GPU with its own
+#: past, its peers and the fleet's level (scale-free). ``TrainOptions.monotone`` holds the
+#: trees' score non-decreasing in each, so a fleet whose magnitudes lie past or between the
+#: training fleets' cannot meet a learnt dip. Left free: magnitudes in a generator's own units
+#: (rates, temperatures, power, load), the fleet's levels, the shapes of a day (trend,
+#: acceleration, peak share), application Xids, history and gaps.
+MONOTONE_FEATURES: tuple[str, ...] = tuple(
+    n
+    for n in FEATURE_NAMES
+    if n
+    in {
+        "dbe_24h",
+        "dbe_7d",
+        "remap_correctable_24h",
+        "remap_correctable_7d",
+        "remap_uncorrectable_7d",
+        "remap_pending_1h",
+        "remap_failure_24h",
+        "retired_pages_7d",
+        "retired_pages_total",
+        "retired_pending_1h",
+        "xid63_7d",
+        "xid92_7d",
+        "xid74_7d",
+        "xid_hw_24h",
+        "xid_hw_7d",
+        "xid_fatal_24h",
+        "gpu_lost_24h",
+        "nvlink_recovery_24h",
+        "hw_slowdown_hours_24h",
+        "pcie_width_deficit_1h",
+        "pcie_width_low_hours_24h",
+        "pcie_width_low_run_h",
+        "sbe_vs_fleet_level_7d",
+        "pcie_vs_fleet_level_7d",
+        "sbe_rise_24h",
+        "sbe_rise_day",
+        "sbe_rise_3d",
+        "pcie_replay_rise_24h",
+        "nvlink_crc_rise_24h",
+        "mem_temp_rise_c",
+        "spread_rise_c",
+        "spread_rise_vs_fleet",
+        "hbm_load_rise_vs_fleet",
+        "core_load_rise_vs_fleet",
+    }
+    or any(n == f"{prefix}_{suffix}" for _, prefix, _, _ in RELATIVE for suffix, _, _ in _REL_HELP)
+    or (n.endswith(("_vs_node", "_vs_rack")) and FEATURES_BY_NAME[n].unit in ("C", "%"))
+)
 META_COLUMNS = (
     "at",
     "key",

@@ -456,6 +456,12 @@ def main(argv: list[str] | None = None) -> None:
         help="the trees also skip the healthy-labelled rows of a precursor under way, more than "
         "the horizon before its failure (TrainOptions.learnable_healthy; off: shipped)",
     )
+    ap.add_argument(
+        "--monotone",
+        action="store_true",
+        help="the trees' score never falls as a feature of features.MONOTONE_FEATURES rises "
+        "(TrainOptions.monotone; off: shipped)",
+    )
     args = ap.parse_args(argv)
     if not 0 < args.max_features <= 1:
         ap.error("--max-features must be in (0, 1]")
@@ -501,6 +507,7 @@ def main(argv: list[str] | None = None) -> None:
             max_features=args.max_features,
             learnable_only=args.learnable_only,
             learnable_healthy=args.learnable_healthy,
+            monotone=args.monotone,
         )
         model = train_on_panel(panel, options=options, source=source, progress=args.progress)
         del panel

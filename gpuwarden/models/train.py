@@ -29,7 +29,7 @@ from gpuwarden.models.estimator import (
     TimeSplitCalibratedClassifier,
     default_trees,
 )
-from gpuwarden.models.features import FEATURE_NAMES
+from gpuwarden.models.features import FEATURE_NAMES, MONOTONE_FEATURES
 from gpuwarden.models.history import load_panel, newest_sample_ts
 from gpuwarden.models.labels import DEFAULT_HORIZON_S, Dataset, build_dataset, scoring_indices
 from gpuwarden.models.panel import HOUR_S, HourlyPanel
@@ -93,6 +93,11 @@ class TrainOptions:
     #: decline, and the 30-day false-flag figure does not count a flag on them. Ground truth
     #: as ``learnable_only``; the calibration block keeps every row.
     learnable_healthy: bool = False
+    #: the trees' score never falls as a feature of ``features.MONOTONE_FEATURES`` rises (hard
+    #: events, lanes lost, comparisons with the GPU's own past and its peers), so a fleet whose
+    #: values lie past or between the training fleets' meets no learnt dip; the calibration is
+    #: monotone too, so the risk is as well
+    monotone: bool = False
 
 
 def hide_memory_temperature(panel: HourlyPanel, share: float, seed: int) -> HourlyPanel:
@@ -345,9 +350,12 @@ def fit_on_rows(
         random_state=o.random_state,
         n_draws=o.draws,
         early_stop_groups=o.early_stop_lives,
+        increasing=MONOTONE_FEATURES if o.monotone else (),
     )
     if o.early_stop_lives and o.mode_classes:
         raise InputError("early stopping on held-out GPU lives does not yet work with mode classes")
+    if o.monotone and o.mode_classes:
+        raise InputError("monotone trees score one class: they do not work with mode classes")
     try:
         est.fit(
             ds.X,
@@ -381,6 +389,7 @@ def fit_on_rows(
             if o.learnable_healthy
             else ""
         )
+        + ("; score non-decreasing in the evidence features" if o.monotone else "")
         + ("; each draw hides its own nodes' HBM temperature" if draw_X is not None else "")
         + ") + "
         f"{'centred isotonic' if o.method == 'isotonic' else o.method} calibration "
