@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gpuwarden.health import HARD_SIGNALS
 from gpuwarden.reports.model import Facts
-from gpuwarden.reports.templates import add_when, change_unit
+from gpuwarden.reports.templates import add_when, change_size, change_unit
 from gpuwarden.reports.writer import LLM, Part, Prose
 from gpuwarden.wording import counted, figure
 
@@ -190,13 +190,13 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
         b.append(Block("table", rows=tuple(rows)))
     if f.changes:
         b.append(Block("h2", "Biggest changes against the previous period"))
-        rows = [("metric", "before", "after", "change %")]
+        rows = [("metric", "before", "after", "change")]
         rows += [
             (
                 c.metric,
                 change_unit(c.before, c.unit),
                 change_unit(c.after, c.unit),
-                figure(c.change_pct),
+                change_size(c),
             )
             for c in f.changes
         ]

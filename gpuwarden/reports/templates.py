@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuwarden.planning.demand import ANY_MODEL
-from gpuwarden.reports.model import Facts
+from gpuwarden.reports.model import Change, Facts
 from gpuwarden.wording import counted, plural
 from gpuwarden.wording import number as _n
 
@@ -24,8 +24,19 @@ class Sentence:
 def change_unit(n: float, unit: str) -> str:
     """A value of a week-on-week change with its unit: the units of ``facts.headline`` are
     symbols ("%", "kWh", "min"), which do not inflect, or plural nouns ("GPUs", "failures"),
-    which agree with the value ("1 failure")."""
+    which agree with the value ("1 failure"); a percentage takes no space ("98.7%")."""
+    if unit == "%":
+        return f"{_n(n)}%"
     return counted(n, unit.removesuffix("s"), unit)
+
+
+def change_size(c: Change) -> str:
+    """How much a headline number moved: a percentage in points (fleet availability from 96.2%
+    to 98.7% is "+2.5 percentage points", not "+2.6%"), anything else against its old value."""
+    if c.unit == "%":
+        points = round(c.after - c.before, 1)
+        return f"{points:+g} percentage {'point' if abs(points) == 1 else 'points'}"
+    return f"{c.change_pct:+g}%" if c.change_pct is not None else ""
 
 
 def summary(f: Facts) -> list[Sentence]:
@@ -126,9 +137,9 @@ def summary(f: Facts) -> list[Sentence]:
             f"{least}{_n(w.wait_p90_min)} min at p90 ({counted(w.jobs, 'job')} submitted{late}).")  # fmt: skip
     moved = [
         # "failures from 11 to 5", not "failures from 11 to 5 failures"
-        f"{c.metric} from {_n(c.before)} to "
+        f"{c.metric} from {_n(c.before)}{'%' if c.unit == '%' else ''} to "
         + (_n(c.after) if c.unit.lower() == c.metric.lower() else change_unit(c.after, c.unit))
-        + (f" ({c.change_pct:+g}%)" if c.change_pct is not None else "")
+        + (f" ({change_size(c)})" if change_size(c) else "")
         for c in f.changes[:3]
     ]
     if moved:

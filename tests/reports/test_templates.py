@@ -31,7 +31,7 @@ def test_plural_and_counted():
     assert (plural(1, "was", "were"), plural(3, "was", "were")) == ("was", "were")
     assert counted(1, "H100 GPU") == "1 H100 GPU" and counted(2, "GPU-hour") == "2 GPU-hours"
     assert [change_unit(1, u) for u in ("failures", "GPU-hours", "%", "kWh", "min")] == [
-        "1 failure", "1 GPU-hour", "1 %", "1 kWh", "1 min",
+        "1 failure", "1 GPU-hour", "1%", "1 kWh", "1 min",
     ]  # fmt: skip
     assert change_unit(2, "Xids") == "2 Xids"
 
@@ -164,3 +164,22 @@ def test_an_empty_store_reads_as_one(facts):
     )
     text = " ".join(s.text for s in summary(none))
     assert "()" not in text and "The store holds no GPU for this period" in text, text
+
+
+def test_a_percentage_moves_in_points_a_count_in_percent(ones):
+    """Availability from 96.2% to 98.7% moved 2.5 points, not "+2.6%" (its relative change)."""
+    moved = [
+        Change(metric="fleet availability", unit="%", before=96.2, after=98.7, change_pct=2.6),
+        Change(metric="failures", unit="failures", before=2, after=1, change_pct=-50.0),
+        Change(metric="fleet GPU utilisation", unit="%", before=50.0, after=49.0, change_pct=-2.0),
+    ]
+    avail = ones.availability.model_copy(update={"fleet_availability_pct": 98.7})
+    util = ones.utilisation.model_copy(update={"fleet_gpu_util_pct": 49.0})
+    f = ones.model_copy(update={"changes": moved, "availability": avail, "utilisation": util})
+    said = " ".join(s.text for s in summary(f) if s.topic == "changes")
+    assert "fleet availability from 96.2% to 98.7% (+2.5 percentage points)" in said
+    assert "failures from 2 to 1 (-50%)" in said
+    assert "fleet GPU utilisation from 50% to 49% (-1 percentage point)" in said
+    assert check(said, checker_index(f)) == {}, said  # the claims checker reads the points
+    md = markdown(blocks(f, template_prose(f, recommend(f)), {}, "templates"))
+    assert "+2.5 percentage points" in md and "-50%" in md and "change %" not in md
