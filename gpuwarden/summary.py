@@ -50,6 +50,9 @@ class FleetSummary:
     #: memory-error events in the window (``ingest --memory-errors``): ECC type -> (errors,
     #: devices)
     memory_errors: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: slots known only from events (a memory-error log, a kernel log's Xids): no telemetry
+    #: stored for them ever, so "missing" would say they stopped reporting
+    events_only: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def render(self, top: int = 10) -> str:
         lines: list[str] = []
@@ -65,7 +68,7 @@ class FleetSummary:
         if len(slots):
             by_model = slots.groupby("model").size().sort_values(ascending=False)
             lines.append("  " + ", ".join(f"{n} x {m or 'unknown'}" for m, n in by_model.items()))
-        if len(self.gpus):
+        if len(self.gpus) > len(self.events_only):
             lines.append(f"Telemetry: {start} .. {end} UTC ({span_h:.0f} h)")
         else:
             lines.append(f"Telemetry: none stored; events {start} .. {end} UTC ({span_h:.0f} h)")
@@ -74,6 +77,11 @@ class FleetSummary:
         )
         for row in self.missing.head(top).itertuples():
             lines.append(f"  {row.hostname} gpu{row.gpu}  last seen {row.last_seen}")
+        if len(self.events_only):
+            lines.append(
+                f"Known from events alone (no telemetry stored): "
+                f"{counted(len(self.events_only), 'device')}"
+            )
         lines.append("")
         lines += self._verdict_lines(top)
         lines.append("")
@@ -202,13 +210,30 @@ def fleet_summary(
         float(np.median(np.diff(np.unique(samples["ts"])))) if samples["ts"].nunique() > 1 else 60.0
     )
     fresh = now - 3 * step
-    reporting = int((gpus["last_ts"] >= fresh).sum()) if len(gpus) else 0
     latest = (
         gpus.sort_values("last_ts").drop_duplicates(["hostname", "gpu"], keep="last")
         if len(gpus)
         else gpus
     )
-    missing = latest[latest["last_ts"] < fresh].copy() if len(latest) else latest
+    # a slot an event named (a memory-error log, a kernel log) but no sample ever did has not
+    # stopped reporting, nor is it reporting: ask the store only of those the window's samples
+    # leave in doubt
+    sampled = set(samples["uuid"].unique()) if len(samples) else set()
+    doubt = (
+        latest[(latest["last_ts"] < fresh) | ~latest["uuid"].isin(sampled)]
+        if len(latest)
+        else latest
+    )
+    events_only = doubt[_never_reported(store, doubt)]
+    silent = set(events_only["uuid"])
+    reporting = (
+        int(((gpus["last_ts"] >= fresh) & ~gpus["uuid"].isin(silent)).sum()) if len(gpus) else 0
+    )
+    missing = (
+        latest[(latest["last_ts"] < fresh) & ~latest["uuid"].isin(silent)].copy()
+        if len(latest)
+        else latest
+    )
     if len(missing):
         missing["last_seen"] = pd.to_datetime(missing["last_ts"], unit="s", utc=True).dt.strftime(
             "%Y-%m-%d %H:%M"
@@ -239,7 +264,7 @@ def fleet_summary(
     gaps, reported = _gaps(store, gpus, now)
     return FleetSummary(
         start, now, gpus, reporting, missing, xid_table, fail_table, watch, verdicts, rejections,
-        gaps, reported, unmatched, memory,
+        gaps, reported, unmatched, memory, events_only,
     )  # fmt: skip
 
 
@@ -285,6 +310,21 @@ def _xid_table(events: pd.DataFrame, kind: str) -> pd.DataFrame:
             for c, n in counts.items()
         ]
     ).sort_values("count", ascending=False)  # fmt: skip
+
+
+def _never_reported(store: Store, slots: pd.DataFrame) -> np.ndarray:
+    """Per row of ``slots`` (``Store.gpus`` rows), whether its board has no telemetry stored
+    at all: only events named it (hourly rollups, stitched to the raw samples after them: one
+    row an hour at most)."""
+    if slots.empty:
+        return np.zeros(0, dtype=bool)
+    seen = store.read_window(
+        start=float(slots["first_ts"].min()),
+        end=float(slots["last_ts"].max()) + 1,
+        uuids=list(slots["uuid"]),
+        resolution_s=3600,
+    )
+    return ~slots["uuid"].isin(seen["uuid"].unique() if len(seen) else []).to_numpy()
 
 
 def _gaps(store: Store, gpus: pd.DataFrame, now: float) -> tuple[list[tuple[Signal, int]], int]:

@@ -189,3 +189,19 @@ def test_memory_errors_are_counted_by_type(tmp_path):
     assert "Memory errors, last 168 h:" in text, text
     assert "    2  CE   on 1 device" in text and "    1  UER  on 1 device" in text, text
     assert "UEO" not in text
+    # devices known only from the log have not stopped reporting: they never did
+    assert (
+        "Reporting now: 0 GPUs; missing: 0" in text
+        and "Known from events alone (no telemetry stored): 2 devices" in text
+    )
+
+
+def test_a_slot_that_stopped_reporting_is_missing_not_events_only(tmp_path):
+    store = _store(tmp_path)
+    later = T + 3600  # GPU-a reports on for an hour; GPU-b fell silent after three minutes
+    for k in range(60):
+        ts = later + 60 * k
+        store.write_batch(Batch(ts, (Sample(ts, A, {"gpu_temp_c": 50.0}),)))
+    text = fleet_summary(store).render()
+    assert "missing: 1" in text and "n1 gpu1  last seen" in text
+    assert "Known from events alone" not in text
