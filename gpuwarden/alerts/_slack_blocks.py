@@ -13,6 +13,7 @@ from typing import Any
 
 from gpuwarden.alerts.base import Notice, Transition
 from gpuwarden.health import GpuState
+from gpuwarden.wording import counted, plural
 
 _EMOJI = {GpuState.OK: ":large_green_circle:", GpuState.AT_RISK: ":large_orange_circle:"}
 _EMOJI[GpuState.UNHEALTHY] = ":red_circle:"
@@ -102,7 +103,7 @@ def message(
         rest = changes[max_listed:]
         hosts = sorted({t.gpu.hostname for t in rest})
         shown = ", ".join(hosts[:20]) + (" …" if len(hosts) > 20 else "")
-        more = f"…and {len(rest)} more GPU(s) on {len(hosts)} node(s): {shown}"
+        more = f"…and {len(rest)} more {plural(len(rest), 'GPU')} on {counted(len(hosts), 'node')}: {shown}"
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _clip(more, 3000)}})
     return title, blocks[:50]
 

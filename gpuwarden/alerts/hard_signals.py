@@ -33,6 +33,7 @@ from gpuwarden.counters import step_increases
 from gpuwarden.errors import ConfigError
 from gpuwarden.health import describe
 from gpuwarden.telemetry import GpuId
+from gpuwarden.wording import counted
 
 if TYPE_CHECKING:
     from gpuwarden.store.base import Store
@@ -149,7 +150,7 @@ def _sample_signals(group: pd.DataFrame, start: float) -> list[Signal]:
         hit = np.flatnonzero((inc > 0) & (ts >= start))
         if hit.size:
             n = float(np.nansum(inc[hit]))
-            found.append((float(ts[hit[-1]]), f"{n:g} {dbe.what}(s) ({name})", dbe.action))
+            found.append((float(ts[hit[-1]]), f"{counted(n, dbe.what)} ({name})", dbe.action))
             break  # volatile and aggregate count the same errors
     failed = group["remapped_rows_failure"].to_numpy(dtype=np.float64)
     hit = np.flatnonzero((failed > 0) & (ts >= start))

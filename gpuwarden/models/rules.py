@@ -34,6 +34,7 @@ import pandas as pd
 from gpuwarden import health
 from gpuwarden.errors import ConfigError
 from gpuwarden.health import DEFAULT_AT_RISK, GpuState, Reason
+from gpuwarden.wording import counted
 
 OK, AT_RISK, UNHEALTHY = GpuState.OK.value, GpuState.AT_RISK.value, GpuState.UNHEALTHY.value
 
@@ -110,7 +111,7 @@ HARD: tuple[Rule, ...] = (
     Rule(
         health.DOUBLE_BIT_ERROR.name,
         _gt("dbe_24h", 0.0),
-        lambda r: f"{r['dbe_24h']:.0f} double-bit ECC error(s) in 24 h",
+        lambda r: f"{counted(round(r['dbe_24h']), 'double-bit ECC error')} in 24 h",
         xid=health.DOUBLE_BIT_ERROR.xid,
     ),
     Rule(
@@ -128,7 +129,7 @@ HARD: tuple[Rule, ...] = (
     Rule(
         health.FATAL_XID.name,
         _gt("xid_fatal_24h", 0.0),
-        lambda r: f"{r['xid_fatal_24h']:.0f} fatal Xid(s) in 24 h",
+        lambda r: f"{counted(round(r['xid_fatal_24h']), 'fatal Xid')} in 24 h",
     ),
 )
 

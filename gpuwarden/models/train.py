@@ -40,6 +40,7 @@ from gpuwarden.models.score import (
     training_spread_drift,
 )
 from gpuwarden.store.base import Store
+from gpuwarden.wording import counted
 
 MIN_FAILURES = 4  # fewer failing GPUs than this cannot teach or calibrate anything
 
@@ -335,7 +336,7 @@ def fit_on_rows(
     n_failed = failing_lives(ds)
     if n_failed < MIN_FAILURES:
         raise InputError(
-            f"only {n_failed} GPU failure(s) fall inside the training history "
+            f"only {counted(n_failed, 'GPU failure falls', 'GPU failures fall')} inside the training history "
             f"(need at least {MIN_FAILURES}); give a longer history or a failures file"
         )
     if not 0 < o.max_features <= 1:

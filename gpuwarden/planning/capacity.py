@@ -26,6 +26,7 @@ from gpuwarden.errors import InputError
 from gpuwarden.planning._toml import read_toml
 from gpuwarden.planning.forecast import Forecast
 from gpuwarden.planning.queuewait import QueueEvidence
+from gpuwarden.wording import counted
 
 DAYS_PER_MONTH = 30.44
 DEFAULT_BUFFER = 1.3
@@ -187,10 +188,10 @@ class ScaleDecision:
 
     def __str__(self) -> str:
         if self.action == "add":
-            when = "now" if self.in_weeks == 0 else f"in {self.in_weeks} week(s)"
-            return f"{self.gpu_model}: add {self.gpus} GPU(s) {when}: {self.reason}"
+            when = "now" if self.in_weeks == 0 else f"in {counted(self.in_weeks, 'week')}"
+            return f"{self.gpu_model}: add {counted(self.gpus, 'GPU')} {when}: {self.reason}"
         if self.action == "release":
-            return f"{self.gpu_model}: release {self.gpus} GPU(s): {self.reason}"
+            return f"{self.gpu_model}: release {counted(self.gpus, 'GPU')}: {self.reason}"
         return f"{self.gpu_model}: hold: {self.reason}"
 
 
@@ -247,7 +248,7 @@ def _plan_decision(
             gpu_model, "add", add, when,
             f"week {first.week} ({first.start}) needs {first.need_gpus:.1f} GPUs, the fleet has "
             f"{current_gpus}; the plan peaks at {peak.need_gpus:.1f} in week {peak.week}"
-            + (f"; {lead_weeks} week(s) lead time" if lead_weeks else ""),
+            + (f"; {counted(lead_weeks, 'week')} lead time" if lead_weeks else ""),
         )  # fmt: skip
     spare = current_gpus - math.ceil(peak.need_gpus)
     if current_gpus and spare > release_margin * current_gpus:

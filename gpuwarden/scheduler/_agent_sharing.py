@@ -24,6 +24,7 @@ from gpuwarden.errors import DeviceSetupError
 from gpuwarden.scheduler.mig_agent import MigManager
 from gpuwarden.scheduler.mps import MPS_CONTROL, MpsControl, client_env
 from gpuwarden.scheduler.resources import GPU_MILLI
+from gpuwarden.wording import counted
 
 logger = logging.getLogger("gpuwarden.scheduler.agent")
 
@@ -110,8 +111,8 @@ class GpuSharing:
                 logger.warning("could not reconcile MIG instances: %s", exc)
             else:
                 if got.adopted or got.destroyed:
-                    logger.warning("MIG after restart: adopted %d, destroyed %d orphan(s)",
-                                   len(got.adopted), len(got.destroyed))  # fmt: skip
+                    logger.warning("MIG after restart: adopted %d, destroyed %s", len(got.adopted),
+                                   counted(len(got.destroyed), "orphan"))  # fmt: skip
         still = set(running_mps)
         for gpu in range(n_gpus):
             if gpu not in still:

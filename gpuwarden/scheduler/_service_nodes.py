@@ -36,6 +36,7 @@ from gpuwarden.scheduler._service_types import NotFoundError
 from gpuwarden.scheduler._service_usage import UsageWindow
 from gpuwarden.scheduler.resources import GPU_MILLI, Health
 from gpuwarden.scheduler.state import NodeRow, ReclaimRow
+from gpuwarden.wording import counted
 
 logger = logging.getLogger("gpuwarden.scheduler.service")
 
@@ -138,7 +139,7 @@ class Nodes:
         if s is not None and node in s.cluster.index:
             evictions = s.reclaim(node, reason)
         self.db.audit(now, actor, "reclaim", node=node, reason=reason)
-        logger.warning("%s; %d job(s) to checkpoint and requeue", reason, len(evictions))
+        logger.warning("%s; %s to checkpoint and requeue", reason, counted(len(evictions), "job"))
         for e in evictions:
             self.lifecycle.evicted(e.job.job_id, e.reason, now, actor, deadline=deadline)
         self.run_round(now, preempt=False)
@@ -219,8 +220,8 @@ class Nodes:
                 hit.add(row.job_id)  # placed there, but the agent never got or answered the order
         self.db.audit(now, "scheduler", "node-lost", node=node,
                       reason=f"no agent sync for {silent_s:.0f} s (timeout "
-                             f"{self.node_timeout_s:g} s); {len(hit)} job(s) written off")  # fmt: skip
-        logger.warning("%s; %d job(s) written off", reason, len(hit))
+                             f"{self.node_timeout_s:g} s); {counted(len(hit), 'job')} written off")  # fmt: skip
+        logger.warning("%s; %s written off", reason, counted(len(hit), "job"))
         for job_id in sorted(hit):
             self._write_off(job_id, node, reason, seen, now)
 

@@ -33,6 +33,7 @@ from gpuwarden.scheduler._service_usage import UsageWindow
 from gpuwarden.scheduler.sleep import NodeSleep, SleepController, SleepPolicy
 from gpuwarden.scheduler.state import SleepRow
 from gpuwarden.scheduler.wol import WOL_PORT, send_magic_packet
+from gpuwarden.wording import counted
 
 logger = logging.getLogger("gpuwarden.scheduler.service")
 
@@ -67,8 +68,9 @@ class ServiceSleep:
             if r.order_pending:
                 self._orders.add(r.node)
         if self._saved and policy.dry_run:
-            logger.warning("%d node(s) were left asleep or draining by a run that slept nodes; "
-                           "a dry run wakes none of them: %s", len(self._saved),
+            logger.warning("%s left asleep or draining by a run that slept nodes; "
+                           "a dry run wakes none of them: %s",
+                           counted(len(self._saved), "node was", "nodes were"),
                            ", ".join(sorted(self._saved)))  # fmt: skip
 
     def _controller(self) -> SleepController | None:

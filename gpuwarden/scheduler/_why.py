@@ -8,6 +8,7 @@ import numpy as np
 
 from gpuwarden.scheduler.cluster import ClusterState
 from gpuwarden.scheduler.jobs import Job
+from gpuwarden.wording import counted
 
 
 def why_not(c: ClusterState, job: Job, room: float, placed_tasks: int) -> str:
@@ -65,7 +66,7 @@ NO_NEEDS: tuple[object, ...] = (None, None, frozenset(), False)
 
 def _gpu_words(job: Job) -> str:
     health = "ok or at-risk" if job.interruptible else "ok"
-    words = f"no node has {job.gpus_per_task} fitting {health} GPU(s) free"
+    words = f"no node has {counted(job.gpus_per_task, f'fitting {health} GPU')} free"
     if job.kind == "fractional" and job.sharing != "any":
         other = "time-sliced" if job.sharing == "mps" else "MPS"
         words += f" for {job.sharing} sharing (GPUs running {other} shares excluded)"

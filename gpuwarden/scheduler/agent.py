@@ -39,6 +39,7 @@ from gpuwarden.scheduler.modelcache import CacheWatcher
 from gpuwarden.scheduler.power import PowerGovernor
 from gpuwarden.scheduler.resources import GPU_MEMORY_MIB
 from gpuwarden.scheduler.spot import NoticeFile, ReclaimNotice
+from gpuwarden.wording import plural
 
 logger = logging.getLogger("gpuwarden.scheduler.agent")
 
@@ -115,7 +116,9 @@ def with_mig(inventory: Inventory, spec: str) -> Inventory:
         except ValueError:
             raise ConfigError(f"--mig-gpus must be GPU indices like 0,1 or all: {spec!r}") from None
     if wanted - have:
-        raise ConfigError(f"--mig-gpus names GPU(s) {sorted(wanted - have)} this node lacks")
+        raise ConfigError(
+            f"--mig-gpus names {plural(len(wanted - have), 'GPU')} {sorted(wanted - have)} this node lacks"
+        )
     gpus = tuple({**g, "mode": "mig"} if g["index"] in wanted else g for g in inventory.gpus)
     return Inventory(inventory.cpu_milli, inventory.memory_mib, gpus)
 

@@ -19,7 +19,7 @@ import click
 from gpuwarden.cliutil import DomainErrorGroup, billing_window, domain_errors
 from gpuwarden.scheduler.billing import BillRow, EnergyRow, energy_totals, tenant_totals, write_csv
 from gpuwarden.scheduler.client import DEFAULT_URL, URL_ENV, SchedulerClient, read_token
-from gpuwarden.wording import counted
+from gpuwarden.wording import counted, figure
 
 F = TypeVar("F", bound=Callable[..., Any])
 PRIORITIES = ("inference", "training", "batch", "dev")
@@ -157,7 +157,9 @@ def list_jobs(states: tuple[str, ...], fmt: str, url: str, token_file: str | Non
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
         return
-    header = ("JOB", "TENANT", "NAME", "PRIORITY", "STATE", "TRY", "ASKS", "WHERE", "STARTED")
+    header = (
+        "JOB", "TENANT", "NAME", "PRIORITY", "STATE", "TRY", "ASKS", "WHERE", "STARTED", "WHY",
+    )  # fmt: skip
     table = [
         (
             j["job_id"],
@@ -169,6 +171,7 @@ def list_jobs(states: tuple[str, ...], fmt: str, url: str, token_file: str | Non
             _asks(j),
             _where(j),
             _when(j.get("started_at")),
+            j.get("reason") or "-",  # why it waits, or why it stopped: squeue's REASON
         )  # fmt: skip
         for j in rows
     ]
@@ -217,7 +220,7 @@ def reclaim(node: str, in_s: float, reason: str, url: str, token_file: str | Non
     with _client(url, token_file) as c:
         out = c.reclaim(node, time.time() + in_s, reason)
     evicted = out.get("evicted") or []
-    click.echo(f"{node}: reclaimed; {len(evicted)} job(s) checkpointing and requeued"
+    click.echo(f"{node}: reclaimed; {counted(len(evicted), 'job')} checkpointing and requeued"
                + (f": {', '.join(evicted)}" if evicted else ""))  # fmt: skip
 
 
@@ -280,11 +283,11 @@ def quota(fmt: str, url: str, token_file: str | None) -> None:
     table = [
         (
             q["tenant"],
-            _s(q.get("gpus"), "unlimited"),
-            _s(q.get("guaranteed_gpus")),
-            _s(q.get("used_gpus")),
-            _s(q.get("gpu_memory_mib"), "unlimited"),
-            _s(q.get("used_gpu_memory_mib")),
+            _n(q.get("gpus"), "unlimited"),
+            _n(q.get("guaranteed_gpus")),
+            _n(q.get("used_gpus")),
+            _n(q.get("gpu_memory_mib"), "unlimited"),
+            _n(q.get("used_gpu_memory_mib")),
         )  # fmt: skip
         for q in rows
     ]
@@ -393,6 +396,11 @@ def _when(ts: float | None) -> str:
 
 def _s(value: Any, missing: str = "-") -> str:
     return missing if value is None else str(value)
+
+
+def _n(value: float | None, missing: str = "-") -> str:
+    """A figure of a table: 2, not 2.0; 163,840, not 163840.0."""
+    return missing if value is None else figure(float(value))
 
 
 def _echo_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

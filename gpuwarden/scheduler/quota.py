@@ -17,6 +17,7 @@ from typing import Any
 
 from gpuwarden.errors import ConfigError, InputError
 from gpuwarden.scheduler.jobs import Job
+from gpuwarden.wording import figure
 
 
 @dataclass(frozen=True)
@@ -90,11 +91,20 @@ class QuotaLedger:
             return Admission(
                 False, reason=f"tenant {job.tenant}: only interruptible jobs may borrow GPU quota"
             )
+        limit, need = q.gpu_milli + q.borrow_gpu_milli, job.total_gpu_milli
+        if need > limit:  # no release of the tenant's other jobs lets it start
+            return Admission(
+                False,
+                reason=(
+                    f"tenant {job.tenant}: the job needs {_gpus(need)}, more than the whole "
+                    f"GPU quota of {_gpus(limit)}; it starts only if the quota is raised"
+                ),
+            )
         return Admission(
             False,
             reason=(
-                f"tenant {job.tenant}: GPU quota {q.gpu_milli + q.borrow_gpu_milli} milli, "
-                f"in use {after - job.total_gpu_milli}, job needs {job.total_gpu_milli}"
+                f"tenant {job.tenant}: GPU quota {_gpus(limit)}, {_gpus(after - need)} in use, "
+                f"the job needs {_gpus(need)}"
             ),
         )
 
@@ -153,3 +163,8 @@ def load_quotas(path: str) -> dict[str, dict[str, Any]]:
     """The ``[quotas.TENANT]`` tables of the tenant file, by tenant."""
     quotas: dict[str, dict[str, Any]] = load_tenant_file(path).get("quotas", {})
     return quotas
+
+
+def _gpus(milli: int) -> str:
+    """Thousandths of a GPU as people count them: "2 GPUs", "0.429 GPUs", "1 GPU"."""
+    return f"{figure(milli / 1000)} {'GPU' if milli == 1000 else 'GPUs'}"

@@ -51,6 +51,7 @@ from gpuwarden.scheduler.policies.mix import TaskMix
 from gpuwarden.scheduler.queue import Inputs, JobQueue
 from gpuwarden.scheduler.quota import Admission, Quota, QuotaLedger
 from gpuwarden.scheduler.resources import GPU_MILLI, Health, NodeSpec, SharingMode
+from gpuwarden.wording import plural
 
 _Allocated = tuple[list[TaskAlloc], float, Admission]  # task allocations, GPU memory charged
 
@@ -462,7 +463,7 @@ class Scheduler:
             if busy:
                 holders = ", ".join(sorted(set().union(*(self._on_gpu[(n, g)] for g in busy))))
                 raise InputError(
-                    f"job {name}: GPU(s) {busy} of {t.node} busy with {holders}"
+                    f"job {name}: {plural(len(busy), 'GPU')} {busy} of {t.node} busy with {holders}"
                 ) from exc
             raise InputError(f"job {name}: {exc}") from exc
 

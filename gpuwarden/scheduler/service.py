@@ -56,6 +56,7 @@ from gpuwarden.scheduler.scheduler import Scheduler
 from gpuwarden.scheduler.sleep import SleepPolicy
 from gpuwarden.scheduler.state import SchedulerDB
 from gpuwarden.scheduler.wol import WOL_PORT
+from gpuwarden.wording import counted
 
 logger = logging.getLogger("gpuwarden.scheduler.service")
 
@@ -101,8 +102,9 @@ class SchedulerService:
         )
         self._agents = AgentSync(self._lifecycle, self._nodes)
         if sleep is None and (left := db.sleep_rows()):
-            logger.warning("%d node(s) were left asleep or draining by a run that slept nodes, "
-                           "and idle-node sleep is off: none of them is woken (%s)", len(left),
+            logger.warning("%s left asleep or draining by a run that slept nodes, "
+                           "and idle-node sleep is off: none of them is woken (%s)",
+                           counted(len(left), "node was", "nodes were"),
                            ", ".join(r.node for r in left))  # fmt: skip
         if sleep is not None:
             self._nodes.sleep = ServiceSleep(

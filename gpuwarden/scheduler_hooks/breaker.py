@@ -76,7 +76,7 @@ class CircuitBreaker:
                 self.trips += 1
                 return TagResult(
                     False,
-                    f"circuit breaker open: {len(self._recent)} node(s) already re-tagged by "
+                    f"circuit breaker open: {counted(len(self._recent), 'node')} already re-tagged by "
                     f"{self.name} within {self.window_s / 60:g} min, the limit is "
                     f"{self.limit()} ({self.max_share:.0%} of {counted(self.fleet_nodes(), 'node')}); "
                     f"{node.hostname} left as it is",

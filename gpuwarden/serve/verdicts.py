@@ -24,6 +24,7 @@ from gpuwarden.alerts.base import Transition
 from gpuwarden.alerts.decision import DecisionEngine, GpuStatus
 from gpuwarden.health import GpuState, Verdict
 from gpuwarden.store.base import WritableStore
+from gpuwarden.wording import counted
 
 logger = logging.getLogger("gpuwarden.serve")
 
@@ -136,7 +137,7 @@ class VerdictLog:
         except Exception as exc:  # the scheduler hooks were told; the record retries next round
             self.errors += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
-            logger.warning("cannot store %d verdict(s): %s", len(due), exc)
+            logger.warning("cannot store %s: %s", counted(len(due), "verdict"), exc)
             return 0
         self.last_error = ""
         for v in due:

@@ -54,7 +54,7 @@ def test_each_hard_signal_and_the_quiet_gpus(store):
     assert all(math.isnan(a.risk) and a.ts == at for a in got.values())
     quiet = [u for u, a in got.items() if a.hard_signal is None]
     assert sorted(quiet) == ["GPU-0", "GPU-4", "GPU-5"]
-    assert got["GPU-1"].hard_signal == "2 double-bit ECC error(s) (ecc_dbe_volatile_total)"
+    assert got["GPU-1"].hard_signal == "2 double-bit ECC errors (ecc_dbe_volatile_total)"
     assert got["GPU-1"].hard_signal_ts == T0 + 180
     assert got["GPU-2"].hard_signal == "row remapping failed" and "RMA" in got["GPU-2"].action
     lost = got["GPU-3"]

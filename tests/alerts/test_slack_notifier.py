@@ -85,7 +85,7 @@ def test_a_rack_wide_event_is_one_message_and_sends_are_rate_limited(slack):
     sections = [b for b in msg["blocks"] if b["type"] == "section"]
     assert len(sections) == 11  # ten GPUs in full, worst first, then the count of the rest
     assert "*unhealthy*" in sections[0]["fields"][2]["text"]
-    assert sections[-1]["text"]["text"].startswith("…and 54 more GPU(s) on 8 node(s): r7-n0")
+    assert sections[-1]["text"]["text"].startswith("…and 54 more GPUs on 8 nodes: r7-n0")
     n.notify(notice("n9", 0, ts=T0 + 10))
     assert n.flush(T0 + 30) == 0  # one message per minute at most
     assert n.flush(T0 + 65) == 1 and len(slack.messages) == 2
@@ -110,11 +110,11 @@ def test_a_failed_delivery_stays_queued(slack):
 
 def test_breaker_notices_are_reported(slack):
     n = notifier(slack.url)
-    n.notify(Notice("breaker", T0, "slurm: 4 node(s) already re-tagged within 60 min"))
+    n.notify(Notice("breaker", T0, "slurm: 4 nodes already re-tagged within 60 min"))
     n.flush(T0)
     [msg] = slack.messages
     assert msg["text"] == "gpuwarden: circuit breaker refused 1 re-tag"
-    assert ":warning: *Circuit breaker*: slurm: 4 node(s)" in msg["blocks"][1]["text"]["text"]
+    assert ":warning: *Circuit breaker*: slurm: 4 nodes" in msg["blocks"][1]["text"]["text"]
 
 
 def test_unknown_score_says_unknown(slack):

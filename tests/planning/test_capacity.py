@@ -52,7 +52,7 @@ def test_add_now_when_the_fleet_is_already_short():
     needs = plan(flat(100), "H100", weeks=4)  # 130 needed every week
     d = should_scale(needs, 100, "H100", lead_weeks=4)
     assert (d.action, d.gpus, d.in_weeks) == ("add", 30, 0)
-    assert "add 30 GPU(s) now" in str(d)
+    assert "add 30 GPUs now" in str(d)
 
 
 def test_add_in_k_weeks_when_a_launch_comes_later():
@@ -61,7 +61,7 @@ def test_add_in_k_weeks_when_a_launch_comes_later():
     d = should_scale(needs, 140, "H100", lead_weeks=3)
     assert (d.action, d.in_weeks) == ("add", 5)
     assert d.gpus == 195 - 140  # (100 + 50) x 1.3
-    assert "in 5 week(s)" in str(d)
+    assert "in 5 weeks" in str(d)
 
 
 def test_release_when_even_the_peak_leaves_gpus_idle():

@@ -25,6 +25,7 @@ from gpuwarden.reports.templates import summary
 from gpuwarden.reports.writer import TEMPLATE, template_prose
 from gpuwarden.scheduler.state import JobRow, NodeRow, SchedulerDB
 from gpuwarden.store import open_store
+from gpuwarden.wording import counted
 
 H100, A100 = "H100-80GB", "A100-80GB"  # the known week's store has two GPUs of each
 HOUR = 3600.0
@@ -99,10 +100,10 @@ def test_capacity_facts_match_plan_should_scale(planned, week):
         by = {m.model: m for m in f.capacity.by_model}
     for model, m in by.items():
         if m.action == "add":
-            when = "now" if m.in_weeks == 0 else f"in {m.in_weeks} week(s)"
-            said = f"{model}: add {m.change_gpus} GPU(s) {when}: {m.reason}"
+            when = "now" if m.in_weeks == 0 else f"in {counted(m.in_weeks, 'week')}"
+            said = f"{model}: add {counted(m.change_gpus, 'GPU')} {when}: {m.reason}"
         else:
-            said = f"{model}: release {m.change_gpus} GPU(s): {m.reason}"
+            said = f"{model}: release {counted(m.change_gpus, 'GPU')}: {m.reason}"
         assert f"-> {said}" in scale
         row = re.search(
             rf"^{re.escape(model)}\s+\S+\s+\S+\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)$", fc, re.M

@@ -250,4 +250,4 @@ def test_mig_gpus_are_registered_in_mig_mode_and_a_gpu_the_node_lacks_is_refused
     assert with_mig(inv, "") == inv
     got = CliRunner().invoke(main, ["agent", "--node", "n1", "--fake-gpus", "2", "--mig-gpus",
                                     "1,5", "--workdir", str(tmp_path)])  # fmt: skip
-    assert got.exit_code != 0 and "--mig-gpus names GPU(s) [5] this node lacks" in got.output
+    assert got.exit_code != 0 and "--mig-gpus names GPU [5] this node lacks" in got.output

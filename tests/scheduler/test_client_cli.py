@@ -109,7 +109,7 @@ def test_submit_maps_every_option_onto_the_contract(service: Service) -> None:
     assert [j["job_id"] for j in listed] == [job_id]
     table = service.ok("jobs", "list")
     assert table.splitlines()[0].split()[:5] == ["JOB", "TENANT", "NAME", "PRIORITY", "STATE"]
-    assert job_id in table and "n1:" in table
+    assert job_id in table and "n1:" in table and table.splitlines()[0].split()[-1] == "WHY"
     assert "(none)" in service.ok("jobs", "list", "--state", "failed")
     # cancel: the agent stops it
     assert service.ok("jobs", "cancel", job_id).split()[0] == job_id
@@ -162,8 +162,16 @@ def test_logs_billing_nodes_and_quota(service: Service) -> None:
     with SchedulerClient(service.url, ADMIN) as admin:
         admin._call("PUT", "/v1/quota/team-a", json={"gpus": 2, "guaranteed_gpus": 1})
     quota = service.ok("quota").splitlines()
-    assert quota[0].split()[0] == "TENANT" and quota[1].split()[:3] == ["team-a", "2.0", "1.0"]
+    assert quota[0].split()[0] == "TENANT" and quota[1].split()[:3] == ["team-a", "2", "1"]
     assert "team-b" not in service.ok("quota")  # a tenant sees its own row only
+    # a job larger than the whole quota waits, and the list says why, in GPUs
+    big = submitted_id(service.ok("jobs", "submit", "--gpus", "3", "--", "true"))
+    deadline = time.time() + 20
+    while "more than the whole GPU quota" not in (why := service.job(big).get("reason", "")):
+        assert time.time() < deadline, why
+        time.sleep(0.2)
+    row = next(line for line in service.ok("jobs", "list").splitlines() if big in line)
+    assert "the job needs 3 GPUs, more than the whole GPU quota of 2 GPUs" in row
     assert "team-a" in service.ok("quota", token=ADMIN)
 
 

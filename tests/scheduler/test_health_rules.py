@@ -18,7 +18,7 @@ def test_at_risk_gpu_takes_interruptible_work_only() -> None:
     a = s.place(Job("serve", gpus_per_task=1))
     assert a.placed and a.placement.tasks[0].gpus == (1,)  # type: ignore[union-attr]
     d = s.place(Job("serve2", gpus_per_task=1))
-    assert not d.placed and "ok GPU(s)" in d.reason
+    assert not d.placed and "no node has 1 fitting ok GPU free" in d.reason
     b = s.place(Job("batch", gpus_per_task=1, interruptible=True))
     assert b.placed and b.placement.tasks[0].gpus == (0,)  # type: ignore[union-attr]
 

@@ -20,7 +20,13 @@ def test_gpu_quota_refuses_then_admits_after_release() -> None:
     s = sched(Quota("team", gpu_milli=2000))
     assert s.place(Job("a", tenant="team", gpus_per_task=2)).placed
     d = s.place(Job("b", tenant="team", gpu_milli=100))
-    assert not d.placed and "GPU quota 2000 milli, in use 2000" in d.reason
+    assert not d.placed and "GPU quota 2 GPUs, 2 GPUs in use, the job needs 0.1 GPUs" in d.reason
+    # more than the whole quota: no release lets it start, and the reason says so
+    big = s.place(Job("c", tenant="team", gpus_per_task=3))
+    assert not big.placed and big.reason == (
+        "tenant team: the job needs 3 GPUs, more than the whole GPU quota of 2 GPUs; "
+        "it starts only if the quota is raised"
+    )
     assert s.place(Job("other", tenant="free", gpus_per_task=4)).placed  # no quota: unlimited
     s.release("a")
     assert s.place(Job("b", tenant="team", gpus_per_task=1, tasks=2)).placed

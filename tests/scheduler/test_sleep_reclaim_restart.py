@@ -216,7 +216,7 @@ def test_the_reclaim_command_closes_the_node_and_a_tenant_may_not(tmp_path):
         before = time.time()
         r = run("adm-token-0", "sp", "--in", "120", "--reason", "spot interruption")
         assert r.exit_code == 0, r.output
-        assert "sp: reclaimed; 0 job(s)" in r.output
+        assert "sp: reclaimed; 0 jobs" in r.output
         (row,) = db.reclaims()
         assert before + 120 <= row.deadline <= time.time() + 120
         assert "spot interruption" in row.reason and not svc.scheduler.is_open("sp")

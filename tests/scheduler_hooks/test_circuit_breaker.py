@@ -49,7 +49,7 @@ def test_stops_a_mass_retag_and_reopens_after_the_window():
     assert [r.changed for r in results[:4]] == [True] * 4
     blocked = results[4:]
     assert all(r.blocked and not r.changed for r in blocked)
-    assert "circuit breaker open: 4 node(s) already re-tagged by recording" in blocked[0].detail
+    assert "circuit breaker open: 4 nodes already re-tagged by recording" in blocked[0].detail
     assert "the limit is 4 (10% of 40 nodes); n4 left as it is" in blocked[0].detail
     assert inner.calls == ["n0", "n1", "n2", "n3"]  # the backend never saw the rest
     assert breaker.trips == 36 and breaker.is_open()

@@ -145,7 +145,7 @@ def test_the_breaker_stops_a_mass_retag_and_says_so_everywhere(clock, caplog):
             if r.result.startswith("blocked")
         ]
         assert len(blocked) == 27
-        assert "circuit breaker open: 3 node(s) already re-tagged by recording" in blocked[0].result
+        assert "circuit breaker open: 3 nodes already re-tagged by recording" in blocked[0].result
         # the log says so once per held node, and people hear it in one Slack message
         warnings = [
             r.getMessage() for r in caplog.records if "circuit breaker open" in r.getMessage()
