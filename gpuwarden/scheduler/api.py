@@ -179,7 +179,10 @@ def _principal(request: Request) -> Principal:
 def _role(*kinds: str) -> Callable[[Principal], Principal]:
     def check(who: Annotated[Principal, Depends(_principal)]) -> Principal:
         if who.kind not in kinds:
-            raise HTTPException(403, f"this needs a {' or '.join(kinds)} token")
+            wanted = " or ".join(kinds)
+            raise HTTPException(
+                403, f"this needs {'an' if wanted[0] in 'aeiou' else 'a'} {wanted} token"
+            )
         return who
 
     return check

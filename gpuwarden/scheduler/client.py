@@ -188,7 +188,8 @@ def _error(method: str, path: str, resp: httpx.Response) -> SchedulerHTTPError:
     message = f"{method} {path}: HTTP {resp.status_code}"
     if detail:
         message += f": {detail}"
-    if resp.status_code in _HINTS:
+    # the service's own 403 says which token it needs; the hint is for a bare status
+    if resp.status_code in _HINTS and not (resp.status_code == 403 and detail):
         message += f" ({_HINTS[resp.status_code]})"
     return SchedulerHTTPError(message, resp.status_code)
 

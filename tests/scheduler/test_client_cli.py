@@ -188,6 +188,11 @@ def test_server_errors_are_one_line_without_the_token(service: Service, tmp_path
     assert "not-a-valid-token" not in bad.output
     missing = service.run("jobs", "list", token=None)
     assert missing.exit_code == 1 and "no scheduler token" in missing.output
+    # a tenant asking what only an admin may: the service says which token, once
+    admin_only = service.run("reclaim", "n1")
+    assert admin_only.exit_code == 1 and admin_only.output.strip().endswith(
+        "HTTP 403: this needs an admin token"
+    ), admin_only.output
     mig = service.run("jobs", "submit", "--mig", "9g.999gb", "--", "true")
     assert mig.exit_code == 1 and "HTTP 400" in mig.output and "9g.999gb" in mig.output
     assert len(mig.output.strip().splitlines()) == 1
