@@ -8,7 +8,7 @@ import numpy as np
 
 from gpuwarden.scheduler.cluster import ClusterState
 from gpuwarden.scheduler.jobs import Job
-from gpuwarden.wording import counted
+from gpuwarden.wording import counted, figure
 
 
 def why_not(c: ClusterState, job: Job, room: float, placed_tasks: int) -> str:
@@ -23,6 +23,8 @@ def why_not(c: ClusterState, job: Job, room: float, placed_tasks: int) -> str:
         steps.append((f"no node has GPUs of model {wanted}", has_model))
         if job.needs != NO_NEEDS:
             steps.append((_env_words(c, job, has_model), c.env_mask(job)))
+        if job.gpu_memory_mib is not None and job.kind != "mig":
+            steps.append(_memory_step(c, job, has_model))
     steps.append(("no node has the CPU free", c.cpu_free >= job.cpu_milli))
     steps.append(("no node has the memory free", c.mem_free >= job.memory_mib))
     if job.kind != "cpu":
@@ -71,6 +73,18 @@ def _gpu_words(job: Job) -> str:
         other = "time-sliced" if job.sharing == "mps" else "MPS"
         words += f" for {job.sharing} sharing (GPUs running {other} shares excluded)"
     return words
+
+
+def _memory_step(c: ClusterState, job: Job, candidates: np.ndarray) -> tuple[str, np.ndarray]:
+    """The nodes with a GPU as large as the job asks for, and the words when none is."""
+    cap = np.nan_to_num(np.asarray(c.gpu_mem_cap, dtype=np.float64)).max(axis=1)
+    largest = cap[candidates].max() if candidates.any() else 0.0
+    need = float(job.gpu_memory_mib or 0)
+    words = (
+        f"no node has a GPU with {figure(need / 1024)} GiB of memory "
+        f"(the largest has {figure(largest / 1024)} GiB)"
+    )
+    return words, cap >= need
 
 
 def _env_words(c: ClusterState, job: Job, candidates: np.ndarray) -> str:

@@ -95,3 +95,11 @@ def test_bad_health_calls() -> None:
     with pytest.raises(InputError, match="has no GPU 3"):
         s.set_health("n", 3, "ok")
     assert s.gpu_health("n", 0) is Health.OK
+
+
+def test_a_job_asking_more_memory_than_any_gpu_has_says_so() -> None:
+    s = one_node([Health.OK, Health.OK])
+    d = s.place(Job("big", gpus_per_task=1, gpu_memory_mib=200 * 1024))
+    assert not d.placed and d.reason.endswith(
+        "no node has a GPU with 200 GiB of memory (the largest has 80 GiB)"
+    ), d.reason
