@@ -171,7 +171,8 @@ def list_jobs(states: tuple[str, ...], fmt: str, url: str, token_file: str | Non
             _asks(j),
             _where(j),
             _when(j.get("started_at")),
-            j.get("reason") or "-",  # why it waits, or why it stopped: squeue's REASON
+            # why it waits, or why it stopped (squeue's REASON), without the row's own job id
+            (j.get("reason") or "").removeprefix(f"job {j['job_id']}: ") or "-",
         )  # fmt: skip
         for j in rows
     ]

@@ -172,6 +172,14 @@ def test_logs_billing_nodes_and_quota(service: Service) -> None:
         time.sleep(0.2)
     row = next(line for line in service.ok("jobs", "list").splitlines() if big in line)
     assert "the job needs 3 GPUs, more than the whole GPU quota of 2 GPUs" in row
+    # a decision's reason names its job; the row already does
+    odd = submitted_id(service.ok("jobs", "submit", "--gpu-model", "B300", "--", "true"))
+    deadline = time.time() + 20
+    while "B300" not in service.job(odd).get("reason", ""):
+        assert time.time() < deadline
+        time.sleep(0.2)
+    row = next(line for line in service.ok("jobs", "list").splitlines() if odd in line)
+    assert row.endswith("  no node has GPUs of model B300") and row.count(odd) == 1, row
     assert "team-a" in service.ok("quota", token=ADMIN)
 
 
