@@ -74,6 +74,15 @@ def billing_window(since: str | None, until: str | None) -> tuple[float, float]:
     return start, end
 
 
+def window_words(start: float, end: float) -> str:
+    """A billing window as its footer says it: "2026-12-01 00:00 .. 2026-12-07 13:05 UTC"."""
+    day = "%Y-%m-%d %H:%M"
+    return (
+        f"{datetime.fromtimestamp(start, UTC).strftime(day)} .. "
+        f"{datetime.fromtimestamp(end, UTC).strftime(day)} UTC"
+    )
+
+
 def progress_option(what: str = "Progress bars") -> Any:
     """``--progress/--no-progress``: on when stderr is a terminal, so a command run from cron
     or a timer writes no bar into its log unless asked."""

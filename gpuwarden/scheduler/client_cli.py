@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
-from gpuwarden.cliutil import DomainErrorGroup, billing_window, domain_errors
+from gpuwarden.cliutil import DomainErrorGroup, billing_window, domain_errors, window_words
 from gpuwarden.scheduler.billing import BillRow, EnergyRow, energy_totals, tenant_totals, write_csv
 from gpuwarden.scheduler.client import DEFAULT_URL, URL_ENV, SchedulerClient, read_token
 from gpuwarden.wording import counted, figure
@@ -333,6 +333,7 @@ def billing(
     table += [(t, "(total)", "", f"{h:.4f}", _num(watts[t][0]), "", _num(watts[t][1]))
               for t, h in tenant_totals(rows).items()]  # fmt: skip
     _echo_table(("TENANT", "JOB", "NAME", "GPU_HOURS", "KWH", "KWH_FROM", "CO2_KG"), table)
+    click.echo(f"window: {window_words(since_s, until_s)}", err=True)  # stdout stays the table
 
 
 def _num(value: float | None) -> str:

@@ -15,6 +15,7 @@ from gpuwarden.cliutil import (
     open_store,
     settings,
     store_option,
+    window_words,
 )
 from gpuwarden.wording import counted
 
@@ -112,6 +113,7 @@ def billing(
         click.echo("no pod used a GPU in the window (no pod label on any GPU series)")
     for ns, hours in totals.items():
         click.echo(f"{ns}\t{hours:.6f}")
+    click.echo(f"window: {window_words(since_s, until_s)}", err=True)  # stdout stays the table
     if csv_path:
         write_csv(rows, csv_path)
 
