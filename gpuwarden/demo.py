@@ -33,6 +33,7 @@ from gpuwarden.config import parse_listen
 from gpuwarden.errors import ConfigError
 from gpuwarden.store import open_store
 from gpuwarden.store.base import Store
+from gpuwarden.wording import counted
 
 
 def fleet_spec(
@@ -172,7 +173,7 @@ def run_demo(
     # a bar only at a terminal: `make demo > log` gets the steps, not 30 redraws
     n_samples, n_events, n_failures = simulate_into(store, spec, progress=sys.stderr.isatty())
     echo(
-        f"      stored {n_samples:,} samples, {n_events:,} events, {n_failures} failures (ground truth)"
+        f"      stored {n_samples:,} samples, {n_events:,} events, {counted(n_failures, 'failure')} (ground truth)"
     )
 
     host, port = parse_listen(listen)

@@ -147,7 +147,7 @@ class FleetSummary:
         out = ["Signals the model reads that the store lacks (left out of the risk, not zero):"]
         for signal, n in self.gaps:
             out.append(
-                f"  {n:5d} of {self.reported} GPUs  {signal.name} ({' or '.join(signal.metrics)})"
+                f"  {n:5d} of {counted(self.reported, 'GPU')}  {signal.name} ({' or '.join(signal.metrics)})"
             )
         out.append(f"  dcgm-exporter exports them with {COUNTERS_FILE} (docs/store.md)")
         smi = [q for signal, _ in self.gaps for q in signal.smi_fields]

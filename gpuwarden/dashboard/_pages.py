@@ -14,6 +14,7 @@ import streamlit as st
 
 from gpuwarden.dashboard import _cache, _charts, _decisions, data
 from gpuwarden.dashboard._context import Context, fmt_age, fmt_time, states, verdicts_note
+from gpuwarden.wording import counted
 
 
 def how_to_collect(url: str) -> None:
@@ -38,7 +39,7 @@ def _header(ctx: Context, title: str) -> None:
     snap = ctx.snap
     st.title(title)
     st.caption(
-        f"{snap.gpus:,} GPUs · as of {fmt_time(snap.as_of)} · sampled every {fmt_age(snap.step_s)} · "
+        f"{counted(snap.gpus, 'GPU')} · as of {fmt_time(snap.as_of)} · sampled every {fmt_age(snap.step_s)} · "
         f"store `{ctx.url}`"
     )
     if not snap.live:

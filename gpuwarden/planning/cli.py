@@ -16,6 +16,7 @@ import click
 
 from gpuwarden.cliutil import domain_errors, progress_option
 from gpuwarden.errors import InputError
+from gpuwarden.wording import counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -212,7 +213,7 @@ def wait_lines(
         past = {c: frame[c] for c in forecasts}
         for stats in forecast_waits(history, forecasts, past, hours).values():
             out.append(f"  forecast, jobs arriving in the next {hours} h "
-                       f"(replayed on {len(history.nodes)} nodes): {stats}")  # fmt: skip
+                       f"(replayed on {counted(len(history.nodes), 'node')}): {stats}")  # fmt: skip
     return out
 
 
@@ -406,7 +407,7 @@ def tco_cmd(
             if demand is not None:
                 s = split(demand.to_numpy(), p)
                 click.echo(
-                    f"  split: own or rent long-term {s.base_gpus} GPUs (base load, "
+                    f"  split: own or rent long-term {counted(s.base_gpus, 'GPU')} (base load, "
                     f"{s.base_share_of_hours:.0%} of the GPU-hours); {s.elastic_gpus} more "
                     f"(up to the p99 peak of {s.peak_gpus}) on cloud spot or on-demand"
                 )
