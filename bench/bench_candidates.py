@@ -104,6 +104,7 @@ SPENT: tuple[tuple[int, tuple[int, ...], int], ...] = (
     (38, (38001, 38002, 38003, 38004), 36),  # each split from half the features (FS)
     (39, (39001, 39002, 39003, 39004), 37),  # trees that learn only what could be seen (LO)
     (40, (40001, 40002, 40003, 40004), 38),  # nor the healthy rows of a decline (LO2)
+    (41, (41001, 41002, 41003, 41004), 39),  # a score that never falls as the evidence rises (MC)
 )
 DAYS = 60.0
 

@@ -13,6 +13,7 @@ from gpuwarden.counters import total_increase
 from gpuwarden.health import GpuState, describe
 from gpuwarden.signals import COUNTERS_FILE, SIGNAL_FIELDS, SIGNALS, Signal, missing_signals
 from gpuwarden.store.base import Store
+from gpuwarden.store.inventory import never_reported
 from gpuwarden.wording import counted
 
 _WATCH_FIELDS = (
@@ -224,7 +225,7 @@ def fleet_summary(
         if len(latest)
         else latest
     )
-    events_only = doubt[_never_reported(store, doubt)]
+    events_only = doubt[never_reported(store, doubt)]
     silent = set(events_only["uuid"])
     reporting = (
         int(((gpus["last_ts"] >= fresh) & ~gpus["uuid"].isin(silent)).sum()) if len(gpus) else 0
@@ -310,21 +311,6 @@ def _xid_table(events: pd.DataFrame, kind: str) -> pd.DataFrame:
             for c, n in counts.items()
         ]
     ).sort_values("count", ascending=False)  # fmt: skip
-
-
-def _never_reported(store: Store, slots: pd.DataFrame) -> np.ndarray:
-    """Per row of ``slots`` (``Store.gpus`` rows), whether its board has no telemetry stored
-    at all: only events named it (hourly rollups, stitched to the raw samples after them: one
-    row an hour at most)."""
-    if slots.empty:
-        return np.zeros(0, dtype=bool)
-    seen = store.read_window(
-        start=float(slots["first_ts"].min()),
-        end=float(slots["last_ts"].max()) + 1,
-        uuids=list(slots["uuid"]),
-        resolution_s=3600,
-    )
-    return ~slots["uuid"].isin(seen["uuid"].unique() if len(seen) else []).to_numpy()
 
 
 def _gaps(store: Store, gpus: pd.DataFrame, now: float) -> tuple[list[tuple[Signal, int]], int]:

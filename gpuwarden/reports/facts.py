@@ -22,6 +22,7 @@ from gpuwarden.reports import _capacity, _fleet, _idle, _sched, _spot, _usage
 from gpuwarden.reports.model import Absent, Capacity, Change, Facts, Period
 from gpuwarden.scheduler.sleep import SleepPolicy
 from gpuwarden.store.base import ReadableStore
+from gpuwarden.store.inventory import never_reported
 
 WEEK_S = 7 * 86400.0
 
@@ -117,6 +118,10 @@ def _facts(
     hourly = hourly[(hourly["ts"] >= since) & (hourly["ts"] < until)].astype(
         {"hostname": "category", "uuid": "category", "model": "category"}
     )
+    # devices only events named (a memory-error log, a kernel log) were never read: no
+    # availability, no inventory change; ask the store of those the period's hours leave in doubt
+    doubt = gpus[~gpus["uuid"].isin(hourly["uuid"].unique())] if len(gpus) else gpus
+    gpus = gpus[~gpus["uuid"].isin(doubt["uuid"][never_reported(store, doubt)])]
     verdicts = _verdicts(store, since, until, held)
     period_verdicts = verdicts[verdicts["ts"] >= since]
     events = store.read_events(start=since, end=until)

@@ -298,3 +298,22 @@ def test_a_missed_failure_near_the_line_is_told_from_one_that_showed_little():
     # verdicts without a risk (hard signals only) come near nothing
     blind = failures(failed, verdicts.assign(risk=float("nan")), {})
     assert blind.missed_near == 0 and {i.peak_risk for i in blind.items} == {None}
+
+
+def test_devices_known_from_events_alone_are_neither_down_nor_missing(tmp_path):
+    """A store of memory-error events (`ingest --memory-errors`) said 0% availability, 672 h of
+    downtime and four GPUs missing: nothing was ever read of those devices."""
+    from gpuwarden.collectors.memory_errors import ingest_memory_errors
+
+    log = tmp_path / "hbm.csv"
+    log.write_text(
+        "Datacenter,Server,Name,Stack,SID,PcId,BankGroup,BankArray,Col,Row,Time,EccType\n"
+        f"dc1,n1,DSA3,0x3,0x0,0x1,0x2,0x1,0x54,0x3e2b,{SINCE - 86400:.0f},CE\n"
+        f"dc1,n1,DSA3,0x3,0x0,0x1,0x2,0x1,0x54,0x3e2c,{SINCE + 3600:.0f},CE\n"
+        f"dc1,n2,DSA1,0x0,0x0,0x1,0x2,0x1,0x54,0x3e2b,{SINCE + 7200:.0f},UER\n"
+    )
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    ingest_memory_errors(store, log)
+    f = build_facts(store, SINCE, UNTIL, now=UNTIL + 3600)
+    assert f.availability is None and f.inventory.gpus == 0 and not f.inventory.missing
+    assert any(a.section == "availability" for a in f.absent)
