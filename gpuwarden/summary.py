@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from gpuwarden.collectors.memory_errors import by_ecc_type
 from gpuwarden.counters import total_increase
 from gpuwarden.health import GpuState, describe
 from gpuwarden.signals import COUNTERS_FILE, SIGNAL_FIELDS, SIGNALS, Signal, missing_signals
@@ -241,7 +242,7 @@ def fleet_summary(
         )
 
     xid_table = _xid_table(events, "xid")
-    memory = _memory_errors(events)
+    memory = by_ecc_type(events)
     unmatched = _xid_table(_since_unmatched(events), "xid_unmatched")
     if len(failures):
         fail_table = (
@@ -267,23 +268,6 @@ def fleet_summary(
         start, now, gpus, reporting, missing, xid_table, fail_table, watch, verdicts, rejections,
         gaps, reported, unmatched, memory, events_only,
     )  # fmt: skip
-
-
-def _memory_errors(events: pd.DataFrame) -> dict[str, tuple[int, int]]:
-    """Memory-error events per ECC type (CE, UER, UEO, as the detail's ``ecc=`` says): the
-    errors and the devices that logged them, in the order of ``ECC_TYPES``."""
-    from gpuwarden.collectors.memory_errors import ECC_TYPES, KIND
-
-    mem = events[events["kind"] == KIND] if len(events) else events
-    if not len(mem):
-        return {}
-    ecc = mem["detail"].str.extract(r"\becc=(\w+)", expand=False).fillna("?")
-    out = {}
-    for name in (*ECC_TYPES, *sorted(set(ecc) - set(ECC_TYPES))):
-        sel = mem[ecc == name]
-        if len(sel):
-            out[name] = (len(sel), int(sel["uuid"].nunique()))
-    return out
 
 
 def _since_unmatched(events: pd.DataFrame) -> pd.DataFrame:

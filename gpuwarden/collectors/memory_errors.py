@@ -338,3 +338,18 @@ __all__ = [
     "memory_error_frame",
     "read_calchas_csv",
 ]
+
+
+def by_ecc_type(events: pd.DataFrame) -> dict[str, tuple[int, int]]:
+    """The ``memory_error`` events of a ``Store.read_events`` frame per ECC type (CE, UER, UEO,
+    as the detail's ``ecc=`` says): (errors, devices that logged them), in ``ECC_TYPES`` order."""
+    mem = events[events["kind"] == KIND] if len(events) else events
+    if not len(mem):
+        return {}
+    ecc = mem["detail"].str.extract(r"\becc=(\w+)", expand=False).fillna("?")
+    out = {}
+    for name in (*ECC_TYPES, *sorted(set(ecc) - set(ECC_TYPES))):
+        sel = mem[ecc == name]
+        if len(sel):
+            out[name] = (len(sel), int(sel["uuid"].nunique()))
+    return out

@@ -147,6 +147,13 @@ def index(f: Facts, catalogue: set[int] | None = None) -> Index:
         ix.add(g, "hard_signals", n, "count")
         ix.add(g, f"hard_{name}", n, "count")
     ix.add(g, "hard_signals", sum(x.hard_signals.values()), "count")
+    if (hbm := f.memory_errors) is not None:
+        ix.add(g, "memory_errors", hbm.errors, "count")
+        ix.add(g, "memory_errors", hbm.uncorrectable, "count")
+        ix.add(g, "memory_devices", hbm.devices, "count")
+        for ecc in hbm.by_type:
+            ix.add(g, "memory_errors", ecc.errors, "count")
+            ix.add(g, "memory_devices", ecc.devices, "count")
     if f.utilisation:
         u = f.utilisation
         _fields(ix, g, u, USAGE)

@@ -16,10 +16,12 @@ from gpuwarden.health import GpuState, at_risk_threshold, describe, event_signal
 from gpuwarden.reports.model import (
     AtRiskGpu,
     Availability,
+    EccCount,
     FailureFact,
     Failures,
     GpuRef,
     Inventory,
+    MemoryErrors,
     ModelAvailability,
     NodeAvailability,
     Replacement,
@@ -263,6 +265,23 @@ def risk(
         unhealthy_gpus=sum(i.state == UNHEALTHY for i in items),
         gpus=items,
         daily=daily,
+    )
+
+
+def memory_errors(events: pd.DataFrame) -> MemoryErrors | None:
+    """The period's per-address HBM errors by ECC type; None when there are none."""
+    from gpuwarden.collectors.memory_errors import KIND, by_ecc_type
+
+    counts = by_ecc_type(events)
+    if not counts:
+        return None
+    mem = events[events["kind"] == KIND]
+    by_type = [EccCount(ecc=k, errors=n, devices=d) for k, (n, d) in counts.items()]
+    return MemoryErrors(
+        errors=len(mem),
+        uncorrectable=sum(c.errors for c in by_type if c.ecc.startswith("UE")),
+        devices=int(mem["uuid"].nunique()),
+        by_type=by_type,
     )
 
 

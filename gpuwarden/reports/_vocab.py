@@ -95,6 +95,8 @@ METRIC_WORDS: dict[str, str] = {
     "retags": r"re-?tag|tagg|hook", "retags_ok": r"re-?tag|tagg|hook|succe",
     "retags_failed": r"re-?tag|hook|fail",
     "xids": r"xid|error|event|times|occurr|logged", "xid_codes": r"code|kind|type|distinct",
+    "memory_errors": r"memory error|hbm|ecc|correct|\bce\b|\buer\b|\bueo\b|error",
+    "memory_devices": r"\bdevices?\b|accelerators?|\bgpus?\b|\bboards?\b",
     "hard_signals": r"hard[- ]signal|fatal|lost|reset|double-bit|remap|signal",
     "util": r"utili[sz]|busy|\butil\b|\bload\b|active",
     "memory": r"memory|framebuffer|\bmem\b|\bvram\b", "idle": r"idle|unused",

@@ -202,6 +202,7 @@ def _facts(
         risk=_fleet.risk(latest, verdicts, gpus, since, until),
         alerts=alerts,
         xids=_fleet.xids(events),
+        memory_errors=_fleet.memory_errors(events),
         utilisation=utilisation,
         scheduler=sched,
         namespaces=namespaces,

@@ -161,6 +161,21 @@ class Xids(_Frozen):
     hard_signals: dict[str, int]
 
 
+class EccCount(_Frozen):
+    ecc: str  # CE (corrected), UER (uncorrectable, recoverable), UEO (uncorrectable, other)
+    errors: int
+    devices: int
+
+
+class MemoryErrors(_Frozen):
+    """Per-address HBM errors of the period (``ingest --memory-errors``), by ECC type."""
+
+    errors: int
+    uncorrectable: int
+    devices: int
+    by_type: list[EccCount]
+
+
 class ModelUsage(_Frozen):
     model: str
     #: boards that reported in the period (a board swapped in a slot counts apart)
@@ -364,5 +379,7 @@ class Facts(_Frozen):
     sleep: IdleSleep | None = None
     queue_wait_by_model: list[ModelWait] | None = None
     spot: Spot | None = None
+    #: HBM error events of the period (a Calchas-format log); None when the store holds none
+    memory_errors: MemoryErrors | None = None
     changes: list[Change]
     absent: list[Absent]

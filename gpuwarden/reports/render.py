@@ -32,6 +32,14 @@ class Block:
     rows: tuple[tuple[str, ...], ...] = ()
 
 
+#: What the ECC types of a memory-error log (Calchas' format) mean.
+_ECC_WORDS = {
+    "CE": "corrected",
+    "UER": "uncorrectable, recoverable",
+    "UEO": "uncorrectable, other",
+}
+
+
 def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> list[Block]:
     b: list[Block] = []
     last = prose_period(f)
@@ -122,6 +130,13 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
         rows += [
             (str(c.code), c.name, c.xid_class, str(c.count), str(c.gpus), c.action)
             for c in x.by_code[:TABLE_ROWS]
+        ]
+        b.append(Block("table", rows=tuple(rows)))
+    if (m := f.memory_errors) is not None:
+        b.append(Block("h2", "Memory errors"))
+        rows = [("ECC type", "meaning", "errors", "devices")]
+        rows += [
+            (c.ecc, _ECC_WORDS.get(c.ecc, ""), str(c.errors), str(c.devices)) for c in m.by_type
         ]
         b.append(Block("table", rows=tuple(rows)))
     ut, e = f.utilisation, f.energy

@@ -103,6 +103,11 @@ def summary(f: Facts) -> list[Sentence]:
         say("xids", "No Xid was logged.")
     if x.hard_signals:
         say("xids", f"Hard signals: {_n(sum(x.hard_signals.values()))} in total.")
+    if (m := f.memory_errors) is not None:
+        types = ", ".join(f"{_n(c.errors)} {c.ecc}" for c in m.by_type)
+        say("memory_errors", f"The HBM error log holds {counted(m.errors, 'memory error')} on "
+            f"{counted(m.devices, 'device')} ({types}); {_n(m.uncorrectable)} "
+            f"{plural(m.uncorrectable, 'was', 'were')} uncorrectable.")  # fmt: skip
     u = f.utilisation
     if u is not None and u.fleet_gpu_util_pct is not None:
         mem = (
@@ -228,6 +233,7 @@ TOPIC_WORDS: dict[str, str] = {
     "risk": r"at[- ]risk|unhealthy|risk",
     "alerts": r"transition|alert|re-?tag",
     "xids": r"xid|hard signal",
+    "memory_errors": r"hbm|ecc|correctable|memory error",
     "utilisation": r"utili[sz]|memory|idle",
     "energy": r"energy|kwh|mwh|co2|carbon",
     "scheduler": r"queue|wait|preempt|jobs|gpu-hours|allocat",

@@ -317,3 +317,18 @@ def test_devices_known_from_events_alone_are_neither_down_nor_missing(tmp_path):
     f = build_facts(store, SINCE, UNTIL, now=UNTIL + 3600)
     assert f.availability is None and f.inventory.gpus == 0 and not f.inventory.missing
     assert any(a.section == "availability" for a in f.absent)
+    # the errors themselves are in the report: by type, the one before the period left out
+    m = f.memory_errors
+    assert m is not None and (m.errors, m.uncorrectable, m.devices) == (2, 1, 2)
+    assert [(c.ecc, c.errors, c.devices) for c in m.by_type] == [("CE", 1, 1), ("UER", 1, 1)]
+    from gpuwarden.reports.build import checker_index
+    from gpuwarden.reports.claims import check
+    from gpuwarden.reports.templates import summary
+
+    said = [s.text for s in summary(f) if s.topic == "memory_errors"]
+    assert said == [
+        "The HBM error log holds 2 memory errors on 2 devices (1 CE, 1 UER); 1 was uncorrectable."
+    ]
+    assert check(said[0], checker_index(f)) == {}
+    wrong = "The HBM error log holds 5 memory errors, 3 of them uncorrectable."
+    assert check(wrong, checker_index(f)) != {}  # the claims checker reads these numbers
