@@ -113,6 +113,11 @@ def recent_events(url: str, start: float, end: float, uuid: str | None = None) -
     return data.recent_events(store(url), start, end, uuid=uuid)
 
 
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def gpu_failures(url: str, uuid: str) -> pd.DataFrame:
+    return data.gpu_failures(store(url), uuid)
+
+
 @st.cache_data(ttl=TTL_S, show_spinner="Reading the GPU's history...")
 def gpu_series(url: str, uuid: str, start: float, end: float, step_s: float) -> pd.DataFrame:
     return data.gpu_series(store(url), uuid, start, end, step_s=step_s)

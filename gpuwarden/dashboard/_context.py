@@ -31,8 +31,13 @@ def fmt_age(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.0f} min"
     if seconds < 2 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
+        return f"{_tenths(seconds / 3600)} h"
+    return f"{_tenths(seconds / 86400)} days"
+
+
+def _tenths(x: float) -> str:
+    """One decimal, none when it is 0: "24 h" and "7 days", not "24.0 h"; "2.5 h" stays."""
+    return f"{x:.1f}".removesuffix(".0")
 
 
 def states(ctx: Context) -> pd.DataFrame:

@@ -88,6 +88,10 @@ def gpu_detail(ctx: Context) -> None:
         since = gpu["flagged_ts"]
         since_text = f" since {fmt_time(float(since))}" if pd.notna(since) else ""
         box(f"**{state}**{since_text}: {gpu['reasons']}\n\n**Recommended action:** {gpu['action']}")
+    failed = _cache.gpu_failures(ctx.url, uuid)
+    if len(failed):  # a failures file or a simulation's ground truth: what became of the board
+        said = "; ".join(f"{fmt_time(float(r.ts))} ({r.kind})" for r in failed.itertuples())
+        st.error(f"**Recorded failure{'s' if len(failed) > 1 else ''}:** {said}")
 
     end = snap.as_of + 1e-3
     start = snap.as_of - ctx.range_s

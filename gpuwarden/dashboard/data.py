@@ -234,6 +234,16 @@ def fleet_series(
     return out
 
 
+def gpu_failures(store: Store, uuid: str) -> pd.DataFrame:
+    """The failures recorded for one GPU board (a failures file, or a simulation's ground
+    truth), newest first: ts, kind."""
+    failed = store.read_failures()
+    if failed.empty:
+        return pd.DataFrame(columns=["ts", "kind"])
+    mine = failed[failed["uuid"] == uuid]
+    return mine[["ts", "kind"]].sort_values("ts", ascending=False, ignore_index=True)
+
+
 def recent_events(
     store: Store, start: float, end: float, *, uuid: str | None = None
 ) -> pd.DataFrame:

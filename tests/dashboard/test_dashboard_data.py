@@ -322,3 +322,25 @@ def test_the_gpu_pages_line_is_the_verdicts_then_serves(monkeypatch, tmp_path):
     (tmp_path / CARD_FILE).write_text(json.dumps({"threshold": 0.42}))
     monkeypatch.setenv("GPUWARDEN_MODEL", str(tmp_path))
     assert data.model_line() == 0.42
+
+
+def test_ages_read_as_people_write_them():
+    from gpuwarden.dashboard._context import fmt_age
+
+    assert [fmt_age(s) for s in (30, 600, 86400, 9000, 7 * 86400, 2.5 * 86400)] == [
+        "30 s", "10 min", "24 h", "2.5 h", "7 days", "2.5 days",
+    ]  # fmt: skip
+
+
+def test_a_gpus_recorded_failures_newest_first(tmp_path):
+    from gpuwarden.store.sqlite import SqliteStore
+    from gpuwarden.telemetry import Failure, GpuId
+
+    store = SqliteStore(tmp_path / "s.db")
+    a, b = GpuId("n1", 0, "GPU-a"), GpuId("n1", 1, "GPU-b")
+    assert data.gpu_failures(store, "GPU-a").empty
+    store.write_failures(
+        [Failure(100.0, a, "hbm_ue"), Failure(900.0, a, "gsp_timeout"), Failure(500.0, b, "x")]
+    )
+    got = data.gpu_failures(store, "GPU-a")
+    assert list(got["ts"]) == [900.0, 100.0] and list(got["kind"]) == ["gsp_timeout", "hbm_ue"]
