@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from gpuwarden.reports._usage import IDLE_UTIL_PCT
+from gpuwarden.reports._vocab import CHANGE_METRICS
 from gpuwarden.reports.model import Facts
 
 FLEET = "fleet"
@@ -218,9 +219,11 @@ def index(f: Facts, catalogue: set[int] | None = None) -> Index:
     for ch in f.changes:
         dim = _CHANGE_DIMS.get(ch.unit, "count")
         scale = 1 / 60.0 if ch.unit == "min" else 1.0
-        ix.add(g, "previous", ch.before * scale, dim)
-        ix.add(g, "change", abs(ch.after - ch.before) * scale, dim)
-        ix.add(g, "change", abs(ch.change_pct) if ch.change_pct is not None else None, "pct")
+        own = f"_{CHANGE_METRICS[ch.metric]}" if ch.metric in CHANGE_METRICS else ""
+        ix.add(g, f"previous{own}", ch.before * scale, dim)
+        ix.add(g, f"change{own}", abs(ch.after - ch.before) * scale, dim)
+        pct = abs(ch.change_pct) if ch.change_pct is not None else None
+        ix.add(g, f"change{own}", pct, "pct")
     if catalogue:
         ix.xids |= catalogue
     return ix
@@ -286,9 +289,3 @@ def _gpu(ix: Index, hostname: str, gpu: int, uuid: str) -> str:
 
 
 _CHANGE_DIMS = {"%": "pct", "kWh": "kwh", "min": "hours", "GPU-hours": "gpu_hours"}
-_CHANGE_METRICS = {
-    "fleet availability": "availability", "fleet GPU utilisation": "util", "energy": "energy",
-    "queue wait p95": "queue_wait_p95", "preemptions": "preemptions", "failures": "failures",
-    "Xids": "xids", "verdict transitions": "transitions", "GPUs": "gpus",
-    "GPUs at risk or unhealthy": "flagged", "GPU-hours allocated": "gpu_hours",
-}  # fmt: skip

@@ -144,3 +144,18 @@ METRIC_WORDS: dict[str, str] = {
     "change": r"chang|rose|fell|drop|increas|decreas|grew|\bup\b|\bdown\b|more|less|higher|lower|"
               r"compared|against|previous|last week|before",
 }  # fmt: skip
+#: The headline numbers ``facts.changes`` compares, by the metric their own value is read as. A
+#: change's atoms (its value the period before, how much it moved) are that metric's alone: "fleet
+#: availability rose by 6 points" is checked against availability's move, not against energy's
+#: 6.4% that happened to fall in the same week.
+CHANGE_METRICS: dict[str, str] = {
+    "fleet availability": "availability", "fleet GPU utilisation": "util", "energy": "energy",
+    "queue wait p95": "queue_wait_p95", "preemptions": "preemptions", "failures": "failures",
+    "Xids": "xids", "verdict transitions": "transitions", "GPUs": "gpus",
+    "GPUs at risk or unhealthy": "flagged", "GPU-hours allocated": "gpu_hours",
+}  # fmt: skip
+for _m in set(CHANGE_METRICS.values()):
+    for _kind in ("change", "previous"):  # both the move's words and the metric's, anywhere
+        METRIC_WORDS[f"{_kind}_{_m}"] = (
+            rf"^(?=[\s\S]*(?:{METRIC_WORDS[_kind]}))(?=[\s\S]*(?:{METRIC_WORDS[_m]}))"
+        )

@@ -34,7 +34,8 @@ def change_size(c: Change) -> str:
     """How much a headline number moved: a percentage in points (fleet availability from 96.2%
     to 98.7% is "+2.5 percentage points", not "+2.6%"), anything else against its old value."""
     if c.unit == "%":
-        points = round(c.after - c.before, 1)
+        # from the values as shown (one decimal), so "94.7% to 98.7%" reads "+4", not "+3.9"
+        points = round(round(c.after, 1) - round(c.before, 1), 1)
         return f"{points:+g} percentage {'point' if abs(points) == 1 else 'points'}"
     return f"{c.change_pct:+g}%" if c.change_pct is not None else ""
 

@@ -41,6 +41,7 @@ def test_every_template_sentence_and_recommendation_passes(facts, ix):
         "Jobs waited 35 min at the median and 57.5 min at p95.",
         "Xid 79 (GPU has fallen off the bus) was logged once on gpu-a01 GPU 0.",
         "Failures rose from 0 to 2 against the previous week.",
+        "Xids fell by 20% against the previous week, from 5 to 4.",
         "More than 90% of GPU-hours were up across the fleet.",
         "gpu-b02 GPU 1 (A100-80GB) is at risk with a risk score of 0.77.",
     ],
@@ -66,6 +67,8 @@ def test_supported_claims_pass(text, ix):
         ("Xid 77 was logged twice.", "Xid 77"),  # not in the facts nor NVIDIA's table
         ("Tenant bob used 200 GPU-hours.", "200 GPU-hours"),  # alice's number on bob
         ("Jobs waited 35 min at p95.", "35 min"),  # the median called p95
+        # the verdict transitions' rise (0 to 4) on the failures, which rose by 2
+        ("Failures rose by 4 against the previous week.", "4"),
     ],
 )
 def test_unsupported_claims_are_caught(text, caught, ix):

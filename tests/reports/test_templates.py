@@ -13,7 +13,7 @@ from gpuwarden.reports.model import Change, GpuRef
 from gpuwarden.reports.recommend import recommend
 from gpuwarden.reports.render import blocks, markdown
 from gpuwarden.reports.slack import summary_blocks
-from gpuwarden.reports.templates import change_unit, summary
+from gpuwarden.reports.templates import change_size, change_unit, summary
 from gpuwarden.reports.writer import template_prose
 from gpuwarden.wording import counted, plural
 
@@ -172,7 +172,10 @@ def test_a_percentage_moves_in_points_a_count_in_percent(ones):
         Change(metric="fleet availability", unit="%", before=96.2, after=98.7, change_pct=2.6),
         Change(metric="failures", unit="failures", before=2, after=1, change_pct=-50.0),
         Change(metric="fleet GPU utilisation", unit="%", before=50.0, after=49.0, change_pct=-2.0),
+        Change(metric="energy", unit="kWh", before=10.0, after=11.0, change_pct=10.0),
     ]
+    shown = Change(metric="fleet availability", unit="%", before=94.73, after=98.66, change_pct=4.1)
+    assert change_size(shown) == "+4 percentage points"  # 94.7% to 98.7%, as the table shows
     avail = ones.availability.model_copy(update={"fleet_availability_pct": 98.7})
     util = ones.utilisation.model_copy(update={"fleet_gpu_util_pct": 49.0})
     f = ones.model_copy(update={"changes": moved, "availability": avail, "utilisation": util})
