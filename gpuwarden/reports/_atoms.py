@@ -13,6 +13,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from gpuwarden.reports._fleet import LOOKBACK_S
 from gpuwarden.reports._usage import IDLE_UTIL_PCT
 from gpuwarden.reports._vocab import CHANGE_METRICS
 from gpuwarden.reports.model import Facts
@@ -98,6 +99,8 @@ def index(f: Facts, catalogue: set[int] | None = None) -> Index:
     ix.add(g, "caught", fl.caught, "count")
     ix.add(g, "missed", fl.missed, "count")
     ix.add(g, "unwatched", fl.unwatched, "count")
+    # how far before a failure a verdict counts ("no verdict in the two weeks before")
+    ix.add(g, "lookback", LOOKBACK_S / 3600.0, "hours")
     ix.add(g, "missed_near", fl.missed_near, "count")
     ix.add(g, "lead_time", fl.median_lead_time_h, "hours")
     per_host: dict[str, int] = defaultdict(int)

@@ -83,6 +83,7 @@ METRIC_WORDS: dict[str, str] = {
     "caught": r"caught|flag|predict|foresaw|warn|in advance|ahead",
     "missed": r"miss|no warning|unflagged|without warning",
     "unwatched": r"not watch|unwatched|no verdict|not running",
+    "lookback": r"before|prior|ahead|no verdict|watch",
     "missed_near": r"near|close to",
     "lead_time": r"lead|before|ahead|advance|earlier|warn|notice",
     "risk_now": r"at[- ]risk", "bad_now": BAD, "flagged": r"flag|at[- ]risk|" + BAD,

@@ -206,15 +206,22 @@ def _bound(mentions: list[tuple[int, str]], pos: int, end: int | None = None) ->
     return [FLEET, *after[:1]]
 
 
+#: A comma ends a clause, but not the thousands separator of a number ("3,657.8 kWh").
+_COMMA = r"(?:,(?<!\d,)|,(?!\d{3}(?!\d)))"
+
+
 def _clause(lowered: str, pos: int) -> str:
     cuts = [
         0,
-        *[m.end() for m in re.finditer(r"[,;:()]|\b(?:and|while|but|whereas|with)\b", lowered)],
+        *[
+            m.end()
+            for m in re.finditer(_COMMA + r"|[;:()]|\b(?:and|while|but|whereas|with)\b", lowered)
+        ],
     ]
     start = max(c for c in cuts if c <= pos)
     ends = [
         m.start()
-        for m in re.finditer(r"[,;:()]|\b(?:and|while|but|whereas)\b", lowered)
+        for m in re.finditer(_COMMA + r"|[;:()]|\b(?:and|while|but|whereas)\b", lowered)
         if m.start() > pos
     ]
     return lowered[start : (ends[0] if ends else len(lowered))]

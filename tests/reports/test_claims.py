@@ -88,3 +88,21 @@ def test_sentences_split_on_ends_and_lines_not_decimals():
         "gpu-b02 was worst.",
         "- [R1] Lower bob's quota.",
     ]
+
+
+def test_a_large_fleets_template_sentences_pass_too(facts):
+    """A thousands separator ended the number's clause ("The GPUs used 3,657.8 kWh." failed on
+    "3"), and "no verdict in the two weeks before" had no fact: both are template text."""
+    big = facts.model_copy(
+        update={
+            "energy": facts.energy.model_copy(update={"energy_kwh": 3657.8}),
+            "failures": facts.failures.model_copy(update={"unwatched": 2}),
+        }
+    )
+    ix = checker_index(big)
+    texts = [s.text for s in summary(big)] + [r.text for r in recommend(big)]
+    assert any("3,657.8 kWh" in t for t in texts) and any("two weeks before" in t for t in texts)
+    for text in texts:
+        assert errors(text, ix) == [], text
+    assert errors("The GPUs used 3,906.4 kWh.", ix)  # and a wrong one is still caught
+    assert errors("2 GPUs had no verdict in the three weeks before they failed.", ix)
