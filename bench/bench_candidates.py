@@ -105,6 +105,7 @@ SPENT: tuple[tuple[int, tuple[int, ...], int], ...] = (
     (39, (39001, 39002, 39003, 39004), 37),  # trees that learn only what could be seen (LO)
     (40, (40001, 40002, 40003, 40004), 38),  # nor the healthy rows of a decline (LO2)
     (41, (41001, 41002, 41003, 41004), 39),  # a score that never falls as the evidence rises (MC)
+    (42, (42001, 42002, 42003, 42004), 40),  # LO's rows with MC's monotone score (LM)
 )
 DAYS = 60.0
 

@@ -75,7 +75,10 @@ def index(f: Facts, catalogue: set[int] | None = None) -> Index:
         ix.models.add(model)
         ix.add(f"model:{model}", "gpus", n, "count")
     for ref in [*inv.added, *inv.missing]:
-        _gpu(ix, ref.hostname, ref.gpu, ref.uuid)
+        e = _gpu(ix, ref.hostname, ref.gpu, ref.uuid)
+        if ref.date:  # "node7 GPU 3 went missing on 2026-12-03"
+            ix.dates[e].add(ref.date)
+            ix.dates[f"host:{ref.hostname}"].add(ref.date)
     for r in inv.replaced:
         e = _gpu(ix, r.hostname, r.gpu, r.new_uuid)
         ix.uuids[r.old_uuid] = e

@@ -57,7 +57,10 @@ def charts(f: Facts, folder: Path) -> dict[str, Path]:
         fig, ax = plt.subplots(figsize=(8, max(2.5, 0.3 * len(items) + 1)))
         labels = [f"{i.hostname} GPU {i.gpu} ({i.date})" for i in items]
         leads = [i.lead_time_h or 0.0 for i in items]
-        stub = max([*leads, 1.0]) * 0.02  # a missed failure: a short red stub, labelled
+        # the axis spans a day at least (the lead the model is judged at), so a week with no
+        # catch shows short stubs on a day's axis, not stubs stretched across 0-0.02 h
+        span = max([*leads, 24.0]) * 1.05
+        stub = span * 0.02  # a missed failure: a short red stub, labelled
         colors = ["#54a24b" if i.caught else "#e45756" if i.watched else "#9d9d9d" for i in items]
         ax.barh(
             labels,
@@ -68,7 +71,10 @@ def charts(f: Facts, folder: Path) -> dict[str, Path]:
             if not i.caught:
                 said, color = ("missed", "#e45756") if i.watched else ("not watched", "#9d9d9d")
                 ax.text(stub * 1.5, y, said, va="center", color=color)
-        ax.set_xlabel("hours flagged before failing (red: missed; grey: no verdict before it)")
+        ax.set_xlim(0, span)
+        ax.axvline(24.0, color="#888888", linestyle=":", linewidth=1)
+        ax.set_xlabel("hours flagged before failing (red: missed; grey: no verdict before it; "
+                      "dotted: 24 h)")  # fmt: skip
         unwatched = f", {f.failures.unwatched} not watched" if f.failures.unwatched else ""
         ax.set_title(f"Failures: {f.failures.caught} caught, {f.failures.missed} missed{unwatched}")
         ax.invert_yaxis()

@@ -72,9 +72,15 @@ def inventory(gpus: pd.DataFrame, since: float, until: float) -> Inventory:
                     new_uuid=str(r.uuid), model=str(r.model), date=day(float(r.first_ts)))
         for r in boards[new & boards["prev_uuid"].notna()].itertuples()
     ]  # fmt: skip
-    added = [_ref(r) for r in boards[new & (boards["boards"] == 1)].to_dict("records")]
+    added = [
+        _ref(r, day(float(r["first_ts"])))
+        for r in boards[new & (boards["boards"] == 1)].to_dict("records")
+    ]
     silent = (boards["last_ts"] >= since - LOOKBACK_S) & (boards["last_ts"] < until - STALE_S)
-    missing = [_ref(r) for r in boards[boards["last"] & silent].to_dict("records")]
+    missing = [
+        _ref(r, day(float(r["last_ts"])))
+        for r in boards[boards["last"] & silent].to_dict("records")
+    ]
     now = seen.drop_duplicates(["hostname", "gpu"], keep="last")
     return Inventory(
         gpus=len(now),
@@ -92,10 +98,10 @@ def inventory(gpus: pd.DataFrame, since: float, until: float) -> Inventory:
     )
 
 
-def _ref(row: dict) -> GpuRef:
+def _ref(row: dict, date: str | None = None) -> GpuRef:
     return GpuRef(
         hostname=str(row["hostname"]), gpu=int(row["gpu"]), uuid=str(row["uuid"]),
-        model=str(row["model"]),
+        model=str(row["model"]), date=date,
     )  # fmt: skip
 
 

@@ -36,6 +36,8 @@ class GpuRef(_Frozen):
     gpu: int
     uuid: str
     model: str
+    #: in the inventory: the day an added board first reported, or a missing one last did
+    date: str | None = None
 
 
 class Replacement(_Frozen):

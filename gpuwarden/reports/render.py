@@ -87,8 +87,9 @@ def blocks(f: Facts, prose: Prose, charts: dict[str, Path], llm_desc: str) -> li
     b.append(Block("p", f"{counted(inv.gpus, 'GPU')} on {counted(inv.nodes, 'node')}; added "
                    f"{len(inv.added)}, replaced {len(inv.replaced)}, missing {len(inv.missing)}."))  # fmt: skip
     changed = [(r.hostname, str(r.gpu), "replaced", r.date, r.model) for r in inv.replaced]
-    changed += [(g.hostname, str(g.gpu), "missing", "", g.model) for g in inv.missing]
-    changed += [(g.hostname, str(g.gpu), "added", "", g.model) for g in inv.added]
+    # a missing board's date is its last report; an added one's, its first
+    changed += [(g.hostname, str(g.gpu), "missing", g.date or "", g.model) for g in inv.missing]
+    changed += [(g.hostname, str(g.gpu), "added", g.date or "", g.model) for g in inv.added]
     if changed:
         b.append(
             Block("table", rows=(("node", "GPU", "change", "date", "model"), *changed[:TABLE_ROWS]))

@@ -201,8 +201,9 @@ def test_inventory_added_replaced_and_missing():
     assert [(r.old_uuid, r.new_uuid, r.date) for r in inv.replaced] == [
         ("old", "new", "2025-11-27")
     ]
-    assert [g.uuid for g in inv.added] == ["fresh"]
-    assert [g.uuid for g in inv.missing] == ["quiet"]
+    # with their days: the added board's first report, the missing one's last
+    assert [(g.uuid, g.date) for g in inv.added] == [("fresh", "2025-11-25")]
+    assert [(g.uuid, g.date) for g in inv.missing] == [("quiet", "2025-11-29")]
     assert inv.gpus == 3 and inv.slots == {"n1": [0, 1], "n2": [0]}
 
 
