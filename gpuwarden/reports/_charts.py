@@ -20,6 +20,7 @@ def charts(f: Facts, folder: Path) -> dict[str, Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     out: dict[str, Path] = {}
 
@@ -48,6 +49,8 @@ def charts(f: Facts, folder: Path) -> dict[str, Path]:
             counts = [row[column] for row in f.risk.daily]
             ax.plot(days, counts, marker=marker, label=str(state), color=color)
         ax.set_ylabel("GPUs at the end of the day")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # GPUs, not 0.2 of one
+        ax.set_ylim(bottom=0)
         ax.set_title("GPUs at risk over the period (stored verdicts)")
         ax.legend()
         ax.tick_params(axis="x", rotation=30)
