@@ -519,7 +519,7 @@ def summary(ctx: click.Context, store_url: str | None, window_h: float, top: int
     """Print a readable fleet summary: inventory, missing GPUs, failures, Xids, GPUs to watch."""
     from gpuwarden.summary import fleet_summary
 
-    store = open_store(store_url, settings(ctx))
+    store = open_store(store_url, settings(ctx), reading=True)
     try:
         click.echo(fleet_summary(store, window_s=window_h * 3600).render(top=top))
     finally:

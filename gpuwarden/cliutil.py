@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -216,12 +217,31 @@ def collector_url(url: str, cfg: dict[str, Any]) -> str:
     return f"{base}?{urlencode(query)}" if query else base
 
 
-def open_store(url: str | None, cfg: dict[str, Any]) -> Any:
+def existing_store(url: str) -> str:
+    """``url``, after checking that a SQLite store it names exists: a command that only reads
+    (summary, score, report, evaluate, train) would otherwise create an empty file at a typo's
+    path and say the fleet has no GPU."""
+    from gpuwarden.errors import ConfigError
+    from gpuwarden.store import sqlite_file
+
+    path = sqlite_file(url)
+    if path is not None and not Path(path).exists():
+        raise ConfigError(
+            f"no store at {path}: nothing was collected or loaded there (gpuwarden collect, "
+            "ingest, simulate and demo create one); check --store or the `store` setting"
+        )
+    return url
+
+
+def open_store(url: str | None, cfg: dict[str, Any], *, reading: bool = False) -> Any:
     """Open the store (default: setting ``store``), with the retention settings unless the
-    URL sets its own."""
+    URL sets its own. ``reading``: for a command that only reads, a SQLite file that does not
+    exist is an error (``existing_store``), not a new empty store."""
     from gpuwarden.store import open_store as open_url
 
     url = url or cfg["store"]
+    if reading:
+        existing_store(url)
     if url.startswith("sqlite:") or "://" not in url:
         sep = "&" if "?" in url else "?"
         if "retention=" not in url:

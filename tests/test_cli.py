@@ -245,3 +245,13 @@ def test_ingest_smi_csv_without_a_header_stores_nothing(tmp_path):
     result = run("ingest", "--store", str(tmp_path / "s.db"), "--smi-csv", str(log))
     assert result.exit_code == 1
     assert "header naming timestamp" in result.output and "Traceback" not in result.output
+
+
+def test_a_reading_command_on_a_store_that_is_not_there_says_so(tmp_path):
+    """`summary --store typo.db` created an empty file there and said the fleet had no GPU."""
+    typo = tmp_path / "typo.db"
+    for argv in (["summary"], ["score"], ["report", "--out", str(tmp_path / "r")], ["evaluate"]):
+        got = CliRunner().invoke(main, [*argv, "--store", f"sqlite:///{typo}"])
+        assert got.exit_code == 1, (argv, got.output)
+        assert f"no store at {typo}" in got.output, got.output
+        assert not typo.exists()

@@ -161,7 +161,7 @@ def train(
         draws=draws,
     )
     failures = read_failures_file(failures_file) if failures_file else None
-    store = open_store(cliutil.store_url(ctx, store_url))
+    store = open_store(cliutil.existing_store(cliutil.store_url(ctx, store_url)))
     try:
         panel, end = store_history(
             store, until=maybe_time(until, "--until"), failures=failures, progress=progress
@@ -298,7 +298,7 @@ def score(
 
     part = parse_shard(shard) if shard is not None else None
     model = _model(model_path)
-    store = open_store(cliutil.store_url(ctx, store_url))
+    store = open_store(cliutil.existing_store(cliutil.store_url(ctx, store_url)))
     try:
         if part is not None:
             store = HostShard(store, *part)
@@ -392,7 +392,7 @@ def evaluate(
         raise click.BadParameter("must be whole hours", param_hint="--step")
     failures = read_failures_file(failures_file) if failures_file else None
     model = _model(model_path)
-    store = open_store(cliutil.store_url(ctx, store_url))
+    store = open_store(cliutil.existing_store(cliutil.store_url(ctx, store_url)))
     try:
         ev = evaluate_store(
             store,

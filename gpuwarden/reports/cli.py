@@ -112,7 +112,7 @@ def report(
         prices=cfg["tco_prices"],
     )
     previous = _previous_facts(Path(out_dir or cfg["report_dir"]), start, end)  # type: ignore[arg-type]
-    store = with_verdicts(open_store(store_url, cfg), verdicts_url, cfg)
+    store = with_verdicts(open_store(store_url, cfg, reading=True), verdicts_url, cfg)
     try:
         facts = build_facts(
             store,

@@ -37,4 +37,16 @@ def open_store(url: str) -> Store:
     return store
 
 
-__all__ = ["Store", "open_store", "BUILTIN"]
+def sqlite_file(url: str) -> str | None:
+    """The file a SQLite store URL (or a bare path) names; None for ``:memory:`` and for any
+    other scheme."""
+    from gpuwarden.store._url import parse_url
+
+    full = url if "://" in url else "sqlite:///" + url
+    if not full.startswith("sqlite:"):
+        return None
+    path, _ = parse_url(full)
+    return None if path == ":memory:" else path
+
+
+__all__ = ["Store", "open_store", "sqlite_file", "BUILTIN"]

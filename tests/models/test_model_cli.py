@@ -199,6 +199,9 @@ def test_evaluate_prints_both_and_writes_plots(store_url, model_dir, tmp_path):
 )
 def test_user_mistakes_are_one_line(cmd, args, message, model_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    from gpuwarden.store.sqlite import SqliteStore
+
+    SqliteStore(tmp_path / "x.db").close()  # a store that is there: the mistake is the option
     if cmd is not train:
         args = [*args, "--model", model_dir]
     result = CliRunner().invoke(cmd, args)
