@@ -119,8 +119,10 @@ def _facts(
         {"hostname": "category", "uuid": "category", "model": "category"}
     )
     # devices only events named (a memory-error log, a kernel log) were never read: no
-    # availability, no inventory change; ask the store of those the period's hours leave in doubt
-    doubt = gpus[~gpus["uuid"].isin(hourly["uuid"].unique())] if len(gpus) else gpus
+    # availability, no inventory change. Ask the store only of the boards the period should
+    # have had (``_fleet.expected``: long-retired ones count nowhere) that its hours lack
+    near = _fleet.expected(gpus, since, until) if len(gpus) else gpus
+    doubt = near[~near["uuid"].isin(hourly["uuid"].unique())] if len(near) else near
     gpus = gpus[~gpus["uuid"].isin(doubt["uuid"][never_reported(store, doubt)])]
     verdicts = _verdicts(store, since, until, held)
     period_verdicts = verdicts[verdicts["ts"] >= since]
