@@ -33,6 +33,9 @@ def test_evaluate_still_runs_on_its_own_and_lists_closed_loop(tmp_path):
     assert result.exit_code == 0
     assert "--store" in result.output and "closed-loop" in result.output
     # no subcommand: the original evaluation runs (and finds this empty store empty)
+    from gpuwarden.store.sqlite import SqliteStore
+
+    SqliteStore(tmp_path / "empty.db").close()  # there, and empty
     store = f"sqlite:///{tmp_path / 'empty.db'}"
     result = CliRunner().invoke(main, ["evaluate", "--store", store, "--out", str(tmp_path)])
     assert result.exit_code == 1 and "holds no telemetry" in result.output
