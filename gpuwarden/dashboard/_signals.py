@@ -38,6 +38,10 @@ MISSING_ACTION = (
     "Check the node is up and its collector runs (gpuwarden_collector_up); "
     "run nvidia-smi on the node."
 )
+FAILED_ACTION = (
+    "A failure is recorded for this board: drain the node if it is not, then reset or replace "
+    "the GPU (RMA); its replacement reports under a new UUID."
+)
 
 
 def _increases(frame: pd.DataFrame, column: str) -> pd.Series:

@@ -112,17 +112,13 @@ def fleet_states(
         return pd.DataFrame({c: pd.Series(dtype=object) for c in STATE_COLUMNS})
     stored = stored_verdicts(store, at, window_s)
     if not stored.empty:
-        return _from_verdicts(inv, stored, at, stale_s)
+        return _from_verdicts(inv, stored, at, stale_s, store.read_failures())
     hard = _signals.hard_signals(store, at - window_s, at, list(inv["uuid"]), probe_s=stale_s)
     out = inv[["rack", "hostname", "gpu", "uuid", "model", "last_ts"]].copy()
     out = out.merge(hard, on="uuid", how="left")
     out["risk"] = np.nan
     out["state"] = OK
-    missing = out["last_ts"] < at - stale_s
-    out.loc[missing, "state"] = MISSING
-    out.loc[missing, "reasons"] = "no sample since " + _fmt_times(out.loc[missing, "last_ts"])
-    out.loc[missing, "action"] = _signals.MISSING_ACTION
-    out.loc[missing, "flagged_ts"] = out.loc[missing, "last_ts"]
+    _mark_missing(out, (out["last_ts"] < at - stale_s).to_numpy(), store.read_failures())
     bad = out["hard_reasons"].notna()
     out.loc[bad, "state"] = UNHEALTHY
     out.loc[bad, "reasons"] = out.loc[bad, "hard_reasons"]
@@ -135,6 +131,31 @@ def fleet_states(
     out["action"] = out["action"].fillna("")
     out["flagged_ts"] = out["flagged_ts"].astype(float)
     return out[STATE_COLUMNS].reset_index(drop=True)
+
+
+def _mark_missing(out: pd.DataFrame, missing: np.ndarray, failures: pd.DataFrame) -> None:
+    """Mark the ``missing`` rows of ``out`` (state rows) as missing since their last sample. A
+    board with a recorded failure (a failures file, a simulation's ground truth) is not a node
+    to check but a board to replace: its failure leads the reasons, and the advice follows."""
+    out.loc[missing, "state"] = MISSING
+    out.loc[missing, "reasons"] = "no sample since " + _fmt_times(out.loc[missing, "last_ts"])
+    out.loc[missing, "action"] = _signals.MISSING_ACTION
+    out.loc[missing, "flagged_ts"] = out.loc[missing, "last_ts"]
+    if failures.empty or not missing.any():
+        return
+    last = failures.sort_values("ts").drop_duplicates("uuid", keep="last").set_index("uuid")
+    failed = missing & out["uuid"].isin(last.index).to_numpy()
+    if failed.any():
+        f = last.reindex(out.loc[failed, "uuid"])
+        said = (
+            "failed "
+            + _fmt_times(f["ts"]).to_numpy()
+            + " ("
+            + f["kind"].astype(str).to_numpy()
+            + ")"
+        )
+        out.loc[failed, "reasons"] = said + "; " + out.loc[failed, "reasons"].to_numpy()
+        out.loc[failed, "action"] = _signals.FAILED_ACTION
 
 
 def stored_verdicts(store: Store, at: float, window_s: float = DAY_S) -> pd.DataFrame:
@@ -159,7 +180,7 @@ def risk_series(store: Store, uuid: str, start: float, end: float) -> pd.DataFra
 
 
 def _from_verdicts(
-    inv: pd.DataFrame, stored: pd.DataFrame, at: float, stale_s: float
+    inv: pd.DataFrame, stored: pd.DataFrame, at: float, stale_s: float, failures: pd.DataFrame
 ) -> pd.DataFrame:
     """States from stored verdicts: exactly what serve decided (hysteresis, holds, overrides
     included), except that a GPU which stopped reporting shows as missing unless unhealthy."""
@@ -172,10 +193,7 @@ def _from_verdicts(
     out["action"] = v["action"].fillna("").to_numpy(dtype=object)
     out["flagged_ts"] = np.where(out["state"] != OK, v["since"].to_numpy(dtype=float), np.nan)
     missing = ((out["last_ts"] < at - stale_s) & (out["state"] != UNHEALTHY)).to_numpy()
-    out.loc[missing, "state"] = MISSING
-    out.loc[missing, "reasons"] = "no sample since " + _fmt_times(out.loc[missing, "last_ts"])
-    out.loc[missing, "action"] = _signals.MISSING_ACTION
-    out.loc[missing, "flagged_ts"] = out.loc[missing, "last_ts"]
+    _mark_missing(out, missing, failures)
     rank = out["state"].map({UNHEALTHY: 0, AT_RISK: 1, MISSING: 2, OK: 3})
     out = out.assign(_rank=rank, _risk=-out["risk"].fillna(-1.0))
     out = out.sort_values(["_rank", "_risk", "hostname", "gpu"], kind="stable")

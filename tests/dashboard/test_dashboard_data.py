@@ -344,3 +344,24 @@ def test_a_gpus_recorded_failures_newest_first(tmp_path):
     )
     got = data.gpu_failures(store, "GPU-a")
     assert list(got["ts"]) == [900.0, 100.0] and list(got["kind"]) == ["gsp_timeout", "hbm_ue"]
+
+
+def test_a_missing_board_with_a_recorded_failure_is_one_to_replace(tmp_path):
+    """A failed board showed "check the node is up and its collector runs" and nothing else."""
+    from gpuwarden.store.sqlite import SqliteStore
+    from gpuwarden.telemetry import Batch, Failure, GpuId, Sample
+
+    store = SqliteStore(tmp_path / "s.db")
+    ok, dead, quiet = GpuId("n1", 0, "GPU-ok"), GpuId("n1", 1, "GPU-dead"), GpuId("n1", 2, "GPU-q")
+    for k in range(10):
+        ts = 1_767_225_600.0 + 60 * k
+        up = (ok,) if k > 3 else (ok, dead, quiet)
+        store.write_batch(Batch(ts, tuple(Sample(ts, g, {"gpu_temp_c": 50.0}) for g in up)))
+    store.write_failures([Failure(1_767_225_600.0 + 200, dead, "hbm_uncorrectable")])
+    states = data.fleet_states(store, 1_767_225_600.0 + 540, stale_s=180).set_index("uuid")
+    assert states.loc["GPU-dead", "state"] == "missing"
+    assert states.loc["GPU-dead", "reasons"].startswith(
+        "failed 2026-01-01 00:03 UTC (hbm_uncorrectable); no sample since"
+    )
+    assert states.loc["GPU-dead", "action"] == _signals.FAILED_ACTION
+    assert states.loc["GPU-q", "action"] == _signals.MISSING_ACTION  # no failure: check the node
