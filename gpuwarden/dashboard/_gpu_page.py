@@ -10,6 +10,7 @@ import streamlit as st
 
 from gpuwarden.dashboard import _cache, _charts, data
 from gpuwarden.dashboard._context import Context, fmt_age, fmt_time, states
+from gpuwarden.wording import plural
 
 _STATE_BADGE = {
     data.OK: ":green[ok]",
@@ -91,7 +92,7 @@ def gpu_detail(ctx: Context) -> None:
     failed = _cache.gpu_failures(ctx.url, uuid)
     if len(failed):  # a failures file or a simulation's ground truth: what became of the board
         said = "; ".join(f"{fmt_time(float(r.ts))} ({r.kind})" for r in failed.itertuples())
-        st.error(f"**Recorded failure{'s' if len(failed) > 1 else ''}:** {said}")
+        st.error(f"**Recorded {plural(len(failed), 'failure')}:** {said}")
 
     end = snap.as_of + 1e-3
     start = snap.as_of - ctx.range_s
