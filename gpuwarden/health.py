@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from gpuwarden.errors import ConfigError, InputError
 from gpuwarden.telemetry import GpuId, time_unknown
+from gpuwarden.wording import plural
 
 # -- states -------------------------------------------------------------------------------
 
@@ -273,7 +274,9 @@ def load_xid_severity(path: str | os.PathLike[str]) -> XidTable:
         raise ConfigError(f"xid_severity file {path} is not valid TOML: {exc}") from exc
     extra = sorted(set(data) - {"xid"})
     if extra:
-        raise ConfigError(f"{path}: unknown table(s) {', '.join(extra)}; rows go under [xid.CODE]")
+        raise ConfigError(
+            f"{path}: unknown {plural(len(extra), 'table')} {', '.join(extra)}; rows go under [xid.CODE]"
+        )
     rows = data.get("xid", {})
     if not isinstance(rows, dict):
         raise ConfigError(f"{path}: xid must be a table of [xid.CODE] rows")
@@ -301,7 +304,7 @@ def _xid_row(path: object, code: int, row: object) -> Xid:
     unknown = sorted(set(row) - _XID_KEYS)
     if unknown:
         raise ConfigError(
-            f"{where}: unknown key(s) {', '.join(unknown)} (known: class, fatal, action, name)"
+            f"{where}: unknown {plural(len(unknown), 'key')} {', '.join(unknown)} (known: class, fatal, action, name)"
         )
     base = XIDS.get(code)
     if base is None and "class" not in row:

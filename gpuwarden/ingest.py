@@ -60,6 +60,7 @@ from gpuwarden.telemetry import (
     GpuId,
     Rejection,
 )
+from gpuwarden.wording import plural
 
 if TYPE_CHECKING:
     from gpuwarden.collectors.kmsg import KernelXid
@@ -151,12 +152,12 @@ def _resolve(
     missing = [_SHOWN.get(r, r) for r in required if r not in out.roles]
     if missing:
         raise InputError(
-            f"{path}: missing required column(s) {', '.join(missing)} "
+            f"{path}: missing required {plural(len(missing), 'column')} {', '.join(missing)} "
             f"(found: {', '.join(columns) or 'none'})"
         )
     if out.unknown:
         warnings.warn(
-            f"{path}: ignoring unknown column(s) {', '.join(out.unknown)}",
+            f"{path}: ignoring unknown {plural(len(out.unknown), 'column')} {', '.join(out.unknown)}",
             IngestWarning,
             stacklevel=4,
         )

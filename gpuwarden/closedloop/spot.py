@@ -320,9 +320,15 @@ def render(rows: list[SpotRow], scenario: SpotScenario, seeds: int) -> str:
             f"| {r.bucket} | {'yes' if r.checkpoint_at_notice else 'no'} | "
             f"{r.cost_saved_pct:.1f}% | {r.spot_share_saved_pct:.1f}% | {r.reclaims:.1f} | "
             f"{r.lost_gpu_h:.1f} GPU-h | {r.lost_work_pct:.2f}% | "
-            f"{r.completion_delay_pct:+.1f}% | {r.throughput_change_pct:+.2f}% |"
+            f"{_change(r.completion_delay_pct, 1)} | {_change(r.throughput_change_pct, 2)} |"
         )
     return "\n".join(lines)
+
+
+def _change(pct: float, digits: int) -> str:
+    """A signed percentage at ``digits`` decimals; one that rounds to nothing reads +0.00%, not
+    -0.00%."""
+    return f"{round(pct, digits) + 0.0:+.{digits}f}%"
 
 
 __all__ = ["ADVISOR_BUCKETS", "SpotResult", "SpotRow", "SpotScenario", "compare", "render",

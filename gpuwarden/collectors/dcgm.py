@@ -47,6 +47,7 @@ from gpuwarden.telemetry import (
     Sample,
     mig_uuid,
 )
+from gpuwarden.wording import counted
 
 DEFAULT_PORT = 9400
 DEFAULT_PATH = "/metrics"
@@ -201,7 +202,10 @@ class DcgmCollector:
             return None, "no DCGM_FI_* series: is this a dcgm-exporter endpoint?"
         known_bad = [line for line in parsed.bad_lines if _known_metric(line)]
         if known_bad:
-            return parsed, f"{len(known_bad)} malformed line(s) skipped, e.g. {known_bad[0][:80]!r}"
+            return (
+                parsed,
+                f"{counted(len(known_bad), 'malformed line')} skipped, e.g. {known_bad[0][:80]!r}",
+            )
         return parsed, None
 
     def _outcome(

@@ -44,6 +44,7 @@ import pandas as pd
 from gpuwarden.collectors.base import read_log_text
 from gpuwarden.errors import InputError
 from gpuwarden.telemetry import Event, GpuId
+from gpuwarden.wording import plural
 
 #: The event kind these are stored under.
 KIND = "memory_error"
@@ -204,13 +205,13 @@ def read_calchas_csv(path: str | os.PathLike[str]) -> MemoryErrorLog:
     missing = [c for c in COLUMNS if c not in where]
     if missing:
         raise InputError(
-            f"{path}: not a Calchas HBM error log: missing column(s) {', '.join(missing)} "
+            f"{path}: not a Calchas HBM error log: missing {plural(len(missing), 'column')} {', '.join(missing)} "
             f"(found: {', '.join(header) or 'none'})"
         )
     notes = []
     extra = [h for h, n in zip(header, names, strict=True) if n not in {c.lower() for c in COLUMNS}]
     if extra:
-        notes.append(f"ignored unknown column(s) {', '.join(extra)}")
+        notes.append(f"ignored unknown {plural(len(extra), 'column')} {', '.join(extra)}")
     gpus: dict[tuple[str, str], GpuId] = {}
     errors: list[HbmError] = []
     bad: list[tuple[int, str]] = []

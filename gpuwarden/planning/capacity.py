@@ -26,7 +26,7 @@ from gpuwarden.errors import InputError
 from gpuwarden.planning._toml import read_toml
 from gpuwarden.planning.forecast import Forecast
 from gpuwarden.planning.queuewait import QueueEvidence
-from gpuwarden.wording import counted
+from gpuwarden.wording import counted, plural
 
 DAYS_PER_MONTH = 30.44
 DEFAULT_BUFFER = 1.3
@@ -68,7 +68,7 @@ def parse_launches(data: dict[str, Any], source: str = "launches") -> list[Launc
     ``gpus``, ``start`` and optional ``end`` and ``tenant``."""
     unknown = set(data) - {"launch"}
     if unknown:
-        raise InputError(f"{source}: unknown top-level key(s) {', '.join(sorted(unknown))}; "
+        raise InputError(f"{source}: unknown top-level {plural(len(unknown), 'key')} {', '.join(sorted(unknown))}; "
                          "write each launch as a [[launch]] table")  # fmt: skip
     tables = data.get("launch", [])
     if not isinstance(tables, list):
@@ -80,7 +80,9 @@ def parse_launches(data: dict[str, Any], source: str = "launches") -> list[Launc
             raise InputError(f"{where}: must be a table")
         extra = set(table) - _LAUNCH_KEYS
         if extra:
-            raise InputError(f"{where}: unknown key(s) {', '.join(sorted(extra))}")
+            raise InputError(
+                f"{where}: unknown {plural(len(extra), 'key')} {', '.join(sorted(extra))}"
+            )
         for key in ("name", "gpu_model", "gpus", "start"):
             if key not in table:
                 raise InputError(f"{where}: missing {key!r}")

@@ -287,6 +287,7 @@ def should_scale_cmd(
         plan_model,
         should_scale,
     )
+    from gpuwarden.planning.demand import ANY_MODEL
     from gpuwarden.planning.queuewait import FleetHistory, gpus_for_wait
 
     with domain_errors():
@@ -307,8 +308,10 @@ def should_scale_cmd(
         models = sorted(set(frame.columns) | {lc.gpu_model for lc in launches} | set(fleet))
         missing = [m for m in models if m not in fleet]
         if missing:
+            named = [f"{m} (demand that names no one GPU model)" if m == ANY_MODEL else m
+                     for m in missing]  # fmt: skip
             raise InputError(
-                "say how many GPUs the fleet has of " + ", ".join(missing)
+                "say how many GPUs the fleet has of " + ", ".join(named)
                 + " with --current MODEL=GPUS"
             )  # fmt: skip
         start = frame.index[-1] + pd.Timedelta(hours=1)
@@ -391,11 +394,11 @@ def tco_cmd(
             click.echo("  " + f"{'option':<16}" + "".join(f"{u:>8.0%}" for u in TABLE_UTILISATION))
             for option in OPTIONS:
                 row = "".join(f"{p.per_used_hour(option, u):>8.2f}" for u in TABLE_UTILISATION)
-                click.echo(f"  {option:<16}{row}")
+                click.echo(f"  {option.replace('_', ' '):<16}{row}")
             for option in ("own", "bare_metal", "cloud_reserved"):
                 be = p.break_even(option)
                 text = "never within 0-100%" if be is None else f"{be:.0%}"
-                click.echo(f"  break-even {option} vs cloud on-demand: {text}")
+                click.echo(f"  break-even {option.replace('_', ' ')} vs cloud on-demand: {text}")
             od = p.on_demand.value
             own30 = p.per_used_hour("own", GUIDE_LOW)
             click.echo(

@@ -138,9 +138,10 @@ def records_from_openb(path: str | Path) -> list[DemandRecord]:
     pod's is 0), else it never started."""
     from gpuwarden.scheduler.openb import load_pods
 
+    pods = load_pods(path)  # names a file that is not there, or lacks the pod list's columns
     scheduled = _scheduled_times(Path(path))
     out = []
-    for pod in load_pods(path):
+    for pod in pods:
         if pod.created_s is None or pod.deleted_s is None or not pod.job.total_gpu_milli:
             continue
         models = sorted(pod.job.gpu_models)

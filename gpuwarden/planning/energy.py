@@ -35,6 +35,10 @@ from gpuwarden.scheduler.sleep import SleepController, SleepPolicy, critical
 MONDAY_0 = 1_704_067_200.0
 
 
+#: What the sleep replay names its pods when they are the shared data's default trace.
+DEFAULT_TRACE = "openb default trace"
+
+
 @dataclass(frozen=True)
 class PowerModel:
     """Watts: ``base_w`` a node without its GPUs when awake (CPUs, memory, fans, NICs),
@@ -188,11 +192,13 @@ def _fmt_wait(w: np.ndarray) -> tuple[str, str]:
     return f"{np.mean(w) / 60:.2f}", f"{np.percentile(w, 99) / 60:.2f}"
 
 
-def render_sleep(on: SleepReplay, slept: SleepReplay, power: PowerModel) -> str:
-    """The table docs/planning.md and docs/benchmarks.md show."""
+def render_sleep(
+    on: SleepReplay, slept: SleepReplay, power: PowerModel, trace: str = DEFAULT_TRACE
+) -> str:
+    """The table docs/planning.md and docs/benchmarks.md show; ``trace`` names the pods."""
     saved = 100 * (1 - slept.kwh / on.kwh)
     rows = [
-        f"openb default trace, {on.days:.1f} days; node base {power.base_w:g} W, GPU idle "
+        f"{trace}, {on.days:.1f} days; node base {power.base_w:g} W, GPU idle "
         f"{100 * power.idle_share:g}% of board power, asleep {power.sleep_w:g} W, G2/G3 "
         f"{power.unknown_board_w:g} W",
         "",
@@ -204,13 +210,15 @@ def render_sleep(on: SleepReplay, slept: SleepReplay, power: PowerModel) -> str:
         mw, pw = _fmt_wait(r.waits_s)
         cm, cp = _fmt_wait(r.critical_waits_s)
         rows.append(
-            f"| {name} | {r.kwh:,.0f} | {s} | {r.asleep_node_h:,.0f} | {r.sleeps} | {r.wakes} | "
+            f"| {name} | {r.kwh:,.0f} | {s} | {r.asleep_node_h:,.0f} | {r.sleeps:,} | {r.wakes:,} | "
             f"{mw} | {pw} | {cm} | {cp} | {r.never_started} |"
         )
     return "\n".join(rows)
 
 
-def plot_sleep(on: SleepReplay, slept: SleepReplay, path: str | Path) -> Path:
+def plot_sleep(
+    on: SleepReplay, slept: SleepReplay, path: str | Path, trace: str = DEFAULT_TRACE
+) -> Path:
     """Fleet power over the replay, always on and with sleep, and the nodes asleep (PNG)."""
     import matplotlib
 
@@ -222,12 +230,12 @@ def plot_sleep(on: SleepReplay, slept: SleepReplay, path: str | Path) -> Path:
     for r, label in ((on, "always on"), (slept, "idle-node sleep")):
         top.plot(r.series[:, 0] / 86_400, r.series[:, 1] / 1000, label=label, lw=0.8)
     top.set_ylabel("fleet power (kW)")
-    top.legend(loc="upper right")
+    top.legend(loc="center right")  # below the always-on line, beside the sleeping hours
     bottom.plot(slept.series[:, 0] / 86_400, slept.series[:, 2], lw=0.8, color="tab:orange")
     bottom.set_ylabel("nodes asleep")
     bottom.set_xlabel("day of the replay (day 0 = a Monday)")
     saved = 100 * (1 - slept.kwh / on.kwh)
-    top.set_title(f"openb default trace: {on.kwh:,.0f} kWh always on, {slept.kwh:,.0f} kWh "
+    top.set_title(f"{trace}: {on.kwh:,.0f} kWh always on, {slept.kwh:,.0f} kWh "
                   f"with sleep ({saved:.1f}% less)")  # fmt: skip
     fig.tight_layout()
     out = Path(path)
@@ -310,5 +318,5 @@ def kwh_from_power(mean_power_w: float, hours: float) -> float:
     return mean_power_w * hours / 1000.0
 
 
-__all__ = ["BOARD_POWER_W", "PowerAdvice", "PowerModel", "SleepReplay", "advise", "plot_sleep",
+__all__ = ["BOARD_POWER_W", "DEFAULT_TRACE", "PowerAdvice", "PowerModel", "SleepReplay", "advise", "plot_sleep",
            "clock_cut_effect", "render_sleep", "replay_sleep"]  # fmt: skip

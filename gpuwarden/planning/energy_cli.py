@@ -55,7 +55,13 @@ def sleep_replay(
     plot: str | None,
 ) -> None:
     """Replay a real trace always-on and with idle-node sleep; print kWh and queue wait."""
-    from gpuwarden.planning.energy import PowerModel, plot_sleep, render_sleep, replay_sleep
+    from gpuwarden.planning.energy import (
+        DEFAULT_TRACE,
+        PowerModel,
+        plot_sleep,
+        render_sleep,
+        replay_sleep,
+    )
     from gpuwarden.scheduler import openb
     from gpuwarden.scheduler.sleep import SleepPolicy, SleepWindow
 
@@ -74,9 +80,10 @@ def sleep_replay(
             bar.update(1)
             slept = replay_sleep(nodes, pods, policy, power=power, days=days)
             bar.update(1)
-    click.echo(render_sleep(on, slept, power))
+    trace = DEFAULT_TRACE if pods_path is None else Path(pods_path).name
+    click.echo(render_sleep(on, slept, power, trace))
     if plot:
-        click.echo(f"wrote {plot_sleep(on, slept, plot)}", err=True)
+        click.echo(f"wrote {plot_sleep(on, slept, plot, trace)}", err=True)
 
 
 @energy.command()

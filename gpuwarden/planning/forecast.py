@@ -24,6 +24,7 @@ import pandas as pd
 
 from gpuwarden.errors import InputError
 from gpuwarden.planning._members import DAILY, MEMBERS, WEEKLY, Member, mstl_ets, run
+from gpuwarden.wording import plural
 
 __all__ = ["DAILY", "WEEKLY", "Forecast", "forecast", "seasonal_naive", "choose_members"]
 
@@ -136,7 +137,7 @@ def forecast(
     if methods:
         unknown = set(methods) - {m.name for m in MEMBERS}
         if unknown:
-            raise InputError(f"unknown forecast method(s) {', '.join(sorted(unknown))}; "
+            raise InputError(f"unknown forecast {plural(len(unknown), 'method')} {', '.join(sorted(unknown))}; "
                              f"there is {', '.join(m.name for m in MEMBERS)}")  # fmt: skip
         members = [m for m in MEMBERS if m.name in methods]
     if periods:

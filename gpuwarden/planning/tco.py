@@ -29,6 +29,7 @@ import numpy as np
 
 from gpuwarden.errors import InputError
 from gpuwarden.planning._toml import read_toml
+from gpuwarden.wording import plural
 
 HOURS_PER_YEAR = 8760.0
 OWN_FIELDS = (
@@ -133,7 +134,9 @@ def _price(value: Any, where: str, as_of: dt.date | None) -> Price:
     if isinstance(value, dict):
         extra = set(value) - {"value", "source", "as_of"}
         if extra:
-            raise InputError(f"{where}: unknown key(s) {', '.join(sorted(extra))}")
+            raise InputError(
+                f"{where}: unknown {plural(len(extra), 'key')} {', '.join(sorted(extra))}"
+            )
         if "value" not in value:
             raise InputError(f"{where}: a sourced price needs 'value'")
         source = value.get("source", "")
@@ -180,14 +183,18 @@ def parse_prices(data: dict[str, Any], source: str = "prices") -> dict[str, GpuP
             raise InputError(f"{where}: must be a table of own, bare_metal and cloud prices")
         extra = set(table) - {"own", "bare_metal", "cloud", "spot_overhead"}
         if extra:
-            raise InputError(f"{where}: unknown key(s) {', '.join(sorted(extra))}")
+            raise InputError(
+                f"{where}: unknown {plural(len(extra), 'key')} {', '.join(sorted(extra))}"
+            )
         own_t = _table(table, "own", where)
         missing = [f for f in OWN_FIELDS if f not in own_t]
         if missing:
             raise InputError(f"{where}.own: missing {', '.join(missing)}")
         unknown = set(own_t) - set(OWN_FIELDS)
         if unknown:
-            raise InputError(f"{where}.own: unknown key(s) {', '.join(sorted(unknown))}")
+            raise InputError(
+                f"{where}.own: unknown {plural(len(unknown), 'key')} {', '.join(sorted(unknown))}"
+            )
         own = {f: _price(own_t[f], f"{where}.own.{f}", as_of) for f in OWN_FIELDS}
         if own["depreciation_years"].value <= 0:
             raise InputError(f"{where}.own.depreciation_years: must be > 0")

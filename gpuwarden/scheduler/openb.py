@@ -19,6 +19,7 @@ import numpy as np
 from gpuwarden.errors import InputError
 from gpuwarden.scheduler.jobs import Job, PriorityClass
 from gpuwarden.scheduler.resources import GPU_MILLI, NodeSpec
+from gpuwarden.wording import plural
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -64,7 +65,9 @@ def _rows(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
             reader = csv.DictReader(f)
             missing = [c for c in required if c not in (reader.fieldnames or [])]
             if missing:
-                raise InputError(f"{path}: missing column(s) {', '.join(missing)}")
+                raise InputError(
+                    f"{path}: missing {plural(len(missing), 'column')} {', '.join(missing)}"
+                )
             return list(reader)
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from exc

@@ -34,6 +34,7 @@ from gpuwarden.health import GpuState
 from gpuwarden.scheduler_hooks._k8s_api import Conflict, api_client_from, call
 from gpuwarden.scheduler_hooks._k8s_names import HOSTNAME_LABEL, NodeNames
 from gpuwarden.scheduler_hooks.base import Echo, NodeHealth, TagResult, default_echo
+from gpuwarden.wording import plural
 
 LABEL = "gpuwarden.io/health"
 AT_RISK_COUNT_LABEL = "gpuwarden.io/at-risk-gpu-count"
@@ -160,7 +161,9 @@ class KubernetesTagger:
         known = {"kubeconfig", "context", "node-label", "mode", "dra-api", "dra-driver"}
         unknown = set(params) - known
         if unknown:
-            raise ConfigError(f"{url}: unknown parameter(s) {', '.join(sorted(unknown))}")
+            raise ConfigError(
+                f"{url}: unknown {plural(len(unknown), 'parameter')} {', '.join(sorted(unknown))}"
+            )
         api_client = api_client_from(
             params.get("kubeconfig"), params.get("context"), url, "?kubeconfig=PATH in the URL"
         )

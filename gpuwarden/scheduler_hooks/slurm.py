@@ -26,6 +26,7 @@ from urllib.parse import parse_qsl, urlsplit
 from gpuwarden.errors import ConfigError, HookError
 from gpuwarden.health import GpuState
 from gpuwarden.scheduler_hooks.base import Echo, NodeHealth, TagResult, default_echo
+from gpuwarden.wording import plural
 
 DEFAULT_FEATURE = "gpuwarden_healthy"
 REASON_PREFIX = "gpuwarden:"
@@ -118,7 +119,9 @@ class SlurmTagger:
         params = dict(parse_qsl(urlsplit(url).query))
         unknown = set(params) - {"feature", "conf", "scontrol"}
         if unknown:
-            raise ConfigError(f"{url}: unknown parameter(s) {', '.join(sorted(unknown))}")
+            raise ConfigError(
+                f"{url}: unknown {plural(len(unknown), 'parameter')} {', '.join(sorted(unknown))}"
+            )
         return cls(
             feature=params.get("feature", DEFAULT_FEATURE),
             scontrol=params.get("scontrol", "scontrol"),

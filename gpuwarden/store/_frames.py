@@ -13,6 +13,7 @@ import pandas as pd
 from gpuwarden.errors import InputError
 from gpuwarden.store._records import GpuRow
 from gpuwarden.telemetry import FIELDS_BY_NAME, FRAME_ID_COLUMNS
+from gpuwarden.wording import plural
 
 _REQUIRED = ("ts", "hostname", "gpu", "uuid")
 _OPTIONAL_TEXT = ("model", "pci_bus_id", "rack")
@@ -67,14 +68,16 @@ def frame_rows(frame: pd.DataFrame) -> FrameRows:
     """
     missing = [c for c in _REQUIRED if c not in frame.columns]
     if missing:
-        raise InputError(f"frame lacks column(s) {', '.join(missing)}")
+        raise InputError(f"frame lacks {plural(len(missing), 'column')} {', '.join(missing)}")
     unknown = [
         str(c)
         for c in frame.columns
         if c not in _REQUIRED and c not in _OPTIONAL_TEXT and c not in FIELDS_BY_NAME
     ]
     if unknown:
-        warnings.warn(f"ignoring frame column(s) {', '.join(unknown)}", stacklevel=3)
+        warnings.warn(
+            f"ignoring frame {plural(len(unknown), 'column')} {', '.join(unknown)}", stacklevel=3
+        )
     ts = _as_float(frame["ts"], "ts")
     if not np.isfinite(ts).all():
         raise InputError(
@@ -116,7 +119,9 @@ def check_fields(fields: Sequence[str] | None, allowed: Sequence[str]) -> list[s
         return list(allowed)
     unknown = [f for f in fields if f not in allowed]
     if unknown:
-        raise InputError(f"unknown field(s) {', '.join(unknown)}; known: {', '.join(allowed)}")
+        raise InputError(
+            f"unknown {plural(len(unknown), 'field')} {', '.join(unknown)}; known: {', '.join(allowed)}"
+        )
     return list(dict.fromkeys(fields))
 
 

@@ -272,7 +272,7 @@ def test_odd_lines_are_skipped_nan_is_missing(
     exporters.routes["/metrics"] = Route(body + 'DCGM_FI_DEV_FB_USED{gpu="0" 12\n')
     batch = make_collector([exporters.url("/metrics")]).collect()
     assert batch.samples[0].values == {"gpu_temp_c": 40.0}
-    assert "1 malformed line(s) skipped" in batch.problems[0]
+    assert "1 malformed line skipped" in batch.problems[0]
 
 
 def test_parse_text_handles_escapes_timestamps_and_comments() -> None:

@@ -121,6 +121,8 @@ def test_energy_and_spot_commands(tmp_path):
                              "--plot", str(tmp_path / "sleep.png")])  # fmt: skip
     assert r.exit_code == 0, r.output
     assert "| always on |" in r.output and "| sleep |" in r.output
+    # the table names the pods it was given, not the default trace it might have been
+    assert "\nopenb_pod_list_default.csv, 0.5 days;" in r.output, r.output
     assert (tmp_path / "sleep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     r = runner.invoke(main, ["energy", "sleep-replay", "--window", "2-6", "--days", "0.1",
                              "--nodes", str(OPENB / "openb_node_list_gpu_node.csv"),

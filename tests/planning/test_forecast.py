@@ -93,3 +93,25 @@ def test_rolling_origin_needs_room():
 def test_mape_skips_zero_demand():
     assert mape(np.array([0.0, 10.0]), np.array([5.0, 12.0])) == pytest.approx(0.2)
     assert np.isnan(mape(np.zeros(3), np.ones(3)))
+
+
+def test_plot_labels_do_not_run_into_each_other_at_a_months_turn():
+    """Two weeks of history ending on 31 May and two days of forecast: the date labels on the
+    x axis stay apart (full dates ran into each other where the month turned)."""
+    from gpuwarden.planning.plots import forecast_figure
+
+    hours = 3 * WEEKLY
+    values = truth(hours)
+    index = pd.date_range("2023-05-10", periods=hours, freq="h", tz="UTC")
+    history = pd.DataFrame({"any": values}, index=index)
+    fig = forecast_figure(history, {"any": forecast(history["any"], 2 * DAILY)})
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    boxes = [
+        t.get_window_extent(renderer)
+        for t in fig.axes[0].get_xticklabels()
+        if t.get_text() and t.get_visible()
+    ]
+    assert len(boxes) >= 4
+    boxes.sort(key=lambda b: b.x0)
+    assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:], strict=False))

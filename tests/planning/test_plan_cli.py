@@ -50,9 +50,22 @@ def test_should_scale_with_launches(tmp_path):
     assert "(the forecast covers weeks 0-3; later weeks carry week 3's on" in r.output
 
 
+@pytest.mark.parametrize("command", ["forecast", "should-scale", "tco"])
+def test_a_pod_list_that_is_not_one_is_named(tmp_path, command):
+    """A missing file or one without the pod list's columns is one line and exit 1 on every
+    command that reads demand (both were tracebacks: the start times were read first)."""
+    bad = tmp_path / "pods.csv"
+    bad.write_text("a,b\n1,2\n")
+    r = CliRunner().invoke(main, ["plan", command, "--openb", str(bad)])
+    assert r.exit_code == 1 and f"{bad}: missing columns name, cpu_milli" in r.output, r.output
+    r = CliRunner().invoke(main, ["plan", command, "--openb", str(tmp_path / "nothere.csv")])
+    assert r.exit_code == 1 and "nothere.csv: No such file" in r.output, r.output
+
+
 def test_should_scale_asks_for_the_fleet():
     r = CliRunner().invoke(main, ["plan", "should-scale", "--openb", OPENB])
     assert r.exit_code == 1 and "--current MODEL=GPUS" in r.output
+    assert "any (demand that names no one GPU model)" in r.output
     r = CliRunner().invoke(main, ["plan", "should-scale", "--openb", OPENB, "--current", "any"])
     assert r.exit_code == 1 and "write MODEL=GPUS" in r.output
 
@@ -117,5 +130,5 @@ def test_tco_with_a_users_price_file(tmp_path):
     assert r.exit_code == 0, r.output
     # 2,000 a year of depreciation + 876 u of energy = 8,760 u of on-demand: u = 25.4%
     assert "break-even own vs cloud on-demand: 25%" in r.output
-    assert "break-even bare_metal vs cloud on-demand: 60%" in r.output
+    assert "break-even bare metal vs cloud on-demand: 60%" in r.output
     assert (tmp_path / "tco-X.png").is_file()
