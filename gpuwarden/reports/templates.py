@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from gpuwarden.planning.demand import ANY_MODEL
 from gpuwarden.reports.model import Change, Facts
-from gpuwarden.wording import counted, plural
+from gpuwarden.wording import counted, figure, plural
 from gpuwarden.wording import number as _n
 
 
@@ -24,19 +24,22 @@ class Sentence:
 def change_unit(n: float, unit: str) -> str:
     """A value of a week-on-week change with its unit: the units of ``facts.headline`` are
     symbols ("%", "kWh", "min"), which do not inflect, or plural nouns ("GPUs", "failures"),
-    which agree with the value ("1 failure"); a percentage takes no space ("98.7%")."""
+    which agree with the value ("1 failure"); a percentage takes no space and keeps the decimals
+    the facts give it ("98.66%", as the summary and the availability tables say)."""
     if unit == "%":
-        return f"{_n(n)}%"
+        return f"{figure(n)}%"
     return counted(n, unit.removesuffix("s"), unit)
 
 
 def change_size(c: Change) -> str:
     """How much a headline number moved: a percentage in points (fleet availability from 96.2%
-    to 98.7% is "+2.5 percentage points", not "+2.6%"), anything else against its old value."""
+    to 98.7% is "+2.5 percentage points", not "+2.6%"), anything else against its old value.
+    Points are the difference of the values as shown (at the facts' own decimals)."""
     if c.unit == "%":
-        # from the values as shown (one decimal), so "94.7% to 98.7%" reads "+4", not "+3.9"
-        points = round(round(c.after, 1) - round(c.before, 1), 1)
-        return f"{points:+g} percentage {'point' if abs(points) == 1 else 'points'}"
+        points = round(c.after - c.before, 2)
+        return (
+            f"{'+' if points > 0 else ''}{figure(points)} percentage {plural(abs(points), 'point')}"
+        )
     return f"{c.change_pct:+g}%" if c.change_pct is not None else ""
 
 
@@ -143,7 +146,7 @@ def summary(f: Facts) -> list[Sentence]:
             f"{least}{_n(w.wait_p90_min)} min at p90 ({counted(w.jobs, 'job')} submitted{late}).")  # fmt: skip
     moved = [
         # "failures from 11 to 5", not "failures from 11 to 5 failures"
-        f"{c.metric} from {_n(c.before)}{'%' if c.unit == '%' else ''} to "
+        f"{c.metric} from {figure(c.before) + '%' if c.unit == '%' else _n(c.before)} to "
         + (_n(c.after) if c.unit.lower() == c.metric.lower() else change_unit(c.after, c.unit))
         + (f" ({change_size(c)})" if change_size(c) else "")
         for c in f.changes[:3]

@@ -174,8 +174,10 @@ def test_a_percentage_moves_in_points_a_count_in_percent(ones):
         Change(metric="fleet GPU utilisation", unit="%", before=50.0, after=49.0, change_pct=-2.0),
         Change(metric="energy", unit="kWh", before=10.0, after=11.0, change_pct=10.0),
     ]
+    # at the facts' own decimals, as the summary and the availability tables show them
     shown = Change(metric="fleet availability", unit="%", before=94.73, after=98.66, change_pct=4.1)
-    assert change_size(shown) == "+4 percentage points"  # 94.7% to 98.7%, as the table shows
+    assert change_size(shown) == "+3.93 percentage points"
+    assert change_unit(98.66, "%") == "98.66%"
     avail = ones.availability.model_copy(update={"fleet_availability_pct": 98.7})
     util = ones.utilisation.model_copy(update={"fleet_gpu_util_pct": 49.0})
     f = ones.model_copy(update={"changes": moved, "availability": avail, "utilisation": util})
@@ -186,3 +188,9 @@ def test_a_percentage_moves_in_points_a_count_in_percent(ones):
     assert check(said, checker_index(f)) == {}, said  # the claims checker reads the points
     md = markdown(blocks(f, template_prose(f, recommend(f)), {}, "templates"))
     assert "+2.5 percentage points" in md and "-50%" in md and "change %" not in md
+    # two decimals where the facts hold two: the summary, the tables and the changes agree
+    avail = ones.availability.model_copy(update={"fleet_availability_pct": 98.66})
+    f = ones.model_copy(update={"changes": [shown], "availability": avail})
+    said = " ".join(s.text for s in summary(f) if s.topic in ("changes", "availability"))
+    assert "was 98.66%" in said and "from 94.73% to 98.66% (+3.93 percentage points)" in said
+    assert check(said, checker_index(f)) == {}, said
