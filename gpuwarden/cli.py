@@ -322,17 +322,21 @@ def ingest(
             try:
                 if kind == "telemetry":
                     report = ing.ingest_telemetry(store, path, progress=progress, on_bad_line=sink)
-                    what = "samples"
+                    what = counted(report.rows_stored, "sample")
                 elif kind == "xids":
-                    report, what = ing.ingest_xids(store, path, on_bad_line=sink), "Xid events"
+                    report = ing.ingest_xids(store, path, on_bad_line=sink)
+                    what = counted(report.rows_stored, "Xid event")
                 elif kind == "smi":
                     report = ing.ingest_smi_csv(store, path, host=host, on_bad_line=sink)
-                    what = f"samples (nvidia-smi CSV, {report.lines_read} rows, host {host or _here()})"
+                    what = (
+                        f"{counted(report.rows_stored, 'sample')} (nvidia-smi CSV, "
+                        f"{counted(report.lines_read, 'row')}, host {host or _here()})"
+                    )
                 elif kind == "smi-q":
                     report = ing.ingest_smi_query_text(store, path, host=host, on_bad_line=sink)
                     what = (
-                        f"samples (nvidia-smi -q, {report.lines_read} outputs, "
-                        f"host {host or _here()})"
+                        f"{counted(report.rows_stored, 'sample')} (nvidia-smi -q, "
+                        f"{counted(report.lines_read, 'output')}, host {host or _here()})"
                     )
                 elif kind == "kernel":
                     report = ing.ingest_kernel_log(
@@ -341,11 +345,11 @@ def ingest(
                     what = _kernel_log_summary(path, report)
                 else:
                     report = ing.ingest_failures(store, path, on_bad_line=sink)
-                    what = "failures"
+                    what = counted(report.rows_stored, "failure")
             finally:
                 if out is not named:
                     out.close()
-            click.echo(f"{path}: stored {report.rows_stored} {what}")
+            click.echo(f"{path}: stored {what}")
             _ingest_problems(path, report, out, stale=out is not named)
             bad += report.bad_rows_total
         for path in memory_error_files:
@@ -355,7 +359,7 @@ def ingest(
         if named is not None:
             named.close()
     if bad:
-        raise click.ClickException(f"{bad} bad rows skipped (the good rows were stored)")
+        raise click.ClickException(f"{counted(bad, 'bad row')} skipped (the good rows were stored)")
 
 
 #: Bad lines shown on the terminal per file; the report file has them all.
@@ -431,10 +435,12 @@ def _kernel_log_summary(path: str, report) -> str:  # report: ingest.IngestRepor
     if report.unmatched_total > 50:
         click.echo(f"{path}: ... and {report.unmatched_total - 50} more unmatched", err=True)
     if report.rows_stored == 0 and not report.bad_rows_total:
-        click.echo(f"{path}: no NVRM Xid or SXid line in {report.lines_read} lines", err=True)
+        click.echo(
+            f"{path}: no NVRM Xid or SXid line in {counted(report.lines_read, 'line')}", err=True
+        )
     xids = report.rows_stored - report.sxids - report.unmatched_total
     return (
-        f"kernel-log events ({xids} Xid, {report.sxids} SXid, "
+        f"{counted(report.rows_stored, 'kernel-log event')} ({xids} Xid, {report.sxids} SXid, "
         f"{report.unmatched_total} unmatched Xid)"
     )
 

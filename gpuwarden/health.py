@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -387,6 +388,19 @@ HARD_EVENTS: dict[str, HardSignal] = {
 #: The samples hard signals are read from: volatile and aggregate DBE counts, remap failure.
 DBE_FIELDS: tuple[str, ...] = ("ecc_dbe_volatile_total", "ecc_dbe_aggregate_total")
 HARD_FIELDS: tuple[str, ...] = (*DBE_FIELDS, "remapped_rows_failure")
+
+
+_XID_SAID = re.compile(r"\bXid (\d+)\b")
+
+
+def signals_said(text: str) -> frozenset[int]:
+    """The Xid codes a reason names, by number ("3 fatal Xids in 24 h (Xid 95, ...)") or by a
+    hard signal's words ("1 double-bit ECC error (ecc_dbe_volatile_total)" is Xid 48's). Two
+    reasons that name the same codes tell a person the same thing to do."""
+    codes = {int(c) for c in _XID_SAID.findall(text)}
+    low = text.lower()
+    codes.update(s.xid for s in HARD_SIGNALS if s.xid is not None and s.what.lower() in low)
+    return frozenset(codes)
 
 
 def event_signal(kind: str, code: float | None = None, detail: str = "") -> HardSignal | None:

@@ -55,6 +55,8 @@ class FleetSummary:
     #: slots known only from events (a memory-error log, a kernel log's Xids): no telemetry
     #: stored for them ever, so "missing" would say they stopped reporting
     events_only: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: the first sample in the window: its start, or later where the store begins later
+    telemetry_from: float | None = None
 
     def render(self, top: int = 10) -> str:
         lines: list[str] = []
@@ -70,8 +72,13 @@ class FleetSummary:
         if len(slots):
             by_model = slots.groupby("model").size().sort_values(ascending=False)
             lines.append("  " + ", ".join(f"{n} x {m or 'unknown'}" for m, n in by_model.items()))
-        if len(self.gpus) > len(self.events_only):
-            lines.append(f"Telemetry: {start} .. {end} UTC ({span_h:.0f} h)")
+        first = self.start_ts if self.telemetry_from is None else self.telemetry_from
+        held_s = max(0.0, self.end_ts - first)
+        if len(self.gpus) > len(self.events_only) and held_s == 0:
+            lines.append(f"Telemetry: {end} UTC only (one reading in time)")
+        elif len(self.gpus) > len(self.events_only):
+            since = pd.Timestamp(first, unit="s", tz="UTC").strftime("%Y-%m-%d %H:%M")
+            lines.append(f"Telemetry: {since} .. {end} UTC ({_span(held_s)})")
         else:
             lines.append(f"Telemetry: none stored; events {start} .. {end} UTC ({span_h:.0f} h)")
         lines.append(
@@ -190,6 +197,11 @@ def _fmt(x: float) -> str:
     return "-" if math.isnan(x) else f"{x:.0f}"
 
 
+def _span(seconds: float) -> str:
+    """A span: "168 h", or "3 min" under an hour (where whole hours would read 0)."""
+    return f"{seconds / 3600:.0f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
+
 def fleet_summary(
     store: Store, *, window_s: float = 7 * 86400, now: float | None = None
 ) -> FleetSummary:
@@ -264,9 +276,12 @@ def fleet_summary(
     verdicts = verdicts.drop_duplicates(["hostname", "gpu"], keep="last")
     rejections = store.read_rejections(start=start, end=now + 1)
     gaps, reported = _gaps(store, gpus, now)
+    # where the store holds less than the window (one -q capture is a moment, not a week)
+    sampled_boards = gpus[~gpus["uuid"].isin(silent)] if len(gpus) else gpus
+    first = float(sampled_boards["first_ts"].min()) if len(sampled_boards) else start
     return FleetSummary(
         start, now, gpus, reporting, missing, xid_table, fail_table, watch, verdicts, rejections,
-        gaps, reported, unmatched, memory, events_only,
+        gaps, reported, unmatched, memory, events_only, max(start, first),
     )  # fmt: skip
 
 

@@ -197,7 +197,7 @@ def test_ingest_smi_csv_stores_a_real_capture_with_its_time_host_and_driver(tmp_
     path = REAL_SMI / "h100_sxm_r590_query_gpu_all_load.csv"
     result = run("ingest", "--store", str(db), "--smi-csv", str(path), "--host", "node7")
     assert result.exit_code == 0, result.output
-    assert result.output == (f"{path}: stored 1 samples (nvidia-smi CSV, 1 rows, host node7)\n")
+    assert result.output == (f"{path}: stored 1 sample (nvidia-smi CSV, 1 row, host node7)\n")
 
     from gpuwarden.store import open_store
 

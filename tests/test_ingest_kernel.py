@@ -120,7 +120,7 @@ def test_cli_good_file(tmp_path):
     )
     result = run("ingest", "--store", str(db), "--kernel-log", str(log))
     assert result.exit_code == 0, result.output
-    assert "stored 1 kernel-log events (1 Xid, 0 SXid, 0 unmatched Xid)" in result.output
+    assert "stored 1 kernel-log event (1 Xid, 0 SXid, 0 unmatched Xid)" in result.output
 
 
 def test_cli_bad_lines_exit_1_and_keep_the_good(tmp_path):
@@ -135,7 +135,7 @@ def test_cli_bad_lines_exit_1_and_keep_the_good(tmp_path):
     assert f"{log}:3: Xid code 'x79' is not a number" in result.output
     assert f"{log}:2: no known GPU at PCI 0000:9b:00.0" in result.output  # empty store
     assert "stored 4" not in result.output and "stored 3 kernel-log events" in result.output
-    assert "1 bad rows skipped" in result.output
+    assert "1 bad row skipped" in result.output
 
 
 def test_cli_missing_boot_time_names_the_option(tmp_path):

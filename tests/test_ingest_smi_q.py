@@ -68,4 +68,4 @@ def test_not_q_output_is_refused_and_the_cli_exits_non_zero(tmp_path):
         env={},
     )
     assert ok.exit_code == 0, ok.output
-    assert "stored 1 samples (nvidia-smi -q, 1 outputs, host h)" in ok.output
+    assert "stored 1 sample (nvidia-smi -q, 1 output, host h)" in ok.output

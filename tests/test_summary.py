@@ -205,3 +205,16 @@ def test_a_slot_that_stopped_reporting_is_missing_not_events_only(tmp_path):
     text = fleet_summary(store).render()
     assert "missing: 1" in text and "n1 gpu1  last seen" in text
     assert "Known from events alone" not in text
+
+
+def test_the_telemetry_span_is_what_the_store_holds_not_the_window(tmp_path):
+    """Three minutes of samples read "Telemetry: 2025-12-25 .. 2026-01-01 (168 h)" (the
+    week's window); one -q capture is a moment in time."""
+    text = fleet_summary(_store(tmp_path)).render()
+    assert "Telemetry: 2026-01-01 00:00 .. 2026-01-01 00:02 UTC (2 min)" in text, text
+    assert "Rejected readings: none" in text
+    one = SqliteStore(tmp_path / "one.db")
+    one.write_batch(Batch(T, (Sample(T, A, {"gpu_temp_c": 50.0}),)))
+    assert (
+        "Telemetry: 2026-01-01 00:00 UTC only (one reading in time)" in fleet_summary(one).render()
+    )

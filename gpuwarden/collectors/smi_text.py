@@ -24,6 +24,9 @@ Read, by section path (a MIG Device block's own sections are not the GPU's):
         Replays Since Reset (the PCIe replay counter; NVML's nvmlDeviceGetPcieReplayCounter)
     Clocks Event Reasons (older: Clocks Throttle Reasons): each Active line's bit of
         ``clock_event_reasons`` (nvmlClocksEventReason*); an N/A line leaves the mask unknown
+    Clocks Event Reasons Counters / SW Power Capping (newer drivers): ``power_violation_us``,
+        the counter DCGM's power violation field reads (the thermal slowdown counters are
+        other counters than its thermal violation field's, so that field stays absent)
 
 A value that is neither a number nor a known marker is named in ``problems``.
 """
@@ -83,6 +86,11 @@ _PATHS: dict[tuple[str, ...], str] = {
     ("PCI", "GPU Link Info", "Link Width", "Current"): "pcie_link_width",
     ("PCI", "GPU Link Info", "Link Width", "Max"): "pcie_link_width_max",
     ("PCI", "Replays Since Reset"): "pcie_replay_total",
+    # cumulative microseconds: nvml.h defines NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP as
+    # NVML_FI_DEV_PERF_POLICY_POWER, the counter DCGM_FI_DEV_POWER_VIOLATION reads. The SW and
+    # HW thermal slowdown counters have field ids of their own, not NVML_PERF_POLICY_THERMAL's
+    # (DCGM_FI_DEV_THERMAL_VIOLATION), so they are not taken for it.
+    ("Clocks Event Reasons Counters", "SW Power Capping"): "power_violation_us",
 }
 #: ECC totals of newer drivers: the field -> the (section, key)s that add up to it.
 _ECC_PARTS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -106,7 +114,7 @@ _CLOCK_BITS: dict[str, int] = {
     "HW Power Brake Slowdown": CLOCK_EVENT_HW_POWER_BRAKE,
     "Display Clock Setting": 0x100,  # nvmlClocksEventReasonDisplayClockSetting
 }
-_UNIT = re.compile(r"^(?P<num>[-+]?[0-9.]+)\s*(?:C|W|MHz|MiB|%|x|bank\(s\))$")
+_UNIT = re.compile(r"^(?P<num>[-+]?[0-9.]+)\s*(?:C|W|MHz|MiB|%|x|us|bank\(s\))$")
 _GPU = re.compile(r"^GPU (?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])$")
 
 

@@ -20,6 +20,7 @@ import pandas as pd
 from gpuwarden.health import AT_RISK_ACTION, GpuState, Reason, describe
 from gpuwarden.models.features import FEATURES
 from gpuwarden.models.rules import HARD, hard_table
+from gpuwarden.wording import plural
 
 GROUPS: tuple[str, ...] = ("memory", "thermal", "pcie", "nvlink", "xid", "telemetry")
 _GROUP_COLUMNS = {g: [f.name for f in FEATURES if f.group == g] for g in GROUPS}
@@ -58,14 +59,14 @@ def _memory(r: pd.Series) -> list[str]:
     out = []
     if r["sbe_per_day_24h"] >= 1:
         out.append(f"single-bit errors {_n(r['sbe_per_day_24h'])}/day{_up(r['sbe_rise_24h'])}")
-    for col, what in (
-        ("remap_correctable_7d", "correctable row remaps"),
-        ("remap_uncorrectable_7d", "uncorrectable row remaps"),
-        ("dbe_7d", "double-bit errors"),
-        ("retired_pages_7d", "pages retired"),
+    for col, one, many in (
+        ("remap_correctable_7d", "correctable row remap", "correctable row remaps"),
+        ("remap_uncorrectable_7d", "uncorrectable row remap", "uncorrectable row remaps"),
+        ("dbe_7d", "double-bit error", "double-bit errors"),
+        ("retired_pages_7d", "page retired", "pages retired"),
     ):
         if r[col] >= 1:
-            out.append(f"{_n(r[col])} {what} this week")
+            out.append(f"{_n(r[col])} {plural(r[col], one, many)} this week")
     if r["remap_pending_1h"] > 0 or r["retired_pending_1h"] > 0:
         out.append("a memory repair waits for a GPU reset")
     if r["xid92_7d"] >= 1:
@@ -139,7 +140,8 @@ def _nvlink(r: pd.Series) -> list[str]:
         )
         out += relative[1:]
     if r["nvlink_recovery_24h"] >= 1:
-        out.append(f"{_n(r['nvlink_recovery_24h'])} NVLink recoveries today")
+        n = r["nvlink_recovery_24h"]
+        out.append(f"{_n(n)} NVLink {plural(n, 'recovery', 'recoveries')} today")
     if r["xid74_7d"] >= 1:
         out.append(f"Xid 74 (NVLink error) {_n(r['xid74_7d'])}x this week")
     return out
@@ -148,9 +150,10 @@ def _nvlink(r: pd.Series) -> list[str]:
 def _xid(r: pd.Series) -> list[str]:
     out = []
     if r["xid_hw_24h"] >= 1:
-        out.append(f"{_n(r['xid_hw_24h'])} hardware Xids today")
+        out.append(f"{_n(r['xid_hw_24h'])} hardware {plural(r['xid_hw_24h'], 'Xid')} today")
     if r["xid_app_24h"] >= 1:
-        out.append(f"{_n(r['xid_app_24h'])} application Xids today")
+        n = r["xid_app_24h"]
+        out.append(f"{_n(n)} application {plural(n, 'Xid')} today")
     return out
 
 

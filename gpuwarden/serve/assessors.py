@@ -18,7 +18,7 @@ from typing import Any
 from gpuwarden.alerts.base import RiskAssessment
 from gpuwarden.alerts.hard_signals import HardSignalAssessor
 from gpuwarden.errors import ConfigError, GpuwardenError
-from gpuwarden.health import DEFAULT_AT_RISK, worst
+from gpuwarden.health import DEFAULT_AT_RISK, signals_said, worst
 from gpuwarden.plugins import load_object
 from gpuwarden.store.base import Store
 
@@ -93,7 +93,7 @@ def _merge(a: RiskAssessment, b: RiskAssessment) -> RiskAssessment:
         ts=max(a.ts, b.ts),
         risk=max(risks) if risks else math.nan,
         hard_signal=hard.hard_signal,
-        reasons=tuple(dict.fromkeys((*a.reasons, *b.reasons))),
+        reasons=_reasons(a.reasons, b.reasons),
         action=hard.action if hard.hard_signal else (a.action or b.action),
         hard_signal_ts=hard.hard_signal_ts,
         rule=", ".join(dict.fromkeys(r for r in (a.rule, b.rule) if r)) or None,
@@ -101,6 +101,22 @@ def _merge(a: RiskAssessment, b: RiskAssessment) -> RiskAssessment:
         if a.state or b.state
         else None,
     )
+
+
+def _reasons(first: tuple[str, ...], then: tuple[str, ...]) -> tuple[str, ...]:
+    """``first``'s reasons, then those of ``then`` that name an Xid ``first`` has not: the
+    model's "1 double-bit ECC error in 24 h (Xid 48, ...): drain the GPU ..." already says what
+    the hard-signal assessor's "Xid 48 (Double-bit ECC error)" would say again. A reason that
+    names no Xid is kept, and a repeat of the same words is said once."""
+    said = set().union(*map(signals_said, first))
+    kept = []
+    for r in then:
+        codes = signals_said(r)
+        if codes and codes <= said:
+            continue
+        kept.append(r)
+        said |= codes
+    return tuple(dict.fromkeys((*first, *kept)))
 
 
 def default_assessor(lookback_s: float = 900.0) -> Assessor:

@@ -169,6 +169,7 @@ EXPECTED_Q: dict[str, tuple[str, GpuId, str, str, dict[str, float]]] = {
             "pcie_link_width": 16, "pcie_link_width_max": 16,
             "pcie_replay_total": 9,  # PCI / Replays Since Reset
             "clock_event_reasons": 0,  # Clocks Event Reasons: every line Not Active
+            "power_violation_us": 0,  # Clocks Event Reasons Counters / SW Power Capping
         },
     ),
     "h100_mig_r590_q_load.txt": (
@@ -184,6 +185,7 @@ EXPECTED_Q: dict[str, tuple[str, GpuId, str, str, dict[str, float]]] = {
             "pcie_link_width": 16, "pcie_link_width_max": 16,
             "pcie_replay_total": 9,
             "clock_event_reasons": 0,
+            "power_violation_us": 0,
         },
     ),
     "l40s_r595_q_load.txt": (
@@ -200,6 +202,7 @@ EXPECTED_Q: dict[str, tuple[str, GpuId, str, str, dict[str, float]]] = {
             "pcie_link_width": 16, "pcie_link_width_max": 16,
             "pcie_replay_total": 0,
             "clock_event_reasons": 0,
+            "power_violation_us": 204_642_816,  # held at its power cap for 205 s
         },
     ),
     "rtx4080s_r595_q_idle.txt": (
@@ -215,6 +218,7 @@ EXPECTED_Q: dict[str, tuple[str, GpuId, str, str, dict[str, float]]] = {
             "pcie_link_width": 16, "pcie_link_width_max": 16,
             "pcie_replay_total": 0,
             "clock_event_reasons": 1,  # Idle: Active
+            "power_violation_us": 0,
         },
     ),
 }  # fmt: skip

@@ -121,3 +121,31 @@ def test_serve_warns_of_a_fleet_logging_more_errors_and_exports_its_level(tmp_pa
 
     assert sample("gpuwarden_fleet_error_level") > sample("gpuwarden_fleet_error_level_limit")
     store.close()
+
+
+def test_combined_reasons_say_each_xid_once():
+    """The model says "1 double-bit ECC error in 24 h (Xid 48, ...): drain ..." and the
+    hard-signal assessor "Xid 48 (Double-bit ECC error)" and "1 double-bit ECC error
+    (ecc_dbe_volatile_total)": a person reads Xid 48 once. A code only the second names, and
+    a reason that names none, stay."""
+    from gpuwarden.serve.assessors import combine
+    from gpuwarden.telemetry import GpuId
+
+    gpu = GpuId("n1", 0, "GPU-1")
+    model = RiskAssessment(gpu, T0, 0.2, reasons=(
+        "1 double-bit ECC error in 24 h (Xid 48, Double-bit ECC error): Drain the GPU",
+        "HBM 95 C, 12 C above the core",
+    ))  # fmt: skip
+    hard = RiskAssessment(gpu, T0, math.nan, hard_signal="Xid 94 (Contained ECC error)", reasons=(
+        "Xid 94 (Contained ECC error)",
+        "Xid 48 (Double-bit ECC error)",
+        "1 double-bit ECC error (ecc_dbe_volatile_total)",
+        "GPU requires a reset",
+    ))  # fmt: skip
+    merged = combine(lambda s, at: [model], lambda s, at: [hard])(None, T0)  # type: ignore[arg-type]
+    assert merged[0].reasons == (
+        *model.reasons,
+        "Xid 94 (Contained ECC error)",
+        "GPU requires a reset",
+    )
+    assert merged[0].hard_signal == "Xid 94 (Contained ECC error)" and merged[0].risk == 0.2

@@ -245,6 +245,21 @@ def test_reasons_say_the_numbers_of_the_group_that_raises_the_risk(tiny_model):
     assert "12 correctable row remaps this week" in reasons[1]
 
 
+def test_reasons_count_one_as_one():
+    """One of a thing is said in the singular: "1 uncorrectable row remap this week", not
+    "1 uncorrectable row remaps"; two stay plural."""
+    from gpuwarden.models.reasons import _SAY
+
+    row = pd.Series(0.0, index=list(FEATURE_NAMES))
+    row[["remap_uncorrectable_7d", "dbe_7d", "retired_pages_7d", "xid_hw_24h"]] = 1.0
+    row[["nvlink_recovery_24h", "xid_app_24h"]] = [1.0, 2.0]
+    said = "; ".join(_SAY["memory"](row) + _SAY["nvlink"](row) + _SAY["xid"](row))
+    for one in ("1 uncorrectable row remap this week", "1 double-bit error this week",
+                "1 page retired this week", "1 NVLink recovery today", "1 hardware Xid today",
+                "2 application Xids today"):  # fmt: skip
+        assert one + ";" in said + ";", said
+
+
 def test_minutes_into_an_hour_the_risk_is_that_of_the_last_whole_hour(sim_store, tiny_model):
     """The model learnt on whole hours: a few minutes of a new hour must not read as an hour
     with few errors. Risk holds until the hour is whole; hard signals count at once."""
