@@ -94,14 +94,17 @@ class FleetSummary:
         lines.append("")
         lines += self._verdict_lines(top)
         lines.append("")
-        lines.append("Failures recorded:" if len(self.failures) else "Failures recorded: none")
+        # failures: every one the store holds (a failure is rare, and its history matters)
+        lines.append(
+            "Failures recorded, all stored:" if len(self.failures) else "Failures recorded: none"
+        )
         for row in self.failures.itertuples():
             lines.append(f"  {row.count:5d}  {row.kind}")
         lines.append("")
         if len(self.xids):
-            lines.append("Xid events:")
+            lines.append(f"Xid events, last {span_h:.0f} h:")
         elif not len(self.unmatched):
-            lines.append("Xid events: none")
+            lines.append(f"Xid events, last {span_h:.0f} h: none")
         for row in self.xids.itertuples():
             lines.append(f"  {row.count:5d}  Xid {row.code:<4d} {row.name} ({row.cls})")
         if len(self.unmatched):

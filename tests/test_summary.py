@@ -141,7 +141,7 @@ def test_an_empty_store_and_a_store_of_kernel_log_xids_alone(tmp_path):
     )
     assert ingest_kernel_log(store, log).unmatched_total == 1
     text = fleet_summary(store).render()
-    assert "Xid events: none" not in text, text
+    assert "Xid events, last" not in text, text
     assert "Xid events of no known GPU" in text and "Xid 79" in text, text
     assert "events 2025-12-25 00:00 .. 2026-01-01 00:00 UTC" in text, text
 
@@ -166,7 +166,7 @@ def test_an_xid_matched_by_a_second_load_is_not_also_counted_unmatched(tmp_path)
     ingest_kernel_log(store, log)
     assert len(store.read_events(kinds=["xid", "xid_unmatched"])) == 3  # both loads kept
     text = fleet_summary(store, now=T + 60).render()
-    xids = text[text.index("Xid events:") : text.index("Rejected readings")]
+    xids = text[text.index("Xid events, last 168 h:") : text.index("Rejected readings")]
     assert "1  Xid 79" in xids and xids.count("Xid 79") == 1, xids
     unmatched = xids[xids.index("of no known GPU") :]
     assert "Xid 13" in unmatched and "Xid 79" not in unmatched, xids
