@@ -22,6 +22,18 @@ _CELL_PX = 13
 _TIME = alt.X("time:T", title="time (UTC)", scale=alt.Scale(type="utc"), axis=alt.Axis(format="%b %d %H:%M", labelAngle=0))  # fmt: skip
 
 
+#: What a horizontal bar chart's x axis (its labels and title) takes of the height Streamlit
+#: gives it: Streamlit fits the whole chart, axes included, into the height asked for.
+_X_AXIS_PX = 60
+
+
+def bars_height(bars: int, per_bar: int = 30) -> int:
+    """The height that gives each of ``bars`` horizontal bars ``per_bar`` pixels, so every
+    bar keeps its label (Streamlit's theme spaces labels so that at 22 pixels a bar, axes
+    counted in, Vega dropped every other node's name)."""
+    return _X_AXIS_PX + per_bar * max(bars, 1)
+
+
 def with_time(frame: pd.DataFrame) -> pd.DataFrame:
     """Add ``time`` (UTC datetimes) from ``ts`` (Unix s) for the x axis."""
     return frame.assign(time=pd.to_datetime(frame["ts"], unit="s", utc=True))

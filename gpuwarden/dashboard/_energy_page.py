@@ -33,6 +33,7 @@ from gpuwarden.config import grid_intensity, load_settings
 from gpuwarden.dashboard import _cache
 from gpuwarden.dashboard._api import Api, ApiError, _option
 from gpuwarden.dashboard._capacity_page import read_prices, sources
+from gpuwarden.dashboard._charts import bars_height
 from gpuwarden.dashboard._context import fmt_time
 from gpuwarden.dashboard._decisions import fmt_utc
 from gpuwarden.dashboard._energy_frames import (
@@ -144,8 +145,10 @@ def _energy_section(hourly: pd.DataFrame, grid: float | None, start: float, end:
     shown = by_node.head(SHOWN_NODES)
     st.altair_chart(alt.Chart(shown).mark_bar().encode(
         x=alt.X("kwh:Q", title="kWh"), y=alt.Y("node:N", sort="-x", title=None),
-        tooltip=list(shown)).properties(height=max(80, 22 * len(shown))), width="stretch")  # fmt: skip
-    st.dataframe(by_node, hide_index=True, key="energy_nodes", column_config={
+        tooltip=list(shown)).properties(height=bars_height(len(shown))), width="stretch")  # fmt: skip
+    # no CO2 column of "None"s where the grid intensity is unknown (the caption above says so)
+    table = by_node if grid is not None else by_node.drop(columns=["co2_kg"])
+    st.dataframe(table, hide_index=True, key="energy_nodes", column_config={
         "kwh": st.column_config.NumberColumn("kWh", format="%.2f"),
         "co2_kg": st.column_config.NumberColumn("kg CO2", format="%.2f"),
         "gpu_hours": st.column_config.NumberColumn("GPU-hours", format="%.0f")})  # fmt: skip
@@ -189,9 +192,12 @@ def _tenant_section(api: Api | None, reads: SchedulerReads | None) -> None:
     if tenants.empty:
         st.info("The scheduler billed no GPU-hours in this time range.")
         return
-    st.altair_chart(alt.Chart(tenants.dropna(subset=["kwh"])).mark_bar().encode(
+    drawn = tenants.dropna(subset=["kwh"])
+    st.altair_chart(alt.Chart(drawn).mark_bar().encode(
         x=alt.X("kwh:Q", title="kWh"), y=alt.Y("tenant:N", sort="-x", title=None),
-        tooltip=list(tenants)), width="stretch")  # fmt: skip
+        tooltip=list(tenants)).properties(height=bars_height(len(drawn))), width="stretch")  # fmt: skip
+    if tenants["co2_kg"].isna().all():
+        tenants = tenants.drop(columns=["co2_kg"])
     st.dataframe(tenants, hide_index=True, key="energy_tenants", column_config={
         "gpu_hours": st.column_config.NumberColumn("GPU-hours", format="%.2f"),
         "kwh": st.column_config.NumberColumn("kWh", format="%.2f"),
@@ -200,6 +206,17 @@ def _tenant_section(api: Api | None, reads: SchedulerReads | None) -> None:
     st.caption("Measured: the GPUs' energy counters, sent by the agents; estimated: GPU-hours "
                "at the GPU model's board power. Blank: unknown (a job's GPU model or the grid "
                "intensity is not known).")  # fmt: skip
+
+
+def _sleep_chart(hours: pd.DataFrame) -> None:
+    """Nodes asleep and kWh saved, hour by hour."""
+    chart = alt.Chart(hours.assign(hour=pd.to_datetime(hours["ts"], unit="s", utc=True)))
+    st.altair_chart(alt.layer(
+        chart.mark_area(opacity=0.4).encode(x=alt.X("hour:T", title="hour (UTC)"),
+                                            y=alt.Y("nodes_asleep:Q", title="nodes asleep")),
+        chart.mark_line(color="#2ca02c").encode(x="hour:T", y=alt.Y(
+            "kwh_saved:Q", title="kWh saved per hour"))).resolve_scale(y="independent"),
+        width="stretch")  # fmt: skip
 
 
 def _sleep_section(hourly: pd.DataFrame, nodes: list[dict[str, Any]] | None) -> None:
@@ -227,14 +244,8 @@ def _sleep_section(hourly: pd.DataFrame, nodes: list[dict[str, Any]] | None) -> 
     share = plan.kwh_saved / plan.kwh_total if plan.kwh_total > 0 else math.nan
     m[2].metric("of the GPUs' kWh", "–" if math.isnan(share) else f"{share:.0%}")
     m[3].metric("Window hours", f"{plan.window_hours}")
-    chart = alt.Chart(plan.hours.assign(hour=pd.to_datetime(plan.hours["ts"], unit="s", utc=True)))
-    st.altair_chart(alt.layer(
-        chart.mark_area(opacity=0.4).encode(x=alt.X("hour:T", title="hour (UTC)"),
-                                            y=alt.Y("nodes_asleep:Q", title="nodes asleep")),
-        chart.mark_line(color="#2ca02c").encode(x="hour:T", y=alt.Y(
-            "kwh_saved:Q", title="kWh saved per hour"))).resolve_scale(y="independent"),
-        width="stretch")  # fmt: skip
     if len(would):
+        _sleep_chart(plan.hours)
         table = would[
             ["hostname", "gpus", "window_util_pct", "hours_asleep", "kwh_saved", "wake_at"]
         ]
@@ -244,7 +255,7 @@ def _sleep_section(hourly: pd.DataFrame, nodes: list[dict[str, Any]] | None) -> 
             "hours_asleep": "hours asleep", "kwh_saved": st.column_config.NumberColumn(
                 "kWh saved", format="%.2f"),
             "wake_at": "woken at (UTC)"})  # fmt: skip
-    else:
+    else:  # no chart: a flat line at 0 says no more than this
         st.success("No node idles below the threshold in the window: nothing would sleep.")
     st.caption(
         f"Saved: the GPUs' measured power plus {power.base_w:g} W of node base power, less "

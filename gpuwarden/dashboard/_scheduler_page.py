@@ -23,6 +23,7 @@ import streamlit as st
 
 from gpuwarden.dashboard import _cache
 from gpuwarden.dashboard._api import Api, ApiError
+from gpuwarden.dashboard._charts import bars_height
 from gpuwarden.dashboard._decisions import fmt_utc
 from gpuwarden.errors import InputError
 from gpuwarden.scheduler.billing import billed_gpu_milli
@@ -257,4 +258,4 @@ def _quota_chart(quotas: pd.DataFrame) -> alt.LayerChart:
     base = alt.Chart(quotas).encode(y=alt.Y("tenant:N", title=None))
     used = base.mark_bar().encode(x=alt.X("used_gpus:Q", title="GPUs"), tooltip=list(quotas))
     limit = base.mark_tick(color="#d62728", thickness=3, size=18).encode(x="gpus:Q")
-    return alt.LayerChart(layer=[used, limit], height=max(60, 28 * len(quotas)))
+    return alt.LayerChart(layer=[used, limit], height=bars_height(len(quotas)))
