@@ -96,6 +96,15 @@ def gpu_detail(ctx: Context) -> None:
 
     end = snap.as_of + 1e-3
     start = snap.as_of - ctx.range_s
+    last = float(gpu["last_ts"])
+    if state == data.MISSING and last < start:
+        # a board that went quiet before the range: its last hours, the lead-up to what became
+        # of it, rather than an empty range
+        end, start = last + 1e-3, last - ctx.range_s
+        st.caption(
+            f"Shown: the {fmt_age(ctx.range_s)} to its last sample ({fmt_time(last)}), "
+            "since it has sent none in the range picked."
+        )
     series = _cache.gpu_series(ctx.url, uuid, start, end, snap.step_s)
     events = _cache.recent_events(ctx.url, start, end, uuid)
     risk = _cache.risk_series(ctx.url, uuid, start, end)

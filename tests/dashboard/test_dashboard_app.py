@@ -236,3 +236,28 @@ def test_backfilled_verdicts_of_the_real_model_are_drawn(
 
 def metrics_or_text(at: AppTest) -> bool:
     return bool(at.title) and at.title[0].value == "GPUs needing attention"
+
+
+def test_a_board_quiet_before_the_range_shows_its_last_hours(tmp_path, monkeypatch):
+    """A board that stopped reporting a day and a half ago read "No sample of this GPU in the
+    last 24 h": its page shows the 24 h up to its last sample, and says so."""
+    from gpuwarden.telemetry import Batch, GpuId, Sample
+
+    quiet, calm = (
+        GpuId("n1", 0, "GPU-quiet", model="H100"),
+        GpuId("n1", 1, "GPU-calm", model="H100"),
+    )
+    store = SqliteStore(tmp_path / "s.db")
+    t0 = 1_767_225_600.0
+    for k in range(12 * 40):  # 40 h at 5-minute steps; the quiet board stops after 3 h
+        ts = t0 + 300 * k
+        boards = (quiet, calm) if k < 36 else (calm,)
+        store.write_batch(Batch(ts, tuple(
+            Sample(ts, g, {"gpu_temp_c": 50.0, "ecc_sbe_volatile_total": float(k)}) for g in boards
+        )))  # fmt: skip
+    store.close()
+    at = run(f"sqlite:///{tmp_path / 's.db'}", monkeypatch, view="gpu", gpu="GPU-quiet")
+    assert "missing" in at.title[0].value
+    assert any("Shown: the 24 h to its last sample" in c.value for c in at.caption), at.caption
+    assert not any("No sample of this GPU" in i.value for i in at.info)
+    assert metrics(at)["SBEs in range"] == "35"  # the 36 samples' increases
