@@ -91,6 +91,9 @@ def lead_times(path: Path, leads: dict[str, np.ndarray], horizon_h: float) -> Pa
         v = values[np.isfinite(values)]
         ax.hist(v, bins=bins, alpha=0.55, label=f"{name} ({v.size} flagged)")
     ax.axvline(24, color="black", linestyle="--", linewidth=1, label="24 h")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # failures count whole
     ax.set(
         xlabel="lead time (h)",
         ylabel="failures with precursors",
@@ -98,6 +101,16 @@ def lead_times(path: Path, leads: dict[str, np.ndarray], horizon_h: float) -> Pa
     )
     ax.legend(fontsize=8)
     return _save(plt, fig, path)
+
+
+def _same_point(curve: list[tuple[float, float, float]]) -> dict[tuple[float, float], str]:
+    """One label per point of the curve: thresholds that land on the same (caught, false
+    flags) are said together, lowest to highest ("0.3-0.4"; printed one over another they
+    read as neither)."""
+    at: dict[tuple[float, float], list[float]] = {}
+    for th, c, f in curve:
+        at.setdefault((round(c, 9), round(f, 9)), []).append(th)
+    return {p: f"{min(t):g}" if len(t) == 1 else f"{min(t):g}-{max(t):g}" for p, t in at.items()}
 
 
 def tradeoff(
@@ -113,8 +126,8 @@ def tradeoff(
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
     ths, caught, false = (np.asarray(v, dtype=float) for v in zip(*curve, strict=True))
     ax.plot(false, caught, "o-", markersize=4, label="model, by risk threshold")
-    for th, c, f in curve:
-        ax.annotate(f"{th:g}", (f, c), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    for (c, f), same in _same_point(curve).items():
+        ax.annotate(same, (f, c), textcoords="offset points", xytext=(4, -10), fontsize=7)
     at = np.flatnonzero(np.isclose(ths, threshold))
     if at.size:
         i = int(at[0])
@@ -127,7 +140,7 @@ def tradeoff(
     ax.set(
         xlabel="false flags per 1,000 GPU-days",
         ylabel="failures with precursors caught >= 24 h ahead",
-        ylim=(0, 1),
+        ylim=(0, 1.05),  # a detector that catches all (the oracle) is drawn whole
         title="Caught a day ahead vs false flags",
     )
     ax.legend(loc="lower right", fontsize=8)

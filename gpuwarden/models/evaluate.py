@@ -110,8 +110,8 @@ class Evaluation:
         lines += _render_curve(s)
         lines += [
             "",
-            f"{s['gpu_days']:.0f} GPU-days without a failure in the horizon; "
-            f"{s['scoring_times']} scoring times, {s['rows']} (GPU, time) rows.",
+            f"{s['gpu_days']:,.0f} GPU-days without a failure in the horizon; "
+            f"{s['scoring_times']:,} scoring times, {s['rows']:,} (GPU, time) rows.",
         ]
         if s.get("ceiling_24h") is not None:
             lines.append(

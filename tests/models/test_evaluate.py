@@ -254,3 +254,17 @@ def test_the_operating_curve_is_read_at_the_lines_asked_for(eval_sim, tiny_model
     recall = [at[t]["recall_24h"] for t in sorted(at)]
     assert all(a >= b for a, b in zip(recall, recall[1:], strict=False))
     assert recall[0] > recall[-1]
+
+
+def test_thresholds_on_the_same_point_of_the_trade_off_share_one_label():
+    """Thresholds that catch as many at as many false flags were printed over one another
+    ("0.3" on "0.4" read as neither): they are one label, lowest to highest."""
+    from gpuwarden.models._plots import _same_point
+
+    curve = [(0.2, 0.75, 4.0), (0.3, 0.75, 4.0), (0.4, 0.75, 4.0), (0.5, 0.75, 2.3),
+             (0.9, 0.5, 0.0), (0.95, 0.5, 0.0)]  # fmt: skip
+    assert _same_point(curve) == {
+        (0.75, 4.0): "0.2-0.4",
+        (0.75, 2.3): "0.5",
+        (0.5, 0.0): "0.9-0.95",
+    }
