@@ -245,6 +245,22 @@ def exporter(
     "Its GPUs belong to --host.",
 )
 @click.option(
+    "--line-protocol",
+    "line_protocols",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="InfluxDB line protocol as Telegraf writes it (its nvidia_smi input, or dcgm-exporter "
+    "through its prometheus input): a file output or an InfluxDB export; repeatable. Points "
+    "without a host tag belong to --host.",
+)
+@click.option(
+    "--precision",
+    type=click.Choice(["ns", "us", "ms", "s"]),
+    default="ns",
+    show_default=True,
+    help="Time unit of --line-protocol files.",
+)
+@click.option(
     "--memory-errors",
     "memory_error_files",
     multiple=True,
@@ -255,8 +271,8 @@ def exporter(
 @click.option(
     "--host",
     default=None,
-    help="Host of an --smi-csv or --smi-q log (default: this machine) and of a --kernel-log's lines "
-    "without one.",
+    help="Host of an --smi-csv or --smi-q log (default: this machine), and of a --kernel-log's "
+    "lines and --line-protocol points without one.",
 )
 @click.option(
     "--boot-time",
@@ -282,14 +298,16 @@ def ingest(
     kernel_logs: tuple[str, ...],
     smi_csvs: tuple[str, ...],
     smi_qs: tuple[str, ...],
+    line_protocols: tuple[str, ...],
+    precision: str,
     memory_error_files: tuple[str, ...],
     host: str | None,
     boot_time: str | None,
     bad_lines: str | None,
     progress: bool,
 ) -> None:
-    """Load history exported from Prometheus, InfluxDB or a spreadsheet, nvidia-smi's own CSV
-    logs, or kernel logs, into a store.
+    """Load history exported from Prometheus, InfluxDB or a spreadsheet, Telegraf's line
+    protocol, nvidia-smi's own CSV logs, or kernel logs, into a store.
 
     Every good line is stored. A line whose time, host or GPU does not read is not stored: the
     first few are shown, all of them are written to the bad-lines report, and the exit status
@@ -299,11 +317,11 @@ def ingest(
     from gpuwarden import ingest as ing
 
     if not (telemetry_files or xid_files or failure_files or kernel_logs or smi_csvs) and not (
-        memory_error_files or smi_qs
+        memory_error_files or smi_qs or line_protocols
     ):
         raise click.UsageError(
             "give at least one of --telemetry, --xids, --failures, --kernel-log, --smi-csv, "
-            "--smi-q, --memory-errors"
+            "--smi-q, --line-protocol, --memory-errors"
         )
     boot = maybe_time(boot_time, "--boot-time")
     store = open_store(store_url, settings(ctx))
@@ -315,6 +333,7 @@ def ingest(
         jobs += [(f, "failures") for f in failure_files]
         jobs += [(f, "smi") for f in smi_csvs]
         jobs += [(f, "smi-q") for f in smi_qs]
+        jobs += [(f, "line-protocol") for f in line_protocols]
         jobs += [(f, "kernel") for f in kernel_logs]
         for path, kind in jobs:
             out = named or ing.BadLineReport(ing.report_path(path))
@@ -337,6 +356,17 @@ def ingest(
                     what = (
                         f"{counted(report.rows_stored, 'sample')} (nvidia-smi -q, "
                         f"{counted(report.lines_read, 'output')}, host {host or _here()})"
+                    )
+                elif kind == "line-protocol":
+                    report = ing.ingest_line_protocol(
+                        store, path, host=host, precision=precision, on_bad_line=sink
+                    )
+                    ignored = "".join(
+                        f"; ignored {counted(n, f'{m} point')}" for m, n in report.ignored.items()
+                    )
+                    what = (
+                        f"{counted(report.rows_stored, 'sample')} (line protocol, "
+                        f"{counted(report.lines_read, 'line')}{ignored})"
                     )
                 elif kind == "kernel":
                     report = ing.ingest_kernel_log(

@@ -55,6 +55,7 @@ from gpuwarden.telemetry import (
     FIELD_BY_DCGM,
     FIELDS_BY_NAME,
     REJECT_REASONS,
+    Batch,
     Event,
     Failure,
     GpuId,
@@ -90,6 +91,8 @@ class IngestReport:
     lines_read: int = 0
     sxids: int = 0
     rejected: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: Line protocol: points of measurements that hold no GPU telemetry, by measurement.
+    ignored: dict[str, int] = field(default_factory=dict)
 
 
 class IngestWarning(UserWarning):
@@ -512,9 +515,8 @@ def ingest_smi_query_text(
     if not starts:
         raise InputError(f"{path}: no {_Q_START!r} line: not nvidia-smi -q output")
     hostname = host or socket.gethostname()
-    stored = 0
     bad: list[tuple[int, str]] = []
-    rejected: Counter[tuple[str, str]] = Counter()
+    batches: list[Batch] = []
     for n, first in enumerate(starts):
         end = starts[n + 1] if n + 1 < len(starts) else len(lines)
         batch = read_query_text("\n".join(lines[first:end]), hostname=hostname, tz=tz)
@@ -522,6 +524,23 @@ def ingest_smi_query_text(
         if untimed:
             bad.append((first + 1, f"nvidia-smi -q output without a readable time: {untimed[0]}"))
             continue
+        batches.append(batch)
+    return _store_batches(store, batches, bad, on_bad_line, lines_read=len(starts))
+
+
+def _store_batches(
+    store: Store,
+    batches: list[Batch],
+    bad: list[tuple[int, str]],
+    on_bad_line: BadLineSink | None,
+    *,
+    lines_read: int,
+    ignored: dict[str, int] | None = None,
+) -> IngestReport:
+    """Write screened ``batches``, tell ``on_bad_line`` of each of ``bad``, and report."""
+    stored = 0
+    rejected: Counter[tuple[str, str]] = Counter()
+    for batch in batches:
         store.write_batch(batch)
         stored += len(batch.samples)
         rejected.update((r.field, r.reason) for r in batch.rejected)
@@ -532,8 +551,56 @@ def ingest_smi_query_text(
         stored,
         bad[:MAX_BAD_ROWS],
         bad_rows_total=len(bad),
-        lines_read=len(starts),
+        lines_read=lines_read,
         rejected=dict(rejected),
+        ignored=dict(ignored or {}),
+    )
+
+
+def ingest_line_protocol(
+    store: Store,
+    path: str | os.PathLike[str],
+    *,
+    host: str | None = None,
+    precision: str = "ns",
+    on_bad_line: BadLineSink | None = None,
+) -> IngestReport:
+    """Load InfluxDB line protocol (plain or gzip) as Telegraf writes GPU telemetry: its
+    ``nvidia_smi`` measurement, and dcgm-exporter's series through its prometheus input
+    (``collectors.telegraf``). Times are in ``precision`` units; ``host`` names the GPUs of
+    points without a ``host`` tag (default: this machine).
+
+    A line that does not read, or a GPU point without a time, is a bad line and is not stored;
+    impossible readings are stored as rejected; other measurements are counted in ``ignored``.
+    A file without one GPU point raises ``InputError`` and stores nothing."""
+    import socket
+
+    from gpuwarden.collectors.lineproto import PRECISIONS, Point, parse_line
+    from gpuwarden.collectors.telegraf import points_to_batches
+
+    if precision not in PRECISIONS:
+        raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    lines = read_log_text(path).splitlines()
+    points: list[tuple[int, Point]] = []
+    bad: list[tuple[int, str]] = []
+    for n, line in enumerate(lines, start=1):
+        try:
+            point = parse_line(line, precision)
+        except InputError as exc:
+            bad.append((n, f"not line protocol: {exc}"))
+            continue
+        if point is not None:
+            points.append((n, point))
+    read = points_to_batches(points, host=host or socket.gethostname())
+    bad = sorted(bad + read.unplaced)
+    if not read.batches:
+        seen = ", ".join(sorted(read.other)) or "none"
+        raise InputError(
+            f"{path}: no GPU telemetry in line protocol (Telegraf's nvidia_smi measurement, or "
+            f"DCGM_FI_* series from its prometheus input); measurements found: {seen}"
+        )
+    return _store_batches(
+        store, read.batches, bad, on_bad_line, lines_read=len(lines), ignored=read.other
     )
 
 

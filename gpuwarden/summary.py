@@ -220,6 +220,8 @@ def fleet_summary(
     samples = store.read_samples(
         start=start, end=now + 1, fields=list(_WATCH_FIELDS) + ["mem_temp_c", "gpu_temp_c"]
     )
+    # where the window holds less than a window of samples (one -q capture is a moment)
+    first = float(samples["ts"].min()) if len(samples) else start
     events = store.read_events(start=start, end=now + 1)
     failures = store.read_failures()
 
@@ -279,9 +281,6 @@ def fleet_summary(
     verdicts = verdicts.drop_duplicates(["hostname", "gpu"], keep="last")
     rejections = store.read_rejections(start=start, end=now + 1)
     gaps, reported = _gaps(store, gpus, now)
-    # where the store holds less than the window (one -q capture is a moment, not a week)
-    sampled_boards = gpus[~gpus["uuid"].isin(silent)] if len(gpus) else gpus
-    first = float(sampled_boards["first_ts"].min()) if len(sampled_boards) else start
     return FleetSummary(
         start, now, gpus, reporting, missing, xid_table, fail_table, watch, verdicts, rejections,
         gaps, reported, unmatched, memory, events_only, max(start, first),

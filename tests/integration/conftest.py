@@ -131,9 +131,11 @@ def start_daemon(
     port: int,
     workdir: Path,
     ready_path: str = "/-/ready",
+    ready_status: int = 200,
     timeout_s: float = 30.0,
 ) -> Daemon:
-    """Run ``argv`` (which must listen on 127.0.0.1:``port``) and wait for ``ready_path``."""
+    """Run ``argv`` (which must listen on 127.0.0.1:``port``) and wait until ``ready_path``
+    answers ``ready_status``."""
     workdir.mkdir(parents=True, exist_ok=True)
     log = workdir / f"{name}.log"
     with log.open("wb") as out:
@@ -144,7 +146,7 @@ def start_daemon(
         if proc.poll() is not None:
             pytest.fail(f"{name} exited with {proc.returncode}:\n{daemon.log_tail()}")
         try:
-            if daemon.get(ready_path).status_code == 200:
+            if daemon.get(ready_path).status_code == ready_status:
                 if _owns_port(proc.pid, port) is False:  # another process answered
                     daemon.stop()
                     pytest.fail(
@@ -238,5 +240,37 @@ def launch_victoria_metrics(
 def victoria_metrics(daemons: list[Daemon], tmp_path: Path) -> Daemon:
     """A fresh VictoriaMetrics for one test."""
     daemon = launch_victoria_metrics(tmp_path / "victoria-metrics")
+    daemons.append(daemon)
+    return daemon
+
+
+def launch_influxdb(workdir: Path) -> Daemon:
+    """Start InfluxDB 1.x (Debian's ``influxdb``: ``influxd``) with its data in ``workdir``,
+    its HTTP API on a free port and its RPC port on another; reporting and self-monitoring off.
+    The caller stops it."""
+    binary = require_binary("influxd")
+    port, rpc = free_port(), free_port()
+    config = workdir / "influxdb.conf"
+    workdir.mkdir(parents=True, exist_ok=True)
+    config.write_text(
+        "reporting-disabled = true\n"
+        f'bind-address = "127.0.0.1:{rpc}"\n'
+        f'[meta]\n  dir = "{workdir / "meta"}"\n'
+        f'[data]\n  dir = "{workdir / "data"}"\n  wal-dir = "{workdir / "wal"}"\n'
+        "  query-log-enabled = false\n"
+        f'[http]\n  bind-address = "127.0.0.1:{port}"\n  log-enabled = false\n'
+        "[monitor]\n  store-enabled = false\n"
+        "[continuous_queries]\n  enabled = false\n"
+    )
+    argv = [binary, "run", "-config", str(config)]
+    return start_daemon(
+        "influxd", argv, port=port, workdir=workdir, ready_path="/ping", ready_status=204
+    )
+
+
+@pytest.fixture
+def influxdb(daemons: list[Daemon], tmp_path: Path) -> Daemon:
+    """A fresh InfluxDB 1.x for one test."""
+    daemon = launch_influxdb(tmp_path / "influxdb")
     daemons.append(daemon)
     return daemon

@@ -1,0 +1,218 @@
+"""GPU telemetry as Telegraf writes it to InfluxDB: where many fleets already keep their history.
+
+Two of Telegraf's inputs carry it (measurements, tags and fields as their READMEs and parsers
+in github.com/influxdata/telegraf name them):
+
+- ``inputs.nvidia_smi``: measurement ``nvidia_smi``, one point per GPU and poll, tagged
+  ``index``, ``uuid``, ``name`` (the model), ``pstate``, ``compute_mode`` (and ``host``, from
+  the agent); fields in nvidia-smi's units (``TELEGRAF_FIELDS``). Newer drivers' ECC counts
+  come as DRAM and SRAM parts, summed here as ``-q`` text's are (``collectors.smi_text``):
+  correctable parts into the single-bit totals, uncorrectable ones into the double-bit totals,
+  only when every part reads. ``Yes``/``No`` fields read 1/0; ``driver_version`` and
+  ``cuda_version`` are the node's.
+- ``inputs.prometheus`` scraping dcgm-exporter: each ``DCGM_FI_*`` series either as its own
+  measurement with a ``gauge``/``counter``/``value`` field (metric_version 1) or as a field of
+  the ``prometheus`` measurement (metric_version 2); dcgm-exporter's labels (``gpu``, ``UUID``,
+  ``Hostname``, ``modelName``, ``pci_bus_id``) are tags. Fields map by the catalogue's
+  dcgm-exporter names, as ``dcgm+http://`` reads them.
+
+``points_to_batches`` turns parsed points into screened ``Batch``es, one per time. Other
+measurements (``nvidia_smi_mig``, ``nvidia_smi_process``, cpu, ...) are counted, not read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from gpuwarden.collectors.lineproto import Point, Value
+from gpuwarden.readings import gpu_index, screen
+from gpuwarden.telemetry import FIELD_BY_DCGM, Batch, GpuId, NodeInfo, Sample
+
+NVIDIA_SMI = "nvidia_smi"
+#: Telegraf's nvidia_smi field -> catalogue field (units agree: C, W, %, MiB, MHz, us).
+TELEGRAF_FIELDS: dict[str, str] = {
+    "temperature_gpu": "gpu_temp_c",
+    "temperature_memory": "mem_temp_c",
+    "power_draw": "power_w",
+    "power_limit": "power_limit_w",
+    "utilization_gpu": "gpu_util_pct",
+    "utilization_memory": "mem_copy_util_pct",
+    "memory_total": "fb_total_mib",
+    "memory_used": "fb_used_mib",
+    "memory_free": "fb_free_mib",
+    "clocks_current_sm": "sm_clock_mhz",
+    "clocks_current_memory": "mem_clock_mhz",
+    "pcie_link_gen_current": "pcie_link_gen",
+    "pcie_link_width_current": "pcie_link_width",
+    "retired_pages_multiple_single_bit": "retired_pages_sbe",
+    "retired_pages_double_bit": "retired_pages_dbe",
+    "retired_pages_pending": "retired_pages_pending",
+    "remapped_rows_correctable": "remapped_rows_correctable",
+    "remapped_rows_uncorrectable": "remapped_rows_uncorrectable",
+    "remapped_rows_pending": "remapped_rows_pending",
+    "remapped_rows_failure": "remapped_rows_failure",
+    # the time held at the power cap: nvml.h's NVML_FI_DEV_PERF_POLICY_POWER, what
+    # DCGM_FI_DEV_POWER_VIOLATION reads (see collectors.smi_text)
+    "clocks_event_reasons_counters_sw_power_cap": "power_violation_us",
+}
+#: ECC totals from Telegraf's newer (schema v13) parts: field -> (correctable-or-not parts);
+#: SRAM uncorrectable is one field, or its parity and SEC-DED halves.
+_ECC_PARTS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "ecc_sbe_volatile_total": (
+        ("ecc_errors_volatile_dram_correctable",),
+        ("ecc_errors_volatile_sram_correctable",),
+    ),
+    "ecc_dbe_volatile_total": (
+        ("ecc_errors_volatile_dram_uncorrectable",),
+        (
+            "ecc_errors_volatile_sram_uncorrectable",
+            "ecc_errors_volatile_sram_uncorrectable_parity+"
+            "ecc_errors_volatile_sram_uncorrectable_secded",
+        ),
+    ),
+    "ecc_sbe_aggregate_total": (
+        ("ecc_errors_aggregate_dram_correctable",),
+        ("ecc_errors_aggregate_sram_correctable",),
+    ),
+    "ecc_dbe_aggregate_total": (
+        ("ecc_errors_aggregate_dram_uncorrectable",),
+        (
+            "ecc_errors_aggregate_sram_uncorrectable",
+            "ecc_errors_aggregate_sram_uncorrectable_parity+"
+            "ecc_errors_aggregate_sram_uncorrectable_secded",
+        ),
+    ),
+}
+#: metric_version 1's field names for a series' value
+_PROM_VALUE_FIELDS = ("gauge", "counter", "value", "untyped")
+
+
+@dataclass
+class Read:
+    """What ``points_to_batches`` made of the points: batches, and what it left out."""
+
+    batches: list[Batch] = field(default_factory=list)
+    #: points of other measurements, by measurement
+    other: dict[str, int] = field(default_factory=dict)
+    #: (line, why) of the GPU points not read: no time, or no GPU index
+    unplaced: list[tuple[int, str]] = field(default_factory=list)
+
+
+def _number(v: Value) -> float | None:
+    """A field value as a number: Yes/No as 1/0, a number as itself; other text is None."""
+    if isinstance(v, bool):
+        return 1.0 if v else 0.0
+    if isinstance(v, int | float):
+        f = float(v)
+        return f if math.isfinite(f) else None
+    text = v.strip().lower()
+    return 1.0 if text == "yes" else 0.0 if text == "no" else None
+
+
+def _part(fields: dict[str, Value], name: str) -> float | None:
+    total = 0.0
+    for one in name.split("+"):
+        v = _number(fields[one]) if one in fields else None
+        if v is None:
+            return None
+        total += v
+    return total
+
+
+def _nvidia_smi(p: Point, host: str) -> tuple[GpuId, dict[str, float], NodeInfo | None] | None:
+    index = gpu_index(p.tags.get("index", ""))
+    if index is None:
+        return None
+    hostname = p.tags.get("host") or host
+    gpu = GpuId(hostname, index, p.tags.get("uuid", ""), "", p.tags.get("name", ""))
+    values: dict[str, float] = {}
+    for name, ours in TELEGRAF_FIELDS.items():
+        if name in p.fields and (v := _number(p.fields[name])) is not None:
+            values[ours] = v
+    for ours, parts in _ECC_PARTS.items():
+        got = [next((x for x in (_part(p.fields, o) for o in options) if x is not None), None)
+               for options in parts]  # fmt: skip
+        if all(g is not None for g in got):
+            values[ours] = float(sum(g for g in got if g is not None))
+    driver, cuda = p.fields.get("driver_version"), p.fields.get("cuda_version")
+    node = None
+    if isinstance(driver, str) or isinstance(cuda, str):
+        node = NodeInfo(
+            float(p.ts or 0.0),
+            hostname,
+            driver if isinstance(driver, str) else "",
+            cuda if isinstance(cuda, str) else "",
+        )
+    return gpu, values, node
+
+
+def _dcgm_fields(p: Point) -> dict[str, Value]:
+    """The point's dcgm-exporter series the catalogue reads: metric name -> value."""
+    if p.measurement.startswith("DCGM_FI_"):  # metric_version 1
+        found = next((p.fields[k] for k in _PROM_VALUE_FIELDS if k in p.fields), None)
+        named = {p.measurement: found} if found is not None else {}
+    else:  # metric_version 2: the prometheus measurement, one field per series
+        named = {k: v for k, v in p.fields.items() if k.startswith("DCGM_FI_")}
+    return {k: v for k, v in named.items() if k in FIELD_BY_DCGM}
+
+
+def _dcgm(p: Point, host: str) -> tuple[GpuId, dict[str, float], NodeInfo | None] | None:
+    values = {}
+    for name, v in _dcgm_fields(p).items():
+        if (x := _number(v)) is not None:
+            values[FIELD_BY_DCGM[name]] = x
+    t = p.tags
+    index = gpu_index(t.get("gpu") or t.get("device", "").removeprefix("nvidia"))
+    if index is None:
+        return None
+    hostname = t.get("Hostname") or t.get("hostname") or t.get("host") or host
+    gpu = GpuId(hostname, index, t.get("UUID", ""), t.get("pci_bus_id", ""), t.get("modelName", ""))
+    return gpu, values, None  # dcgm-exporter's driver label is not read here
+
+
+def points_to_batches(points: Iterable[tuple[int, Point]], *, host: str) -> Read:
+    """Screened batches, one per time, of the GPU points among (line, point)s (``host``: the
+    hostname of points without a ``host`` tag); the rest counted in ``Read``."""
+    by_time: dict[float, dict[tuple[str, int, str], tuple[GpuId, dict[str, float]]]] = {}
+    nodes: dict[float, dict[str, NodeInfo]] = {}
+    out = Read()
+    for line, p in points:
+        dcgm = p.measurement.startswith("DCGM_FI_") or (
+            p.measurement == "prometheus" and any(k.startswith("DCGM_FI_") for k in p.fields)
+        )
+        if p.measurement != NVIDIA_SMI and not dcgm:
+            out.other[p.measurement] = out.other.get(p.measurement, 0) + 1
+            continue
+        if dcgm and not _dcgm_fields(p):  # a series the catalogue does not read
+            out.other[p.measurement] = out.other.get(p.measurement, 0) + 1
+            continue
+        read = _nvidia_smi(p, host) if not dcgm else _dcgm(p, host)
+        if p.ts is None:
+            out.unplaced.append((line, f"a {p.measurement} point without a time"))
+            continue
+        if read is None:
+            index = "index" if not dcgm else "gpu"
+            out.unplaced.append((line, f"a {p.measurement} point without a GPU {index} tag"))
+            continue
+        gpu, values, node = read
+        if node is not None:
+            nodes.setdefault(p.ts, {})[node.hostname] = node
+        key = (gpu.hostname, gpu.index, gpu.uuid)
+        slot = by_time.setdefault(p.ts, {})
+        if key in slot:  # metric_version 1: one line per series of the same GPU and time
+            known, merged = slot[key]
+            merged.update({k: v for k, v in values.items() if k not in merged})
+            gpu = known if len(known.model) >= len(gpu.model) else gpu
+            slot[key] = (gpu, merged)
+        else:
+            slot[key] = (gpu, dict(values))
+    for ts in sorted(by_time):
+        samples = tuple(Sample(ts, g, v) for g, v in by_time[ts].values() if v)
+        found = tuple(nodes.get(ts, {}).values())
+        out.batches.append(screen(Batch(ts=ts, samples=samples, nodes=found)))
+    return out
+
+
+__all__ = ["NVIDIA_SMI", "TELEGRAF_FIELDS", "Read", "points_to_batches"]

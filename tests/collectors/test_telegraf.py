@@ -1,0 +1,122 @@
+"""Telegraf's line protocol (tests/data/telegraf, SOURCES.md there) read value by value, and
+against what gpuwarden reads from the same real captures directly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gpuwarden.collectors.dcgm import DcgmCollector
+from gpuwarden.collectors.lineproto import parse_line
+from gpuwarden.collectors.smi_text import read_query_text
+from gpuwarden.collectors.telegraf import points_to_batches
+from gpuwarden.telemetry import Batch, GpuId, NodeInfo
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+TELEGRAF = DATA / "telegraf"
+
+
+def read(name: str, host: str = "here") -> list[Batch]:
+    lines = (TELEGRAF / name).read_text().splitlines()
+    points = [(n, p) for n, line in enumerate(lines, 1) if (p := parse_line(line)) is not None]
+    return points_to_batches(points, host=host).batches
+
+
+def test_the_plugins_published_output():
+    (batch,) = read("readme_gtx10xx.lp")
+    assert batch.ts == 1_523_991_122.0
+    by_index = {s.gpu.index: s for s in batch.samples}
+    assert by_index[0].gpu == GpuId(
+        "8218cf", 0, "GPU-823bc202-6279-6f2c-d729-868a30f14d96", "", "GeForce GTX 1070"
+    )
+    assert dict(by_index[0].values) == {
+        "gpu_temp_c": 53, "gpu_util_pct": 100, "mem_copy_util_pct": 90,
+        "fb_total_mib": 8112, "fb_used_mib": 549, "fb_free_mib": 7563,
+    }  # fmt: skip
+    assert by_index[2].values["gpu_temp_c"] == 58 and by_index[1].gpu.model == "GeForce GTX 1080"
+
+
+def test_schema_v12_fields_yes_no_strings_and_the_driver():
+    t4, a10g = (b.samples[0] for b in read("tests_t4_a10g.lp"))
+    assert t4.gpu.hostname == "t4-node" and t4.gpu.model == "Tesla T4"
+    assert t4.values["power_w"] == 26.78 and t4.values["pcie_link_width"] == 8
+    assert t4.values["retired_pages_sbe"] == 0 and t4.values["retired_pages_pending"] == 0  # "No"
+    assert "remapped_rows_correctable" not in t4.values  # a T4 retires pages instead
+    assert a10g.values["remapped_rows_failure"] == 0 and a10g.values["gpu_temp_c"] == 17
+    (node,) = read("tests_t4_a10g.lp")[0].nodes
+    assert node == NodeInfo(1_689_872_450.0, "t4-node", "515.105.01", "11.7")
+
+
+def test_schema_v13_reads_as_the_same_capture_does_through_q_text():
+    """Telegraf's v13 fields of the real H100 -q capture read as gpuwarden reads the capture
+    itself, field for field, but power: Telegraf keeps the instantaneous draw (588.39 W), -q
+    text the average (629.45 W)."""
+    (batch,) = read("h100_v13_from_q.lp", host="node7")
+    (ours,) = batch.samples
+    (q,) = read_query_text((DATA / "smi/real/h100_sxm_r590_q_load.txt").read_text(),
+                           hostname="node7").samples  # fmt: skip
+    assert ours.gpu._replace(pci_bus_id=q.gpu.pci_bus_id) == q.gpu
+    assert ours.values["power_w"] == 588.39 and q.values["power_w"] == 629.45
+    both = (set(ours.values) & set(q.values)) - {"power_w"}
+    assert {k: ours.values[k] for k in both} == {k: q.values[k] for k in both}
+    # what -q text has and Telegraf does not write: the PCIe replay counter, max link, the mask
+    assert set(q.values) - set(ours.values) == {
+        "pcie_replay_total", "pcie_link_gen_max", "pcie_link_width_max", "clock_event_reasons"
+    }  # fmt: skip
+    assert set(ours.values) - set(q.values) == set()
+
+
+@pytest.mark.parametrize("name", ["dcgm_l40s_prometheus_v1.lp", "dcgm_l40s_prometheus_v2.lp"])
+def test_dcgm_through_telegraf_reads_as_the_scrape_itself(name):
+    body = (DATA / "dcgm/real/l40s_driver595_full.txt").read_text()
+    client = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200, text=body)))
+    collector = DcgmCollector(["http://gpu1-wl8sg:9400/metrics"], client=client, clock=lambda: 0.0)
+    try:
+        (direct,) = collector.collect().samples
+    finally:
+        collector.close()
+        client.close()
+    (batch,) = read(name)
+    (ours,) = batch.samples
+    assert ours.gpu == direct.gpu
+    assert dict(ours.values) == dict(direct.values)
+    assert [r.field for r in batch.rejected] == ["mem_temp_c"]  # 0 C on GDDR: no sensor
+
+
+def test_ecc_parts_are_summed_only_when_all_read():
+    line = (
+        "nvidia_smi,index=0,uuid=GPU-1 ecc_errors_volatile_dram_correctable=3i,"
+        "ecc_errors_volatile_sram_correctable=2i,ecc_errors_volatile_dram_uncorrectable=1i,"
+        "ecc_errors_volatile_sram_uncorrectable_parity=1i,"
+        "ecc_errors_volatile_sram_uncorrectable_secded=0i,"
+        "ecc_errors_aggregate_dram_correctable=9i,ecc_errors_aggregate_sram_uncorrectable=4i,"
+        "ecc_errors_aggregate_dram_uncorrectable=0i 60000000000"
+    )
+    point = parse_line(line)
+    assert point is not None
+    (batch,) = points_to_batches([(1, point)], host="h").batches
+    values = batch.samples[0].values
+    assert values["ecc_sbe_volatile_total"] == 5 and values["ecc_dbe_volatile_total"] == 2
+    assert values["ecc_dbe_aggregate_total"] == 4  # one SRAM field, or its two halves
+    assert "ecc_sbe_aggregate_total" not in values  # SRAM correctable missing: unknown, not 9
+
+
+def test_other_measurements_are_counted_and_unplaced_points_named():
+    lines = [
+        "cpu,host=h usage_idle=99.5 60000000000",
+        "nvidia_smi_process,name=python pid=42i,used_memory=100i 60000000000",
+        "nvidia_smi,uuid=GPU-1 temperature_gpu=40i 60000000000",  # no index
+        "nvidia_smi,index=1,uuid=GPU-2 temperature_gpu=41i",  # no time
+        "nvidia_smi,index=0,uuid=GPU-1 temperature_gpu=40i 60000000000",
+    ]
+    points = [(n, p) for n, line in enumerate(lines, 1) if (p := parse_line(line)) is not None]
+    read_ = points_to_batches(points, host="h")
+    assert read_.other == {"cpu": 1, "nvidia_smi_process": 1}
+    assert read_.unplaced == [
+        (3, "a nvidia_smi point without a GPU index tag"),
+        (4, "a nvidia_smi point without a time"),
+    ]
+    (batch,) = read_.batches
+    assert [s.gpu for s in batch.samples] == [GpuId("h", 0, "GPU-1")]
