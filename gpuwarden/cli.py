@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +38,7 @@ from gpuwarden.wording import counted
 
 if TYPE_CHECKING:
     from gpuwarden.collectors.memory_errors import EventWriter
+    from gpuwarden.store.base import Store
 
 
 @click.group(cls=DomainErrorGroup)
@@ -254,6 +257,20 @@ def exporter(
     "without a host tag belong to --host.",
 )
 @click.option(
+    "--influxql",
+    "influxqls",
+    multiple=True,
+    help="An InfluxDB 1.x database Telegraf writes GPU telemetry to, read over InfluxQL: "
+    "influxql://HOST:8086?db=telegraf (influxql+https://, user:password@, &rp=POLICY; or "
+    "$GPUWARDEN_INFLUX_TOKEN); --since to --until; repeatable.",
+)
+@click.option(
+    "--since",
+    default=None,
+    help="Start of what --influxql reads (RFC 3339 or Unix s; default: 30 days before --until).",
+)
+@click.option("--until", default=None, help="End of what --influxql reads (default: now).")
+@click.option(
     "--precision",
     type=click.Choice(["ns", "us", "ms", "s"]),
     default="ns",
@@ -299,6 +316,9 @@ def ingest(
     smi_csvs: tuple[str, ...],
     smi_qs: tuple[str, ...],
     line_protocols: tuple[str, ...],
+    influxqls: tuple[str, ...],
+    since: str | None,
+    until: str | None,
     precision: str,
     memory_error_files: tuple[str, ...],
     host: str | None,
@@ -317,12 +337,15 @@ def ingest(
     from gpuwarden import ingest as ing
 
     if not (telemetry_files or xid_files or failure_files or kernel_logs or smi_csvs) and not (
-        memory_error_files or smi_qs or line_protocols
+        memory_error_files or smi_qs or line_protocols or influxqls
     ):
         raise click.UsageError(
             "give at least one of --telemetry, --xids, --failures, --kernel-log, --smi-csv, "
-            "--smi-q, --line-protocol, --memory-errors"
+            "--smi-q, --line-protocol, --influxql, --memory-errors"
         )
+    end = maybe_time(until, "--until") or time.time()
+    begin = maybe_time(since, "--since")
+    begin = end - 30 * 86_400 if begin is None else begin
     boot = maybe_time(boot_time, "--boot-time")
     store = open_store(store_url, settings(ctx))
     named = ing.BadLineReport(bad_lines, always=True) if bad_lines else None
@@ -335,6 +358,8 @@ def ingest(
         jobs += [(f, "smi-q") for f in smi_qs]
         jobs += [(f, "line-protocol") for f in line_protocols]
         jobs += [(f, "kernel") for f in kernel_logs]
+        for url in influxqls:  # before the kernel logs: dcgm-exporter's series carry PCI ids
+            bad += _ingest_influxql(store, url, begin, end, host, progress)
         for path, kind in jobs:
             out = named or ing.BadLineReport(ing.report_path(path))
             sink = out.sink(path)
@@ -424,6 +449,33 @@ def _ingest_problems(path: str, report, out, *, stale: bool) -> None:  # ingest.
     )
 
 
+def _ingest_influxql(
+    store: Store, url: str, start: float, end: float, host: str | None, progress: bool
+) -> int:
+    """Copy one InfluxDB 1.x database's GPU telemetry; say what it held. Returns its bad
+    points."""
+    from gpuwarden import ingest as ing
+    from gpuwarden.store.influxql import InfluxQLSource
+
+    shown = InfluxQLSource.shown_url(url)
+    report = ing.ingest_influxql(store, url, start=start, end=end, host=host, progress=progress)
+    window = f"{_utc(start)} to {_utc(end)}"
+    click.echo(
+        f"{shown}: stored {counted(report.rows_stored, 'sample')} "
+        f"({counted(report.lines_read, 'point')} read, {window})"
+    )
+    if report.rejected:
+        said = ", ".join(f"{n} {f} ({r})" for (f, r), n in sorted(report.rejected.items()))
+        click.echo(f"{shown}: impossible readings stored as missing: {said}", err=True)
+    for n, reason in report.bad_rows[:_SHOWN_BAD_LINES]:
+        click.echo(f"{shown}: point {n}: {reason}", err=True)
+    return report.bad_rows_total
+
+
+def _utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def _ingest_memory_errors(store: EventWriter, path: str) -> int:
     """Load one Calchas HBM error log; say what it held. Returns its bad lines."""
     from gpuwarden.collectors.memory_errors import ingest_memory_errors
@@ -431,7 +483,10 @@ def _ingest_memory_errors(store: EventWriter, path: str) -> int:
     log = ingest_memory_errors(store, path)
     kinds = ", ".join(f"{n} {t}" for t, n in log.counts().items())
     gpus = len({e.gpu.uuid for e in log.errors})
-    click.echo(f"{path}: stored {len(log.errors)} memory errors ({kinds}) of {gpus} accelerators")
+    click.echo(
+        f"{path}: stored {counted(len(log.errors), 'memory error')} ({kinds}) of "
+        f"{counted(gpus, 'accelerator')}"
+    )
     if log.repeats:
         click.echo(
             f"{path}: {log.repeats} repeated lines (same accelerator, time, type and "

@@ -528,6 +528,95 @@ def ingest_smi_query_text(
     return _store_batches(store, batches, bad, on_bad_line, lines_read=len(starts))
 
 
+def ingest_influxql(
+    store: Store,
+    url: str,
+    *,
+    start: float,
+    end: float,
+    host: str | None = None,
+    chunk_s: float = 86_400.0,
+    progress: bool = False,
+    on_bad_line: BadLineSink | None = None,
+    client: object = None,
+) -> IngestReport:
+    """Copy the GPU telemetry Telegraf wrote to an InfluxDB 1.x database (``url``:
+    ``influxql://host:8086?db=telegraf``, ``store.influxql``) from ``start`` to ``end`` (Unix
+    seconds) into ``store``, a ``chunk_s`` at a time: the ``nvidia_smi`` measurement and
+    dcgm-exporter's series from the prometheus input, mapped by ``collectors.telegraf``.
+
+    A GPU point without an index tag is named as a bad line (its number counts the points
+    read); a database without GPU telemetry raises ``InputError`` and stores nothing."""
+    import socket
+
+    from tqdm import tqdm
+
+    from gpuwarden.collectors.telegraf import NVIDIA_SMI, points_to_batches
+    from gpuwarden.store.influxql import InfluxQLSource
+
+    if not end > start:
+        raise InputError("the range to read ends before it starts")
+    source = InfluxQLSource(url, client=client)
+    try:
+        names = source.measurements()
+        reads: list[tuple[str, list[str] | None]] = []
+        if NVIDIA_SMI in names:
+            reads.append((NVIDIA_SMI, None))
+        if any(m in FIELD_BY_DCGM for m in names):  # metric_version 1: one query for them all
+            reads.append(("/^DCGM_FI_/", None))
+        if "prometheus" in names:  # metric_version 2: only its dcgm-exporter fields
+            dcgm = [k for k in source.field_keys("prometheus") if k in FIELD_BY_DCGM]
+            reads += [("prometheus", dcgm)] if dcgm else []
+        if not reads:
+            raise InputError(
+                f"{source.shown}: no GPU telemetry (Telegraf's nvidia_smi measurement, or "
+                f"DCGM_FI_* series from its prometheus input); measurements: "
+                f"{', '.join(sorted(names)[:20]) or 'none'}"
+            )
+        hostname = host or socket.gethostname()
+        bad: list[tuple[int, str]] = []
+        points_read = 0
+        stored = IngestReport(0)
+        # only the days that hold points: a month's history in a year's range reads a month
+        spans = [x for m, _ in reads if (x := source.span(m, start, end)) is not None]
+        if spans:
+            start = max(start, min(lo for lo, _ in spans))
+            end = min(end, max(hi for _, hi in spans) + 1.0)  # the last point itself
+        chunks = int(np.ceil((end - start) / chunk_s)) if spans else 0
+        with tqdm(total=chunks, unit="day" if chunk_s == 86_400 else "chunk",
+                  disable=not progress, desc=source.shown) as bar:  # fmt: skip
+            for k in range(chunks):
+                lo, hi = start + k * chunk_s, min(end, start + (k + 1) * chunk_s)
+                points = []
+                for measurement, fields in reads:
+                    for p in source.points(measurement, lo, hi, fields):
+                        points_read += 1
+                        points.append((points_read, p))
+                read = points_to_batches(points, host=hostname)
+                bad += read.unplaced
+                part = _store_batches(store, read.batches, [], None, lines_read=0)
+                stored = _add(stored, part)
+                bar.update(1)
+    finally:
+        source.close()
+    if on_bad_line is not None:
+        for line, why in bad:
+            on_bad_line(line, why)
+    return IngestReport(
+        stored.rows_stored,
+        bad[:MAX_BAD_ROWS],
+        bad_rows_total=len(bad),
+        lines_read=points_read,
+        rejected=stored.rejected,
+    )
+
+
+def _add(a: IngestReport, b: IngestReport) -> IngestReport:
+    rejected = Counter(a.rejected)
+    rejected.update(b.rejected)
+    return IngestReport(a.rows_stored + b.rows_stored, rejected=dict(rejected))
+
+
 def _store_batches(
     store: Store,
     batches: list[Batch],

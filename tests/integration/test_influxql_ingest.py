@@ -1,0 +1,138 @@
+"""``gpuwarden ingest --influxql``: a simulated fleet written to a real InfluxDB 1.x as
+Telegraf writes it (one node through the nvidia_smi input's fields, the other as dcgm-exporter
+series through the prometheus input, metric_version 2), read back over InfluxQL into SQLite:
+every value Telegraf's schema carries arrives where it came from, and the rest stays missing."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import httpx
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from gpuwarden.cli import main
+from gpuwarden.errors import StoreError
+from gpuwarden.ingest import ingest_influxql
+from gpuwarden.models.simdata import fleet_spec
+from gpuwarden.sim import Fleet
+from gpuwarden.store.sqlite import SqliteStore
+from gpuwarden.telemetry import FIELD_BY_DCGM, FIELDS
+
+if TYPE_CHECKING:
+    from conftest import Daemon
+
+pytestmark = pytest.mark.integration
+
+T0 = 1_767_225_600.0  # 2026-01-01
+DB = "telegraf"
+#: catalogue field -> Telegraf nvidia_smi field, written out from Telegraf's schema_v13 parser
+#: (not from gpuwarden's map, which this checks); the ECC totals go in as DRAM and SRAM parts
+TO_TELEGRAF = {
+    "gpu_temp_c": "temperature_gpu", "mem_temp_c": "temperature_memory",
+    "power_w": "power_draw", "power_limit_w": "power_limit",
+    "gpu_util_pct": "utilization_gpu", "mem_copy_util_pct": "utilization_memory",
+    "fb_total_mib": "memory_total", "fb_used_mib": "memory_used", "fb_free_mib": "memory_free",
+    "sm_clock_mhz": "clocks_current_sm", "mem_clock_mhz": "clocks_current_memory",
+    "pcie_link_gen": "pcie_link_gen_current", "pcie_link_width": "pcie_link_width_current",
+    "retired_pages_sbe": "retired_pages_multiple_single_bit",
+    "retired_pages_dbe": "retired_pages_double_bit",
+    "retired_pages_pending": "retired_pages_pending",
+    "remapped_rows_correctable": "remapped_rows_correctable",
+    "remapped_rows_uncorrectable": "remapped_rows_uncorrectable",
+    "remapped_rows_pending": "remapped_rows_pending",
+    "remapped_rows_failure": "remapped_rows_failure",
+    "power_violation_us": "clocks_event_reasons_counters_sw_power_cap",
+}  # fmt: skip
+ECC = {
+    "ecc_sbe_volatile_total": "ecc_errors_volatile_{}_correctable",
+    "ecc_dbe_volatile_total": "ecc_errors_volatile_{}_uncorrectable",
+    "ecc_sbe_aggregate_total": "ecc_errors_aggregate_{}_correctable",
+    "ecc_dbe_aggregate_total": "ecc_errors_aggregate_{}_uncorrectable",
+}
+TO_DCGM = {f.name: f.dcgm for f in FIELDS if FIELD_BY_DCGM.get(f.dcgm) == f.name}
+
+
+def _tag(text: str) -> str:
+    return text.replace(",", r"\,").replace("=", r"\=").replace(" ", r"\ ")
+
+
+def _lines(frame: pd.DataFrame) -> list[str]:
+    out = []
+    for row in frame.itertuples(index=False):
+        r = row._asdict()
+        ns = round(r["ts"] * 1e9)
+        if r["hostname"] == "node000":  # inputs.nvidia_smi
+            fields = {TO_TELEGRAF[k]: v for k, v in r.items() if k in TO_TELEGRAF}
+            for ours, pattern in ECC.items():
+                fields[pattern.format("dram")] = r[ours]
+                fields[pattern.format("sram")] = 0.0 if not math.isnan(r[ours]) else math.nan
+            tags = f"host={r['hostname']},index={r['gpu']},name={_tag(r['model'])},uuid={r['uuid']}"
+            measurement = "nvidia_smi"
+        else:  # inputs.prometheus over dcgm-exporter, metric_version 2
+            fields = {TO_DCGM[k]: v for k, v in r.items() if k in TO_DCGM}
+            tags = (
+                f"Hostname={r['hostname']},UUID={r['uuid']},gpu={r['gpu']},host=telegraf-1,"
+                f"modelName={_tag(r['model'])},pci_bus_id={r['pci_bus_id']}"
+            )
+            measurement = "prometheus"
+        said = ",".join(f"{k}={float(v)!r}" for k, v in fields.items() if not math.isnan(v))
+        out.append(f"{measurement},{tags} {said} {ns}")
+    return out
+
+
+def _write(influxdb: Daemon, lines: list[str]) -> None:
+    httpx.post(f"{influxdb.url}/query", params={"q": f"CREATE DATABASE {DB}"}).raise_for_status()
+    for i in range(0, len(lines), 5000):
+        r = httpx.post(f"{influxdb.url}/write", params={"db": DB},
+                       content="\n".join(lines[i : i + 5000]).encode(), timeout=60)  # fmt: skip
+        assert r.status_code == 204, r.text
+
+
+def test_the_map_is_telegrafs():
+    from gpuwarden.collectors.telegraf import TELEGRAF_FIELDS
+
+    assert {ours: theirs for theirs, ours in TELEGRAF_FIELDS.items()} == TO_TELEGRAF
+
+
+def test_a_fleet_in_influxdb_arrives_value_for_value(influxdb: Daemon, tmp_path) -> None:
+    fleet = Fleet(fleet_spec(nodes=2, days=1.5, accel=50.0, seed=3, start_ts=T0))
+    frame = pd.concat([c.samples for c in fleet.chunks(progress=False)], ignore_index=True)
+    _write(influxdb, _lines(frame))
+    url = f"influxql://127.0.0.1:{influxdb.port}?db={DB}"
+    store = SqliteStore(tmp_path / "s.db")
+    report = ingest_influxql(store, url, start=T0 - 86_400, end=T0 + 5 * 86_400)
+    assert report.rows_stored == len(frame) and report.bad_rows_total == 0
+    assert report.lines_read == len(frame)
+    got = store.read_samples(start=T0 - 1, end=T0 + 5 * 86_400).set_index(["uuid", "ts"])
+    want = frame.set_index(["uuid", "ts"]).loc[got.index]
+    assert len(got) == len(frame)
+    for node, carried in (("node000", set(TO_TELEGRAF) | set(ECC)), ("node001", set(TO_DCGM))):
+        mine = (want["hostname"] == node).to_numpy()
+        for field in sorted(set(want.columns) & set(got.columns) - {"hostname", "gpu", "model",
+                                                                    "pci_bus_id", "rack"}):  # fmt: skip
+            a, b = got.loc[mine, field].to_numpy(float), want.loc[mine, field].to_numpy(float)
+            if field in carried:
+                assert np.allclose(a, b, equal_nan=True, rtol=1e-12), (node, field)
+            else:  # not in Telegraf's schema: missing, never 0
+                assert np.isnan(a).all(), (node, field)
+    assert set(got.loc[want["hostname"] == "node001", "pci_bus_id"]) == set(
+        want.loc[want["hostname"] == "node001", "pci_bus_id"]
+    )
+
+
+def test_a_database_that_is_not_there_and_one_without_gpus_are_named(influxdb: Daemon, tmp_path):
+    _write(influxdb, ["cpu,host=h usage_idle=99.5 1767225600000000000"])
+    store = SqliteStore(tmp_path / "s.db")
+    base = f"influxql://127.0.0.1:{influxdb.port}"
+    with pytest.raises(StoreError, match="has no database 'nope' \\(it has: telegraf\\)"):
+        ingest_influxql(store, f"{base}?db=nope", start=T0 - 86_400, end=T0)
+    result = CliRunner().invoke(
+        main, ["ingest", "--store", f"sqlite:///{tmp_path / 's.db'}", "--influxql",
+               f"{base}?db={DB}", "--since", "2025-12-31"], env={}
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "no GPU telemetry" in result.output and "measurements: cpu" in result.output
