@@ -260,6 +260,7 @@ def exporter(
     "--influxql",
     "influxqls",
     multiple=True,
+    metavar="URL",
     help="An InfluxDB 1.x database Telegraf writes GPU telemetry to, read over InfluxQL: "
     "influxql://HOST:8086?db=telegraf (influxql+https://, user:password@, &rp=POLICY; or "
     "$GPUWARDEN_INFLUX_TOKEN); --since to --until; repeatable.",
@@ -267,9 +268,12 @@ def exporter(
 @click.option(
     "--since",
     default=None,
+    metavar="TIME",
     help="Start of what --influxql reads (RFC 3339 or Unix s; default: 30 days before --until).",
 )
-@click.option("--until", default=None, help="End of what --influxql reads (default: now).")
+@click.option(
+    "--until", default=None, metavar="TIME", help="End of what --influxql reads (default: now)."
+)
 @click.option(
     "--precision",
     type=click.Choice(["ns", "us", "ms", "s"]),
@@ -326,8 +330,9 @@ def ingest(
     bad_lines: str | None,
     progress: bool,
 ) -> None:
-    """Load history exported from Prometheus, InfluxDB or a spreadsheet, Telegraf's line
-    protocol, nvidia-smi's own CSV logs, or kernel logs, into a store.
+    """Load history exported from Prometheus, InfluxDB or a spreadsheet, kept by Telegraf (its
+    files or its InfluxDB 1.x database), nvidia-smi's own CSV logs, or kernel logs, into a
+    store.
 
     Every good line is stored. A line whose time, host or GPU does not read is not stored: the
     first few are shown, all of them are written to the bad-lines report, and the exit status
