@@ -364,7 +364,7 @@ def ingest(
         jobs += [(f, "line-protocol") for f in line_protocols]
         jobs += [(f, "kernel") for f in kernel_logs]
         for url in influxqls:  # before the kernel logs: dcgm-exporter's series carry PCI ids
-            bad += _ingest_influxql(store, url, begin, end, host, progress)
+            bad += _ingest_influxql(store, url, begin, end, host, progress, named)
         for path, kind in jobs:
             out = named or ing.BadLineReport(ing.report_path(path))
             sink = out.sink(path)
@@ -455,7 +455,13 @@ def _ingest_problems(path: str, report, out, *, stale: bool) -> None:  # ingest.
 
 
 def _ingest_influxql(
-    store: Store, url: str, start: float, end: float, host: str | None, progress: bool
+    store: Store,
+    url: str,
+    start: float,
+    end: float,
+    host: str | None,
+    progress: bool,
+    named,  # ingest.BadLineReport | None: --bad-lines FILE, which lists the bad points too
 ) -> int:
     """Copy one InfluxDB 1.x database's GPU telemetry; say what it held. Returns its bad
     points."""
@@ -463,7 +469,10 @@ def _ingest_influxql(
     from gpuwarden.store.influxql import InfluxQLSource
 
     shown = InfluxQLSource.shown_url(url)
-    report = ing.ingest_influxql(store, url, start=start, end=end, host=host, progress=progress)
+    report = ing.ingest_influxql(
+        store, url, start=start, end=end, host=host, progress=progress,
+        on_bad_line=named.sink(shown) if named is not None else None,
+    )  # fmt: skip
     window = f"{_utc(start)} to {_utc(end)}"
     click.echo(
         f"{shown}: stored {counted(report.rows_stored, 'sample')} "
@@ -474,6 +483,11 @@ def _ingest_influxql(
         click.echo(f"{shown}: impossible readings stored as missing: {said}", err=True)
     for n, reason in report.bad_rows[:_SHOWN_BAD_LINES]:
         click.echo(f"{shown}: point {n}: {reason}", err=True)
+    if report.bad_rows_total:
+        where = f"all listed in {named.path}" if named is not None else "--bad-lines FILE lists all"
+        click.echo(
+            f"{shown}: {counted(report.bad_rows_total, 'point')} not stored; {where}", err=True
+        )
     return report.bad_rows_total
 
 

@@ -136,3 +136,24 @@ def test_a_database_that_is_not_there_and_one_without_gpus_are_named(influxdb: D
     )  # fmt: skip
     assert result.exit_code == 1, result.output
     assert "no GPU telemetry" in result.output and "measurements: cpu" in result.output
+
+
+def test_a_point_without_a_gpu_index_is_named_and_the_rest_stored(influxdb: Daemon, tmp_path):
+    ns = round(T0 * 1e9)
+    _write(influxdb, [
+        f"nvidia_smi,host=n1,index=0,uuid=GPU-a temperature_gpu=40i {ns}",
+        f"nvidia_smi,host=n1,uuid=GPU-b temperature_gpu=41i {ns}",
+    ])  # fmt: skip
+    listed = tmp_path / "bad.txt"
+    result = CliRunner().invoke(
+        main, ["ingest", "--store", f"sqlite:///{tmp_path / 's.db'}", "--influxql",
+               f"influxql://127.0.0.1:{influxdb.port}?db={DB}", "--since", "2025-12-31",
+               "--until", "2026-01-02", "--bad-lines", str(listed)], env={}
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "stored 1 sample (2 points read, 2025-12-31 00:00 UTC to 2026-01-02 00:00 UTC)" in (
+        result.output
+    )
+    assert ": a nvidia_smi point without a GPU index tag" in result.output, result.output
+    assert f"1 point not stored; all listed in {listed}" in result.output
+    assert "a nvidia_smi point without a GPU index tag" in listed.read_text()
