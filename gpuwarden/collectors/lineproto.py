@@ -15,6 +15,7 @@ integer in ``precision`` units (nanoseconds unless told); a line without one has
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from gpuwarden.errors import InputError
@@ -37,59 +38,70 @@ class Point:
     ts: float | None
 
 
-def _split(text: str, sep: str, *, quotes: bool = False) -> list[str]:
-    """``text`` cut at each ``sep`` that no backslash escapes (nor, with ``quotes``, that sits
-    inside a double-quoted string); the escapes stay for ``_unescape``."""
-    out, start, i, quoted = [], 0, 0, False
-    while i < len(text):
-        c = text[i]
-        if c == "\\":
-            i += 2
-            continue
-        if quotes and c == '"':
-            quoted = not quoted
-        elif c == sep and not quoted:
-            out.append(text[start:i])
-            start = i + 1
-        i += 1
-    if quoted:
-        raise InputError("a string field value has no closing quote")
-    out.append(text[start:])
-    return out
+#: the measurement and tags: up to the first space no backslash escapes (the patterns are
+#: written as "unrolled loops", [^x\\]*(?:\\.[^x\\]*)*, several times faster in Python's re
+#: than an alternation per character)
+_HEAD = re.compile(r"[^ \\]*(?:\\.[^ \\]*)*")
+#: a comma-separated part (no backslash before the comma), and a key=value pair
+_PART = re.compile(r"[^,\\]+(?:\\.[^,\\]*)*|(?:\\.[^,\\]*)+")
+_PAIR = re.compile(r"([^=\\]*(?:\\.[^=\\]*)*)=(.+)\Z", re.S)
+#: one field: key, then a quoted string (its quotes and backslashes escaped) or a bare value,
+#: then a comma, or the space before the time, or the end
+_FIELD = re.compile(
+    r'([^,=\\ ]*(?:\\.[^,=\\ ]*)*)=("[^"\\]*(?:\\.[^"\\]*)*"|[^,\s"]+)(,|(?= )|\s*\Z)'
+)
+_TIME = re.compile(r" +(-?\d+)\s*\Z")
+_ESCAPED = re.compile(r"\\([,= ])")
+_MEASUREMENT_ESCAPED = re.compile(r"\\([, ])")
+_STRING_ESCAPED = re.compile(r'\\(["\\])')
 
 
-def _unescape(text: str, chars: str) -> str:
-    out, i = [], 0
-    while i < len(text):
-        if text[i] == "\\" and i + 1 < len(text) and text[i + 1] in chars:
-            out.append(text[i + 1])
-            i += 2
-            continue
-        out.append(text[i])
-        i += 1
-    return "".join(out)
+def _key(text: str) -> str:
+    return _ESCAPED.sub(r"\1", text) if "\\" in text else text
 
 
 def _value(text: str, key: str) -> Value:
-    if not text:
-        raise InputError(f"field {key!r} has no value")
     if text[0] == '"':
-        if len(text) < 2 or text[-1] != '"':
-            raise InputError(f"field {key!r}: a string value has no closing quote")
-        return _unescape(text[1:-1], '"\\')
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
+        inner = text[1:-1]
+        return _STRING_ESCAPED.sub(r"\1", inner) if "\\" in inner else inner
+    last = text[-1]
     try:
-        if text[-1] in "iu":
+        if last == "i":
+            return int(text[:-1])
+        if last == "u":
             number = int(text[:-1])
-            if text[-1] == "u" and number < 0:
+            if number < 0:
                 raise ValueError
             return number
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
         return float(text)
     except ValueError:
         raise InputError(f"field {key!r}: {text!r} is not a number, boolean or string") from None
+
+
+def _fields(text: str, pos: int) -> tuple[dict[str, Value], int]:
+    """The fields from ``pos``: (fields, where they end)."""
+    out: dict[str, Value] = {}
+    for m in _FIELD.finditer(text, pos):
+        key, raw, sep = m.groups()
+        if m.start() != pos or not key:
+            break
+        if "\\" in key:
+            key = _ESCAPED.sub(r"\1", key)
+        out[key] = _value(raw, key)
+        pos = m.end()
+        if sep != ",":
+            return out, pos
+    rest = text[pos:].split(",", 1)[0].split(" ", 1)[0]
+    if text.count('"', pos) % 2:
+        raise InputError("a string field value has no closing quote")
+    name, eq, value = rest.partition("=")
+    if not eq or not name:
+        raise InputError(f"field {rest!r} is not key=value")
+    raise InputError(f"field {_key(name)!r}: {value!r} is not a number, boolean or string")
 
 
 def parse_line(line: str, precision: str = "ns") -> Point | None:
@@ -97,34 +109,38 @@ def parse_line(line: str, precision: str = "ns") -> Point | None:
     text = line.strip()
     if not text or text.startswith("#"):
         return None
-    if precision not in PRECISIONS:
+    unit = PRECISIONS.get(precision)
+    if unit is None:
         raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
-    parts = [p for p in _split(text, " ", quotes=True) if p]
-    if len(parts) not in (2, 3):
+    head = _HEAD.match(text)
+    if head is None or head.end() >= len(text) or text[head.end()] != " ":
         raise InputError("a line is a measurement and tags, fields, and an optional time")
-    head = _split(parts[0], ",")
-    measurement = _unescape(head[0], ", ")
-    if not measurement:
+    parts = _PART.findall(head.group())
+    first = head.group().split(",", 1)[0] if "\\" not in head.group() else parts[0]
+    if not first or head.group().startswith(","):
         raise InputError("no measurement name")
+    measurement = _MEASUREMENT_ESCAPED.sub(r"\1", first) if "\\" in first else first
     tags: dict[str, str] = {}
-    for pair in head[1:]:
-        kv = _split(pair, "=")
-        if len(kv) != 2 or not kv[0] or not kv[1]:
+    for pair in parts[1:]:
+        kv = _PAIR.match(pair)
+        if kv is None:
             raise InputError(f"tag {pair!r} is not key=value")
-        tags[_unescape(kv[0], ",= ")] = _unescape(kv[1], ",= ")
-    fields: dict[str, Value] = {}
-    for pair in _split(parts[1], ",", quotes=True):
-        kv = _split(pair, "=", quotes=True)
-        if len(kv) != 2 or not kv[0]:
-            raise InputError(f"field {pair!r} is not key=value")
-        key = _unescape(kv[0], ",= ")
-        fields[key] = _value(kv[1], key)
+        tags[_key(kv.group(1))] = _key(kv.group(2))
+    start = head.end()
+    while start < len(text) and text[start] == " ":
+        start += 1
+    if start >= len(text):
+        raise InputError("a line is a measurement and tags, fields, and an optional time")
+    fields, end = _fields(text, start)
     ts = None
-    if len(parts) == 3:
-        try:
-            ts = int(parts[2]) * PRECISIONS[precision]
-        except ValueError:
-            raise InputError(f"time {parts[2]!r} is not an integer") from None
+    if end < len(text):
+        when = _TIME.match(text, end)
+        if when is None:
+            rest = text[end:].strip()
+            if " " in rest:
+                raise InputError("a line is a measurement and tags, fields, and an optional time")
+            raise InputError(f"time {rest!r} is not an integer")
+        ts = int(when.group(1)) * unit
     return Point(measurement, tags, fields, ts)
 
 
