@@ -47,7 +47,7 @@ import pandas as pd
 from gpuwarden._ingest_cells import Cells
 from gpuwarden._ingest_read import FileChunks
 from gpuwarden._ingest_report import BadLineReport, report_path
-from gpuwarden.collectors.base import read_log_text
+from gpuwarden.collectors.base import iter_log_lines, read_log_text
 from gpuwarden.errors import InputError
 from gpuwarden.readings import NOT_A_NUMBER, check_columns
 from gpuwarden.store.base import Store
@@ -69,6 +69,9 @@ if TYPE_CHECKING:
 #: Bad rows kept in a report; ``bad_rows_total`` counts them all.
 MAX_BAD_ROWS = 1000
 CHUNK_ROWS = 100_000
+
+#: Lines of line protocol read, mapped and stored at a time.
+LINE_CHUNK = 50_000
 
 #: Told of each bad line as it is found: (line number, reason).
 BadLineSink = Callable[[int, str], None]
@@ -535,15 +538,17 @@ def ingest_influxql(
     start: float,
     end: float,
     host: str | None = None,
-    chunk_s: float = 86_400.0,
+    chunk_s: float = 3_600.0,
     progress: bool = False,
     on_bad_line: BadLineSink | None = None,
     client: object = None,
 ) -> IngestReport:
     """Copy the GPU telemetry Telegraf wrote to an InfluxDB 1.x database (``url``:
     ``influxql://host:8086?db=telegraf``, ``store.influxql``) from ``start`` to ``end`` (Unix
-    seconds) into ``store``, a ``chunk_s`` at a time: the ``nvidia_smi`` measurement and
-    dcgm-exporter's series from the prometheus input, mapped by ``collectors.telegraf``.
+    seconds) into ``store``: the ``nvidia_smi`` measurement and dcgm-exporter's series from the
+    prometheus input, mapped by ``collectors.telegraf``. A query reads ``chunk_s`` (an hour: a
+    1,000-GPU fleet polled every 10 s answers 360,000 points), and the points are stored
+    ``LINE_CHUNK`` at a time, so memory holds an hour's answer, not the range's.
 
     A GPU point without an index tag is named as a bad line (its number counts the points
     read); a database without GPU telemetry raises ``InputError`` and stores nothing."""
@@ -551,6 +556,7 @@ def ingest_influxql(
 
     from tqdm import tqdm
 
+    from gpuwarden.collectors.lineproto import Point
     from gpuwarden.collectors.telegraf import NVIDIA_SMI, points_to_batches
     from gpuwarden.store.influxql import InfluxQLSource
 
@@ -577,26 +583,40 @@ def ingest_influxql(
         bad: list[tuple[int, str]] = []
         points_read = 0
         stored = IngestReport(0)
-        # only the days that hold points: a month's history in a year's range reads a month
+        # only the hours that hold points: a month's history in a year's range reads a month
         spans = [x for m, _ in reads if (x := source.span(m, start, end)) is not None]
         if spans:
             start = max(start, min(lo for lo, _ in spans))
             end = min(end, max(hi for _, hi in spans) + 1.0)  # the last point itself
         chunks = int(np.ceil((end - start) / chunk_s)) if spans else 0
-        with tqdm(total=chunks, unit="day" if chunk_s == 86_400 else "chunk",
+        points: list[tuple[int, Point]] = []
+
+        def flush() -> None:  # a point's fields for one GPU and time may come in two flushes:
+            nonlocal stored  # the store merges them, as it does Telegraf's per-series lines
+            read = points_to_batches(points, host=hostname)
+            bad.extend(read.unplaced)
+            stored = _add(stored, _store_batches(store, read.batches, [], None, lines_read=0))
+            points.clear()
+
+        with tqdm(total=chunks, unit="h" if chunk_s == 3_600 else "chunk",
                   disable=not progress, desc=source.shown) as bar:  # fmt: skip
-            for k in range(chunks):
+            k = 0
+            while k < chunks:
                 lo, hi = start + k * chunk_s, min(end, start + (k + 1) * chunk_s)
-                points = []
+                before = points_read
                 for measurement, fields in reads:
                     for p in source.points(measurement, lo, hi, fields):
                         points_read += 1
                         points.append((points_read, p))
-                read = points_to_batches(points, host=hostname)
-                bad += read.unplaced
-                part = _store_batches(store, read.batches, [], None, lines_read=0)
-                stored = _add(stored, part)
-                bar.update(1)
+                        if len(points) >= LINE_CHUNK:
+                            flush()
+                flush()
+                step = 1
+                if points_read == before:  # a gap: on to the chunk of the next point
+                    nxt = [t for m, _ in reads if (t := source.first(m, hi, end)) is not None]
+                    step = int((min(nxt) - start) // chunk_s) - k if nxt else chunks - k
+                bar.update(step)
+                k += max(step, 1)
     finally:
         source.close()
     if on_bad_line is not None:
@@ -669,10 +689,23 @@ def ingest_line_protocol(
 
     if precision not in PRECISIONS:
         raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
-    lines = read_log_text(path).splitlines()
-    points: list[tuple[int, Point]] = []
+    hostname = host or socket.gethostname()
     bad: list[tuple[int, str]] = []
-    for n, line in enumerate(lines, start=1):
+    other: Counter[str] = Counter()
+    total = IngestReport(0)
+    lines_read = 0
+    points: list[tuple[int, Point]] = []
+
+    def flush() -> None:  # a chunk of lines at a time: a file larger than memory is fine
+        nonlocal total
+        read = points_to_batches(points, host=hostname)
+        bad.extend(read.unplaced)
+        other.update(read.other)
+        total = _add(total, _store_batches(store, read.batches, [], None, lines_read=0))
+        points.clear()
+
+    for n, line in enumerate(iter_log_lines(path), start=1):
+        lines_read = n
         try:
             point = parse_line(line, precision)
         except InputError as exc:
@@ -680,16 +713,26 @@ def ingest_line_protocol(
             continue
         if point is not None:
             points.append((n, point))
-    read = points_to_batches(points, host=host or socket.gethostname())
-    bad = sorted(bad + read.unplaced)
-    if not read.batches:
-        seen = ", ".join(sorted(read.other)) or "none"
+        if len(points) >= LINE_CHUNK:
+            flush()
+    flush()
+    if not total.rows_stored:
+        seen = ", ".join(sorted(other)) or "none"
         raise InputError(
             f"{path}: no GPU telemetry in line protocol (Telegraf's nvidia_smi measurement, or "
             f"DCGM_FI_* series from its prometheus input); measurements found: {seen}"
         )
-    return _store_batches(
-        store, read.batches, bad, on_bad_line, lines_read=len(lines), ignored=read.other
+    bad.sort()
+    if on_bad_line is not None:
+        for line_no, why in bad:
+            on_bad_line(line_no, why)
+    return IngestReport(
+        total.rows_stored,
+        bad[:MAX_BAD_ROWS],
+        bad_rows_total=len(bad),
+        lines_read=lines_read,
+        rejected=total.rejected,
+        ignored=dict(other),
     )
 
 

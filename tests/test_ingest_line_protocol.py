@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -76,3 +77,30 @@ def test_precision_scales_the_times(tmp_path):
     store = SqliteStore()
     ingest_line_protocol(store, path, host="h", precision="s")
     assert list(store.read_samples(start=0, end=2e9, fields=["gpu_temp_c"])["ts"]) == [1714564800]
+
+
+def test_a_file_read_a_few_lines_at_a_time_stores_the_same(tmp_path, monkeypatch):
+    """The reader streams the file in chunks of lines (a file larger than memory is fine): a
+    chunk of one line, which splits the metric_version 1 series of one GPU and time across
+    chunks, stores what one chunk does."""
+    import gpuwarden.ingest as ing
+
+    def load(chunk: int) -> pd.DataFrame:
+        monkeypatch.setattr(ing, "LINE_CHUNK", chunk)
+        store = SqliteStore()
+        for p in sorted(TELEGRAF.glob("*.lp")):
+            ing.ingest_line_protocol(store, p, host="h")
+        frame = store.read_samples(start=0, end=2e9)
+        return frame.sort_values(["uuid", "ts"]).reset_index(drop=True)
+
+    pd.testing.assert_frame_equal(load(1), load(50_000))
+
+
+def test_windows_line_ends_and_an_empty_file(tmp_path):
+    path = tmp_path / "crlf.lp"
+    path.write_bytes(b"nvidia_smi,index=0,uuid=GPU-1 temperature_gpu=40i 60000000000\r\n")
+    assert ingest_line_protocol(SqliteStore(), path, host="h").rows_stored == 1
+    empty = tmp_path / "empty.lp"
+    empty.write_text("\n")
+    with pytest.raises(InputError, match="empty.lp: the file is empty"):
+        ingest_line_protocol(SqliteStore(), empty)

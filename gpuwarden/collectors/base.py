@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import os
 import zlib
+from collections.abc import Iterator
 from typing import Protocol, runtime_checkable
 
 from gpuwarden.errors import InputError
@@ -26,6 +27,25 @@ class Collector(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def iter_log_lines(path: str | os.PathLike[str]) -> Iterator[str]:
+    """A log file's lines, plain or gzip, read as they come (a file larger than memory is
+    fine), as ``read_log_text`` decodes them; ``InputError`` naming the file when it cannot be
+    read or holds nothing."""
+    try:
+        with open(path, "rb") as fh:
+            gzipped = fh.read(2) == b"\x1f\x8b"
+        opener = gzip.open if gzipped else open
+        with opener(path, "rt", encoding="utf-8-sig", errors="replace") as text:
+            seen = False
+            for line in text:
+                seen = seen or bool(line.strip())
+                yield line.rstrip("\r\n")
+    except (OSError, EOFError, zlib.error) as exc:
+        raise InputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from exc
+    if not seen:
+        raise InputError(f"{path}: the file is empty")
 
 
 def read_log_text(path: str | os.PathLike[str]) -> str:

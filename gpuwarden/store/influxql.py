@@ -80,23 +80,29 @@ class InfluxQLSource:
         regex = measurement.startswith("/") and measurement.endswith("/") and len(measurement) > 1
         return f"{rp}{measurement if regex else _quoted(measurement)}"
 
+    def _edge(self, measurement: str, start: float, end: float, order: str) -> float | None:
+        where = f"WHERE time >= {round(start * 1e9)} AND time < {round(end * 1e9)}"
+        q = f"SELECT * FROM {self._from(measurement)} {where} ORDER BY time {order} LIMIT 1"
+        times = [
+            row[0]
+            for result in self._query(q)
+            for series in result.get("series", [])
+            for row in series.get("values", [])
+        ]
+        if not times:
+            return None
+        return (min(times) if order == "ASC" else max(times)) / 1e9
+
+    def first(self, measurement: str, start: float, end: float) -> float | None:
+        """The time of ``measurement``'s first point in start <= time < end, or None."""
+        return self._edge(measurement, start, end, "ASC")
+
     def span(self, measurement: str, start: float, end: float) -> tuple[float, float] | None:
         """The first and last time of ``measurement``'s points in start <= time < end, or
         None when it has none there (two one-row queries)."""
-        where = f"WHERE time >= {round(start * 1e9)} AND time < {round(end * 1e9)}"
-        found = []
-        for order in ("ASC", "DESC"):
-            q = f"SELECT * FROM {self._from(measurement)} {where} ORDER BY time {order} LIMIT 1"
-            times = [
-                row[0]
-                for result in self._query(q)
-                for series in result.get("series", [])
-                for row in series.get("values", [])
-            ]
-            if not times:
-                return None
-            found.append(min(times) if order == "ASC" else max(times))
-        return found[0] / 1e9, found[1] / 1e9
+        first = self.first(measurement, start, end)
+        last = self._edge(measurement, start, end, "DESC") if first is not None else None
+        return None if first is None or last is None else (first, last)
 
     def _query(self, q: str, *, chunked: bool = False) -> list[dict[str, Any]]:
         """The results of ``q`` (every chunk's), or a ``StoreError`` naming InfluxDB's error."""

@@ -157,3 +157,24 @@ def test_a_point_without_a_gpu_index_is_named_and_the_rest_stored(influxdb: Daem
     assert ": a nvidia_smi point without a GPU index tag" in result.output, result.output
     assert f"1 point not stored; all listed in {listed}" in result.output
     assert "a nvidia_smi point without a GPU index tag" in listed.read_text()
+
+
+def test_points_years_apart_are_read_without_walking_every_hour(influxdb: Daemon, tmp_path):
+    """Telegraf's fixtures hold points in 2018, 2023 and 2026: the reader jumps over the empty
+    hours between them (one query to find the next point) instead of asking for each of the
+    72,000 hours of the range."""
+    from pathlib import Path
+
+    lines = []
+    for path in sorted((Path(__file__).resolve().parents[1] / "data" / "telegraf").glob("*.lp")):
+        lines += [x for x in path.read_text().splitlines() if x and not x.startswith("#")]
+    _write(influxdb, lines)
+    asked: list[httpx.Request] = []
+    client = httpx.Client(event_hooks={"request": [asked.append]}, timeout=30)
+    store = SqliteStore(tmp_path / "s.db")
+    report = ingest_influxql(store, f"influxql://127.0.0.1:{influxdb.port}?db={DB}",
+                             start=1_522_540_800.0, end=1_784_505_600.0, host="h",
+                             client=client)  # fmt: skip
+    client.close()
+    assert report.rows_stored == 7 and report.lines_read == 30
+    assert len(asked) < 100, len(asked)
