@@ -394,8 +394,9 @@ def ingest(
                     ignored = "".join(
                         f"; ignored {counted(n, f'{m} point')}" for m, n in report.ignored.items()
                     )
+                    xids = f", {counted(report.events, 'Xid event')}" if report.events else ""
                     what = (
-                        f"{counted(report.rows_stored, 'sample')} (line protocol, "
+                        f"{counted(report.rows_stored, 'sample')}{xids} (line protocol, "
                         f"{counted(report.lines_read, 'line')}{ignored})"
                     )
                 elif kind == "kernel":
@@ -474,8 +475,9 @@ def _ingest_influxql(
         on_bad_line=named.sink(shown) if named is not None else None,
     )  # fmt: skip
     window = f"{_utc(start)} to {_utc(end)}"
+    xids = f", {counted(report.events, 'Xid event')}" if report.events else ""
     click.echo(
-        f"{shown}: stored {counted(report.rows_stored, 'sample')} "
+        f"{shown}: stored {counted(report.rows_stored, 'sample')}{xids} "
         f"({counted(report.lines_read, 'point')} read, {window})"
     )
     if report.rejected:

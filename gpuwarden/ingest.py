@@ -52,6 +52,7 @@ from gpuwarden.errors import InputError
 from gpuwarden.readings import NOT_A_NUMBER, check_columns
 from gpuwarden.store.base import Store
 from gpuwarden.telemetry import (
+    DCGM_XID_METRIC,
     FIELD_BY_DCGM,
     FIELDS_BY_NAME,
     REJECT_REASONS,
@@ -96,6 +97,8 @@ class IngestReport:
     rejected: dict[tuple[str, str], int] = field(default_factory=dict)
     #: Line protocol: points of measurements that hold no GPU telemetry, by measurement.
     ignored: dict[str, int] = field(default_factory=dict)
+    #: Line protocol and InfluxQL: Xid events made from dcgm-exporter's last-Xid gauge.
+    events: int = 0
 
 
 class IngestWarning(UserWarning):
@@ -557,7 +560,7 @@ def ingest_influxql(
     from tqdm import tqdm
 
     from gpuwarden.collectors.lineproto import Point
-    from gpuwarden.collectors.telegraf import NVIDIA_SMI, points_to_batches
+    from gpuwarden.collectors.telegraf import NVIDIA_SMI, XidHistory, points_to_batches
     from gpuwarden.store.influxql import InfluxQLSource
 
     if not end > start:
@@ -571,7 +574,11 @@ def ingest_influxql(
         if any(m in FIELD_BY_DCGM for m in names):  # metric_version 1: one query for them all
             reads.append(("/^DCGM_FI_/", None))
         if "prometheus" in names:  # metric_version 2: only its dcgm-exporter fields
-            dcgm = [k for k in source.field_keys("prometheus") if k in FIELD_BY_DCGM]
+            dcgm = [
+                k
+                for k in source.field_keys("prometheus")
+                if k in FIELD_BY_DCGM or k == DCGM_XID_METRIC
+            ]
             reads += [("prometheus", dcgm)] if dcgm else []
         if not reads:
             raise InputError(
@@ -591,9 +598,11 @@ def ingest_influxql(
         chunks = int(np.ceil((end - start) / chunk_s)) if spans else 0
         points: list[tuple[int, Point]] = []
 
+        xids = XidHistory()
+
         def flush() -> None:  # a point's fields for one GPU and time may come in two flushes:
             nonlocal stored  # the store merges them, as it does Telegraf's per-series lines
-            read = points_to_batches(points, host=hostname)
+            read = points_to_batches(points, host=hostname, xids=xids)
             bad.extend(read.unplaced)
             stored = _add(stored, _store_batches(store, read.batches, [], None, lines_read=0))
             points.clear()
@@ -628,13 +637,16 @@ def ingest_influxql(
         bad_rows_total=len(bad),
         lines_read=points_read,
         rejected=stored.rejected,
+        events=stored.events,
     )
 
 
 def _add(a: IngestReport, b: IngestReport) -> IngestReport:
     rejected = Counter(a.rejected)
     rejected.update(b.rejected)
-    return IngestReport(a.rows_stored + b.rows_stored, rejected=dict(rejected))
+    return IngestReport(
+        a.rows_stored + b.rows_stored, rejected=dict(rejected), events=a.events + b.events
+    )
 
 
 def _store_batches(
@@ -647,11 +659,12 @@ def _store_batches(
     ignored: dict[str, int] | None = None,
 ) -> IngestReport:
     """Write screened ``batches``, tell ``on_bad_line`` of each of ``bad``, and report."""
-    stored = 0
+    stored = events = 0
     rejected: Counter[tuple[str, str]] = Counter()
     for batch in batches:
         store.write_batch(batch)
         stored += len(batch.samples)
+        events += len(batch.events)
         rejected.update((r.field, r.reason) for r in batch.rejected)
     if on_bad_line is not None:
         for line, why in bad:
@@ -663,6 +676,7 @@ def _store_batches(
         lines_read=lines_read,
         rejected=dict(rejected),
         ignored=dict(ignored or {}),
+        events=events,
     )
 
 
@@ -685,7 +699,7 @@ def ingest_line_protocol(
     import socket
 
     from gpuwarden.collectors.lineproto import PRECISIONS, Point, parse_line
-    from gpuwarden.collectors.telegraf import points_to_batches
+    from gpuwarden.collectors.telegraf import XidHistory, points_to_batches
 
     if precision not in PRECISIONS:
         raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
@@ -696,9 +710,11 @@ def ingest_line_protocol(
     lines_read = 0
     points: list[tuple[int, Point]] = []
 
+    xids = XidHistory()
+
     def flush() -> None:  # a chunk of lines at a time: a file larger than memory is fine
         nonlocal total
-        read = points_to_batches(points, host=hostname)
+        read = points_to_batches(points, host=hostname, xids=xids)
         bad.extend(read.unplaced)
         other.update(read.other)
         total = _add(total, _store_batches(store, read.batches, [], None, lines_read=0))
@@ -716,7 +732,7 @@ def ingest_line_protocol(
         if len(points) >= LINE_CHUNK:
             flush()
     flush()
-    if not total.rows_stored:
+    if not total.rows_stored and not total.events:
         seen = ", ".join(sorted(other)) or "none"
         raise InputError(
             f"{path}: no GPU telemetry in line protocol (Telegraf's nvidia_smi measurement, or "
@@ -733,6 +749,7 @@ def ingest_line_protocol(
         lines_read=lines_read,
         rejected=total.rejected,
         ignored=dict(other),
+        events=total.events,
     )
 
 

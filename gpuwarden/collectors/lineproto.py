@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 from gpuwarden.errors import InputError
 
-#: Seconds per unit of each time precision InfluxDB's write API takes.
-PRECISIONS: dict[str, float] = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+#: Units of each time precision InfluxDB's write API takes, per second (a time is divided by it:
+#: 60,000,000,000 ns is 60.0 s exactly, where multiplying by 1e-9 gives 60.00000000000001).
+PRECISIONS: dict[str, int] = {"ns": 1_000_000_000, "us": 1_000_000, "ms": 1_000, "s": 1}
 _TRUE = frozenset({"t", "T", "true", "True", "TRUE"})
 _FALSE = frozenset({"f", "F", "false", "False", "FALSE"})
 
@@ -140,7 +141,7 @@ def parse_line(line: str, precision: str = "ns") -> Point | None:
             if " " in rest:
                 raise InputError("a line is a measurement and tags, fields, and an optional time")
             raise InputError(f"time {rest!r} is not an integer")
-        ts = int(when.group(1)) * unit
+        ts = int(when.group(1)) / unit
     return Point(measurement, tags, fields, ts)
 
 

@@ -18,6 +18,9 @@ in github.com/influxdata/telegraf name them):
 
 ``points_to_batches`` turns parsed points into screened ``Batch``es, one per time. Other
 measurements (``nvidia_smi_mig``, ``nvidia_smi_process``, cpu, ...) are counted, not read.
+dcgm-exporter's last-Xid gauge (``DCGM_FI_DEV_XID_ERRORS``), read over time by ``XidHistory``,
+gives the Xid events: one each time a GPU's gauge changes to another non-zero code, as
+``dcgm+http://`` reads it live (two of the same Xid in a row are one change, there as here).
 """
 
 from __future__ import annotations
@@ -28,7 +31,16 @@ from dataclasses import dataclass, field
 
 from gpuwarden.collectors.lineproto import Point, Value
 from gpuwarden.readings import gpu_index, screen
-from gpuwarden.telemetry import FIELD_BY_DCGM, Batch, GpuId, NodeInfo, Sample
+from gpuwarden.telemetry import (
+    DCGM_XID_METRIC,
+    FIELD_BY_DCGM,
+    TIME_UNKNOWN,
+    Batch,
+    Event,
+    GpuId,
+    NodeInfo,
+    Sample,
+)
 
 NVIDIA_SMI = "nvidia_smi"
 #: Telegraf's nvidia_smi field -> catalogue field (units agree: C, W, %, MiB, MHz, us).
@@ -87,6 +99,31 @@ _ECC_PARTS: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 #: metric_version 1's field names for a series' value
 _PROM_VALUE_FIELDS = ("gauge", "counter", "value", "untyped")
+
+
+class XidHistory:
+    """The last-Xid gauge of each GPU across the points of one source, read in time order:
+    an ``Event`` when it changes to a non-zero code. A GPU's first code is kept with its time
+    unknown (``TIME_UNKNOWN``: it may be older than the history, and never makes a GPU
+    unhealthy by itself), as ``dcgm+http://`` keeps the code it finds at its first scrape."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, int, str], int] = {}
+
+    def events(self, seen: list[tuple[float, GpuId, int]]) -> list[Event]:
+        out = []
+        for ts, gpu, code in sorted(seen, key=lambda x: x[0]):
+            key = (gpu.hostname, gpu.index, gpu.uuid)
+            previous = self._last.get(key)
+            self._last[key] = code
+            if code == 0 or code == previous:
+                continue
+            if previous is None:
+                detail = f"{TIME_UNKNOWN} ({DCGM_XID_METRIC} = {code}, through Telegraf)"
+            else:
+                detail = f"{DCGM_XID_METRIC} changed from {previous} to {code} (through Telegraf)"
+            out.append(Event(ts=ts, gpu=gpu, kind="xid", code=code, detail=detail))
+        return out
 
 
 @dataclass
@@ -148,14 +185,29 @@ def _nvidia_smi(p: Point, host: str) -> tuple[GpuId, dict[str, float], NodeInfo 
     return gpu, values, node
 
 
-def _dcgm_fields(p: Point) -> dict[str, Value]:
-    """The point's dcgm-exporter series the catalogue reads: metric name -> value."""
+def _dcgm_series(p: Point) -> dict[str, Value]:
+    """The point's dcgm-exporter series: metric name -> value."""
     if p.measurement.startswith("DCGM_FI_"):  # metric_version 1
         found = next((p.fields[k] for k in _PROM_VALUE_FIELDS if k in p.fields), None)
-        named = {p.measurement: found} if found is not None else {}
-    else:  # metric_version 2: the prometheus measurement, one field per series
-        named = {k: v for k, v in p.fields.items() if k.startswith("DCGM_FI_")}
-    return {k: v for k, v in named.items() if k in FIELD_BY_DCGM}
+        return {p.measurement: found} if found is not None else {}
+    # metric_version 2: the prometheus measurement, one field per series
+    return {k: v for k, v in p.fields.items() if k.startswith("DCGM_FI_")}
+
+
+def _dcgm_fields(p: Point) -> dict[str, Value]:
+    """The point's dcgm-exporter series the catalogue reads: metric name -> value."""
+    return {k: v for k, v in _dcgm_series(p).items() if k in FIELD_BY_DCGM}
+
+
+def _dcgm_gpu(p: Point, host: str) -> GpuId | None:
+    t = p.tags
+    index = gpu_index(t.get("gpu") or t.get("device", "").removeprefix("nvidia"))
+    if index is None:
+        return None
+    hostname = t.get("Hostname") or t.get("hostname") or t.get("host") or host
+    return GpuId(
+        hostname, index, t.get("UUID", ""), t.get("pci_bus_id", ""), t.get("modelName", "")
+    )
 
 
 def _dcgm(p: Point, host: str) -> tuple[GpuId, dict[str, float], NodeInfo | None] | None:
@@ -163,18 +215,18 @@ def _dcgm(p: Point, host: str) -> tuple[GpuId, dict[str, float], NodeInfo | None
     for name, v in _dcgm_fields(p).items():
         if (x := _number(v)) is not None:
             values[FIELD_BY_DCGM[name]] = x
-    t = p.tags
-    index = gpu_index(t.get("gpu") or t.get("device", "").removeprefix("nvidia"))
-    if index is None:
-        return None
-    hostname = t.get("Hostname") or t.get("hostname") or t.get("host") or host
-    gpu = GpuId(hostname, index, t.get("UUID", ""), t.get("pci_bus_id", ""), t.get("modelName", ""))
-    return gpu, values, None  # dcgm-exporter's driver label is not read here
+    gpu = _dcgm_gpu(p, host)
+    return None if gpu is None else (gpu, values, None)  # the driver label is not read here
 
 
-def points_to_batches(points: Iterable[tuple[int, Point]], *, host: str) -> Read:
+def points_to_batches(
+    points: Iterable[tuple[int, Point]], *, host: str, xids: XidHistory | None = None
+) -> Read:
     """Screened batches, one per time, of the GPU points among (line, point)s (``host``: the
-    hostname of points without a ``host`` tag); the rest counted in ``Read``."""
+    hostname of points without a ``host`` tag); the rest counted in ``Read``. ``xids``: the
+    source's last-Xid gauges so far (a new one when None), whose changes become events."""
+    xids = xids if xids is not None else XidHistory()
+    gauges: list[tuple[float, GpuId, int]] = []
     by_time: dict[float, dict[tuple[str, int, str], tuple[GpuId, dict[str, float]]]] = {}
     nodes: dict[float, dict[str, NodeInfo]] = {}
     out = Read()
@@ -185,8 +237,13 @@ def points_to_batches(points: Iterable[tuple[int, Point]], *, host: str) -> Read
         if p.measurement != NVIDIA_SMI and not dcgm:
             out.other[p.measurement] = out.other.get(p.measurement, 0) + 1
             continue
-        if dcgm and not _dcgm_fields(p):  # a series the catalogue does not read
-            out.other[p.measurement] = out.other.get(p.measurement, 0) + 1
+        if dcgm and (code := _number(_dcgm_series(p).get(DCGM_XID_METRIC, ""))) is not None:
+            gpu = _dcgm_gpu(p, host)
+            if gpu is not None and p.ts is not None:
+                gauges.append((p.ts, gpu, int(code)))
+        if dcgm and not _dcgm_fields(p):  # a series the catalogue does not read as a field
+            if DCGM_XID_METRIC not in _dcgm_series(p):
+                out.other[p.measurement] = out.other.get(p.measurement, 0) + 1
             continue
         read = _nvidia_smi(p, host) if not dcgm else _dcgm(p, host)
         if p.ts is None:
@@ -208,11 +265,15 @@ def points_to_batches(points: Iterable[tuple[int, Point]], *, host: str) -> Read
             slot[key] = (gpu, merged)
         else:
             slot[key] = (gpu, dict(values))
-    for ts in sorted(by_time):
-        samples = tuple(Sample(ts, g, v) for g, v in by_time[ts].values() if v)
+    events: dict[float, list[Event]] = {}
+    for e in xids.events(gauges):
+        events.setdefault(e.ts, []).append(e)
+    for ts in sorted(set(by_time) | set(events)):
+        samples = tuple(Sample(ts, g, v) for g, v in by_time.get(ts, {}).values() if v)
         found = tuple(nodes.get(ts, {}).values())
-        out.batches.append(screen(Batch(ts=ts, samples=samples, nodes=found)))
+        said = tuple(events.get(ts, ()))
+        out.batches.append(screen(Batch(ts=ts, samples=samples, events=said, nodes=found)))
     return out
 
 
-__all__ = ["NVIDIA_SMI", "TELEGRAF_FIELDS", "Read", "points_to_batches"]
+__all__ = ["NVIDIA_SMI", "TELEGRAF_FIELDS", "Read", "XidHistory", "points_to_batches"]

@@ -120,3 +120,35 @@ def test_other_measurements_are_counted_and_unplaced_points_named():
     ]
     (batch,) = read_.batches
     assert [s.gpu for s in batch.samples] == [GpuId("h", 0, "GPU-1")]
+
+
+def test_the_last_xid_gauge_over_time_gives_the_xid_events():
+    """dcgm-exporter's DCGM_FI_DEV_XID_ERRORS through Telegraf (both shapes), read in time
+    order: an event each time it changes to another non-zero code; the first code of a GPU is
+    of unknown time; 0 is no Xid. A second read of the same source (the next chunk) goes on
+    from where the first stopped."""
+    from gpuwarden.collectors.telegraf import XidHistory
+    from gpuwarden.telemetry import time_unknown
+
+    def v1(code: int, minute: int) -> str:
+        return (f"DCGM_FI_DEV_XID_ERRORS,Hostname=n1,UUID=GPU-1,gpu=0 gauge={code} "
+                f"{minute * 60_000_000_000}")  # fmt: skip
+
+    def v2(code: int, minute: int) -> str:
+        return (f"prometheus,Hostname=n1,UUID=GPU-2,gpu=1 DCGM_FI_DEV_XID_ERRORS={code},"
+                f"DCGM_FI_DEV_GPU_TEMP=50 {minute * 60_000_000_000}")  # fmt: skip
+
+    lines = [v1(43, 1), v1(43, 2), v1(0, 3), v1(48, 4), v1(48, 5), v1(79, 6),
+             v2(0, 1), v2(13, 2), v2(13, 3)]  # fmt: skip
+    history = XidHistory()
+    events = []
+    for part in (lines[:4], lines[4:]):  # two chunks of one source
+        points = [(n, p) for n, line in enumerate(part, 1) if (p := parse_line(line)) is not None]
+        for batch in points_to_batches(points, host="h", xids=history).batches:
+            events += batch.events
+    said = [(e.gpu.uuid, e.ts / 60, e.code, time_unknown(e.detail)) for e in events]
+    assert sorted(said) == [
+        ("GPU-1", 1, 43, True), ("GPU-1", 4, 48, False), ("GPU-1", 6, 79, False),
+        ("GPU-2", 2, 13, False),
+    ]  # fmt: skip
+    assert all(e.kind == "xid" and "through Telegraf" in e.detail for e in events)

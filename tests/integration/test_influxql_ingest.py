@@ -60,7 +60,9 @@ def _tag(text: str) -> str:
     return text.replace(",", r"\,").replace("=", r"\=").replace(" ", r"\ ")
 
 
-def _lines(frame: pd.DataFrame) -> list[str]:
+def _lines(frame: pd.DataFrame, gauge: dict[tuple[str, float], int] | None = None) -> list[str]:
+    """The fleet's samples as Telegraf writes them; ``gauge``: dcgm-exporter's last-Xid gauge
+    of node001's GPUs, (uuid, ts) -> code, written beside their series."""
     out = []
     for row in frame.itertuples(index=False):
         r = row._asdict()
@@ -74,6 +76,8 @@ def _lines(frame: pd.DataFrame) -> list[str]:
             measurement = "nvidia_smi"
         else:  # inputs.prometheus over dcgm-exporter, metric_version 2
             fields = {TO_DCGM[k]: v for k, v in r.items() if k in TO_DCGM}
+            if gauge is not None:
+                fields["DCGM_FI_DEV_XID_ERRORS"] = float(gauge[(r["uuid"], r["ts"])])
             tags = (
                 f"Hostname={r['hostname']},UUID={r['uuid']},gpu={r['gpu']},host=telegraf-1,"
                 f"modelName={_tag(r['model'])},pci_bus_id={r['pci_bus_id']}"
@@ -98,10 +102,26 @@ def test_the_map_is_telegrafs():
     assert {ours: theirs for theirs, ours in TELEGRAF_FIELDS.items()} == TO_TELEGRAF
 
 
+def _last_xid_gauge(frame: pd.DataFrame, xids: list) -> dict[tuple[str, float], int]:
+    """dcgm-exporter's DCGM_FI_DEV_XID_ERRORS at each sample: the last Xid code logged at or
+    before it, 0 before any."""
+    gauge = {}
+    for uuid, rows in frame.groupby("uuid"):
+        mine = sorted((e.ts, e.code) for e in xids if e.gpu.uuid == uuid)
+        for ts in rows["ts"]:
+            codes = [c for t, c in mine if t <= ts]
+            gauge[(uuid, ts)] = int(codes[-1]) if codes else 0
+    return gauge
+
+
 def test_a_fleet_in_influxdb_arrives_value_for_value(influxdb: Daemon, tmp_path) -> None:
-    fleet = Fleet(fleet_spec(nodes=2, days=1.5, accel=50.0, seed=3, start_ts=T0))
-    frame = pd.concat([c.samples for c in fleet.chunks(progress=False)], ignore_index=True)
-    _write(influxdb, _lines(frame))
+    fleet = Fleet(fleet_spec(nodes=2, days=1.5, accel=50.0, seed=9, start_ts=T0))
+    chunks = list(fleet.chunks(progress=False))
+    frame = pd.concat([c.samples for c in chunks], ignore_index=True)
+    xids = [e for c in chunks for e in c.events if e.kind == "xid" and e.gpu.hostname == "node001"]
+    assert [e.code for e in xids] == [43, 63]  # the seed's two Xids, both on node001
+    gauge = _last_xid_gauge(frame, xids)
+    _write(influxdb, _lines(frame, gauge))
     url = f"influxql://127.0.0.1:{influxdb.port}?db={DB}"
     store = SqliteStore(tmp_path / "s.db")
     report = ingest_influxql(store, url, start=T0 - 86_400, end=T0 + 5 * 86_400)
@@ -122,6 +142,17 @@ def test_a_fleet_in_influxdb_arrives_value_for_value(influxdb: Daemon, tmp_path)
     assert set(got.loc[want["hostname"] == "node001", "pci_bus_id"]) == set(
         want.loc[want["hostname"] == "node001", "pci_bus_id"]
     )
+    # the last-Xid gauge's changes: each Xid at the first sample after it was logged
+    stored = store.read_events(start=T0 - 1, end=T0 + 5 * 86_400, kinds=["xid"])
+    first_after = [
+        (e.gpu.uuid, min(ts for (u, ts), c in gauge.items() if u == e.gpu.uuid and ts >= e.ts),
+         e.code)
+        for e in xids
+    ]  # fmt: skip
+    assert sorted(zip(stored["uuid"], stored["ts"], stored["code"], strict=True)) == sorted(
+        first_after
+    )
+    assert report.events == 2
 
 
 def test_a_database_that_is_not_there_and_one_without_gpus_are_named(influxdb: Daemon, tmp_path):
