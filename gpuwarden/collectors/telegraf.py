@@ -237,14 +237,15 @@ def points_to_batches(
         if p.measurement != NVIDIA_SMI and not dcgm:
             out.other[p.measurement] = out.other.get(p.measurement, 0) + 1
             continue
-        if dcgm and (code := _number(_dcgm_series(p).get(DCGM_XID_METRIC, ""))) is not None:
-            gpu = _dcgm_gpu(p, host)
-            if gpu is not None and p.ts is not None:
+        if dcgm:
+            series = _dcgm_series(p)
+            code = _number(series.get(DCGM_XID_METRIC, ""))
+            if code is not None and p.ts is not None and (gpu := _dcgm_gpu(p, host)) is not None:
                 gauges.append((p.ts, gpu, int(code)))
-        if dcgm and not _dcgm_fields(p):  # a series the catalogue does not read as a field
-            if DCGM_XID_METRIC not in _dcgm_series(p):
-                out.other[p.measurement] = out.other.get(p.measurement, 0) + 1
-            continue
+            if not any(k in FIELD_BY_DCGM for k in series):  # no catalogue field in it
+                if code is None:
+                    out.other[p.measurement] = out.other.get(p.measurement, 0) + 1
+                continue
         read = _nvidia_smi(p, host) if not dcgm else _dcgm(p, host)
         if p.ts is None:
             out.unplaced.append((line, f"a {p.measurement} point without a time"))
