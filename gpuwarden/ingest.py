@@ -66,6 +66,7 @@ from gpuwarden.wording import plural
 
 if TYPE_CHECKING:
     from gpuwarden.collectors.kmsg import KernelXid
+    from gpuwarden.collectors.lineproto import Point
 
 #: Bad rows kept in a report; ``bad_rows_total`` counts them all.
 MAX_BAD_ROWS = 1000
@@ -559,8 +560,7 @@ def ingest_influxql(
 
     from tqdm import tqdm
 
-    from gpuwarden.collectors.lineproto import Point
-    from gpuwarden.collectors.telegraf import NVIDIA_SMI, XidHistory, points_to_batches
+    from gpuwarden.collectors.telegraf import NVIDIA_SMI
     from gpuwarden.store.influxql import InfluxQLSource
 
     if not end > start:
@@ -586,59 +586,79 @@ def ingest_influxql(
                 f"DCGM_FI_* series from its prometheus input); measurements: "
                 f"{', '.join(sorted(names)[:20]) or 'none'}"
             )
-        hostname = host or socket.gethostname()
-        bad: list[tuple[int, str]] = []
-        points_read = 0
-        stored = IngestReport(0)
+        sink = _TelegrafSink(store, host or socket.gethostname())
         # only the hours that hold points: a month's history in a year's range reads a month
         spans = [x for m, _ in reads if (x := source.span(m, start, end)) is not None]
         if spans:
             start = max(start, min(lo for lo, _ in spans))
             end = min(end, max(hi for _, hi in spans) + 1.0)  # the last point itself
         chunks = int(np.ceil((end - start) / chunk_s)) if spans else 0
-        points: list[tuple[int, Point]] = []
-
-        xids = XidHistory()
-
-        def flush() -> None:  # a point's fields for one GPU and time may come in two flushes:
-            nonlocal stored  # the store merges them, as it does Telegraf's per-series lines
-            read = points_to_batches(points, host=hostname, xids=xids)
-            bad.extend(read.unplaced)
-            stored = _add(stored, _store_batches(store, read.batches, [], None, lines_read=0))
-            points.clear()
-
         with tqdm(total=chunks, unit="h" if chunk_s == 3_600 else "chunk",
                   disable=not progress, desc=source.shown) as bar:  # fmt: skip
             k = 0
             while k < chunks:
                 lo, hi = start + k * chunk_s, min(end, start + (k + 1) * chunk_s)
-                before = points_read
+                before = sink.read
                 for measurement, fields in reads:
                     for p in source.points(measurement, lo, hi, fields):
-                        points_read += 1
-                        points.append((points_read, p))
-                        if len(points) >= LINE_CHUNK:
-                            flush()
-                flush()
+                        sink.add(sink.read + 1, p)  # a point's number: how many came before it
+                sink.flush()
                 step = 1
-                if points_read == before:  # a gap: on to the chunk of the next point
+                if sink.read == before:  # a gap: on to the chunk of the next point
                     nxt = [t for m, _ in reads if (t := source.first(m, hi, end)) is not None]
                     step = int((min(nxt) - start) // chunk_s) - k if nxt else chunks - k
                 bar.update(step)
                 k += max(step, 1)
     finally:
         source.close()
-    if on_bad_line is not None:
-        for line, why in bad:
-            on_bad_line(line, why)
-    return IngestReport(
-        stored.rows_stored,
-        bad[:MAX_BAD_ROWS],
-        bad_rows_total=len(bad),
-        lines_read=points_read,
-        rejected=stored.rejected,
-        events=stored.events,
-    )
+    return sink.report(sink.read, on_bad_line)
+
+
+class _TelegrafSink:
+    """Telegraf's points into ``store``, ``LINE_CHUNK`` at a time (a point's fields for one GPU
+    and time may come in two chunks: the store merges them, as it does Telegraf's one line per
+    series), with the source's Xid history across the chunks and what was left out."""
+
+    def __init__(self, store: Store, host: str) -> None:
+        from gpuwarden.collectors.telegraf import XidHistory
+
+        self.store, self.host, self.xids = store, host, XidHistory()
+        self.points: list[tuple[int, Point]] = []  # (line or point number, point)
+        self.bad: list[tuple[int, str]] = []
+        self.other: Counter[str] = Counter()
+        self.total = IngestReport(0)
+        self.read = 0
+
+    def add(self, number: int, point: Point) -> None:
+        self.read += 1
+        self.points.append((number, point))
+        if len(self.points) >= LINE_CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        from gpuwarden.collectors.telegraf import points_to_batches
+
+        read = points_to_batches(self.points, host=self.host, xids=self.xids)
+        self.bad.extend(read.unplaced)
+        self.other.update(read.other)
+        stored = _store_batches(self.store, read.batches, [], None, lines_read=0)
+        self.total = _add(self.total, stored)
+        self.points.clear()
+
+    def report(self, lines_read: int, on_bad_line: BadLineSink | None) -> IngestReport:
+        self.bad.sort()
+        if on_bad_line is not None:
+            for line, why in self.bad:
+                on_bad_line(line, why)
+        return IngestReport(
+            self.total.rows_stored,
+            self.bad[:MAX_BAD_ROWS],
+            bad_rows_total=len(self.bad),
+            lines_read=lines_read,
+            rejected=self.total.rejected,
+            ignored=dict(self.other),
+            events=self.total.events,
+        )
 
 
 def _add(a: IngestReport, b: IngestReport) -> IngestReport:
@@ -698,59 +718,29 @@ def ingest_line_protocol(
     A file without one GPU point raises ``InputError`` and stores nothing."""
     import socket
 
-    from gpuwarden.collectors.lineproto import PRECISIONS, Point, parse_line
-    from gpuwarden.collectors.telegraf import XidHistory, points_to_batches
+    from gpuwarden.collectors.lineproto import PRECISIONS, parse_line
 
     if precision not in PRECISIONS:
         raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
-    hostname = host or socket.gethostname()
-    bad: list[tuple[int, str]] = []
-    other: Counter[str] = Counter()
-    total = IngestReport(0)
+    sink = _TelegrafSink(store, host or socket.gethostname())
     lines_read = 0
-    points: list[tuple[int, Point]] = []
-
-    xids = XidHistory()
-
-    def flush() -> None:  # a chunk of lines at a time: a file larger than memory is fine
-        nonlocal total
-        read = points_to_batches(points, host=hostname, xids=xids)
-        bad.extend(read.unplaced)
-        other.update(read.other)
-        total = _add(total, _store_batches(store, read.batches, [], None, lines_read=0))
-        points.clear()
-
     for n, line in enumerate(iter_log_lines(path), start=1):
         lines_read = n
         try:
             point = parse_line(line, precision)
         except InputError as exc:
-            bad.append((n, f"not line protocol: {exc}"))
+            sink.bad.append((n, f"not line protocol: {exc}"))
             continue
         if point is not None:
-            points.append((n, point))
-        if len(points) >= LINE_CHUNK:
-            flush()
-    flush()
-    if not total.rows_stored and not total.events:
-        seen = ", ".join(sorted(other)) or "none"
+            sink.add(n, point)
+    sink.flush()
+    if not sink.total.rows_stored and not sink.total.events:
+        seen = ", ".join(sorted(sink.other)) or "none"
         raise InputError(
             f"{path}: no GPU telemetry in line protocol (Telegraf's nvidia_smi measurement, or "
             f"DCGM_FI_* series from its prometheus input); measurements found: {seen}"
         )
-    bad.sort()
-    if on_bad_line is not None:
-        for line_no, why in bad:
-            on_bad_line(line_no, why)
-    return IngestReport(
-        total.rows_stored,
-        bad[:MAX_BAD_ROWS],
-        bad_rows_total=len(bad),
-        lines_read=lines_read,
-        rejected=total.rejected,
-        ignored=dict(other),
-        events=total.events,
-    )
+    return sink.report(lines_read, on_bad_line)
 
 
 def _kernel_log_lines(path: str | os.PathLike[str]) -> list[str]:
