@@ -69,33 +69,24 @@ TELEGRAF_FIELDS: dict[str, str] = {
     # DCGM_FI_DEV_POWER_VIOLATION reads (see collectors.smi_text)
     "clocks_event_reasons_counters_sw_power_cap": "power_violation_us",
 }
-#: ECC totals from Telegraf's newer (schema v13) parts: field -> (correctable-or-not parts);
-#: SRAM uncorrectable is one field, or its parity and SEC-DED halves.
-_ECC_PARTS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "ecc_sbe_volatile_total": (
-        ("ecc_errors_volatile_dram_correctable",),
-        ("ecc_errors_volatile_sram_correctable",),
-    ),
-    "ecc_dbe_volatile_total": (
-        ("ecc_errors_volatile_dram_uncorrectable",),
-        (
-            "ecc_errors_volatile_sram_uncorrectable",
-            "ecc_errors_volatile_sram_uncorrectable_parity+"
-            "ecc_errors_volatile_sram_uncorrectable_secded",
-        ),
-    ),
-    "ecc_sbe_aggregate_total": (
-        ("ecc_errors_aggregate_dram_correctable",),
-        ("ecc_errors_aggregate_sram_correctable",),
-    ),
-    "ecc_dbe_aggregate_total": (
-        ("ecc_errors_aggregate_dram_uncorrectable",),
-        (
-            "ecc_errors_aggregate_sram_uncorrectable",
-            "ecc_errors_aggregate_sram_uncorrectable_parity+"
-            "ecc_errors_aggregate_sram_uncorrectable_secded",
-        ),
-    ),
+
+
+def _ecc_parts(scope: str, kind: str) -> tuple[tuple[tuple[str, ...], ...], ...]:
+    """The parts of one ECC total (DRAM, then SRAM), each as the ways Telegraf may write it,
+    the first that reads winning: SRAM uncorrectable is one field, or its parity and SEC-DED
+    halves."""
+    p = f"ecc_errors_{scope}_"
+    if kind == "correctable":
+        return (((p + "dram_correctable",),), ((p + "sram_correctable",),))
+    halves = (p + "sram_uncorrectable_parity", p + "sram_uncorrectable_secded")
+    return (((p + "dram_uncorrectable",),), ((p + "sram_uncorrectable",), halves))
+
+
+#: ECC totals from Telegraf's newer (schema v13) parts, as ``-q`` text's are summed.
+_ECC_PARTS = {
+    f"ecc_{short}_{scope}_total": _ecc_parts(scope, kind)
+    for scope in ("volatile", "aggregate")
+    for short, kind in (("sbe", "correctable"), ("dbe", "uncorrectable"))
 }
 #: metric_version 1's field names for a series' value
 _PROM_VALUE_FIELDS = ("gauge", "counter", "value", "untyped")
@@ -148,10 +139,11 @@ def _number(v: Value) -> float | None:
     return 1.0 if text == "yes" else 0.0 if text == "no" else None
 
 
-def _part(fields: dict[str, Value], name: str) -> float | None:
+def _sum(fields: dict[str, Value], names: tuple[str, ...]) -> float | None:
+    """The sum of ``names``, or None unless every one reads."""
     total = 0.0
-    for one in name.split("+"):
-        v = _number(fields[one]) if one in fields else None
+    for name in names:
+        v = _number(fields[name]) if name in fields else None
         if v is None:
             return None
         total += v
@@ -169,8 +161,8 @@ def _nvidia_smi(p: Point, host: str) -> tuple[GpuId, dict[str, float], NodeInfo 
         if name in p.fields and (v := _number(p.fields[name])) is not None:
             values[ours] = v
     for ours, parts in _ECC_PARTS.items():
-        got = [next((x for x in (_part(p.fields, o) for o in options) if x is not None), None)
-               for options in parts]  # fmt: skip
+        got = [next((x for x in (_sum(p.fields, way) for way in ways) if x is not None), None)
+               for ways in parts]  # fmt: skip
         if all(g is not None for g in got):
             values[ours] = float(sum(g for g in got if g is not None))
     driver, cuda = p.fields.get("driver_version"), p.fields.get("cuda_version")
