@@ -393,7 +393,7 @@ HARD_FIELDS: tuple[str, ...] = (*DBE_FIELDS, "remapped_rows_failure")
 _XID_SAID = re.compile(r"\bXid (\d+)\b")
 
 
-def signals_said(text: str) -> frozenset[int]:
+def xids_said(text: str) -> frozenset[int]:
     """The Xid codes a reason names, by number ("3 fatal Xids in 24 h (Xid 95, ...)") or by a
     hard signal's words ("1 double-bit ECC error (ecc_dbe_volatile_total)" is Xid 48's). Two
     reasons that name the same codes tell a person the same thing to do."""

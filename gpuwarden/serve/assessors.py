@@ -18,7 +18,7 @@ from typing import Any
 from gpuwarden.alerts.base import RiskAssessment
 from gpuwarden.alerts.hard_signals import HardSignalAssessor
 from gpuwarden.errors import ConfigError, GpuwardenError
-from gpuwarden.health import DEFAULT_AT_RISK, signals_said, worst
+from gpuwarden.health import DEFAULT_AT_RISK, worst, xids_said
 from gpuwarden.plugins import load_object
 from gpuwarden.store.base import Store
 
@@ -108,10 +108,10 @@ def _reasons(first: tuple[str, ...], then: tuple[str, ...]) -> tuple[str, ...]:
     model's "1 double-bit ECC error in 24 h (Xid 48, ...): drain the GPU ..." already says what
     the hard-signal assessor's "Xid 48 (Double-bit ECC error)" would say again. A reason that
     names no Xid is kept, and a repeat of the same words is said once."""
-    said = set().union(*map(signals_said, first))
+    said = set().union(*map(xids_said, first))
     kept = []
     for r in then:
-        codes = signals_said(r)
+        codes = xids_said(r)
         if codes and codes <= said:
             continue
         kept.append(r)
