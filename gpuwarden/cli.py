@@ -293,7 +293,7 @@ def exporter(
     "--host",
     default=None,
     help="Host of an --smi-csv or --smi-q log (default: this machine), and of a --kernel-log's "
-    "lines and --line-protocol points without one.",
+    "lines and --line-protocol or --influxql points without one.",
 )
 @click.option(
     "--boot-time",
@@ -348,7 +348,8 @@ def ingest(
             "give at least one of --telemetry, --xids, --failures, --kernel-log, --smi-csv, "
             "--smi-q, --line-protocol, --influxql, --memory-errors"
         )
-    end = maybe_time(until, "--until") or time.time()
+    end = maybe_time(until, "--until")
+    end = time.time() if end is None else end
     begin = maybe_time(since, "--since")
     begin = end - 30 * 86_400 if begin is None else begin
     boot = maybe_time(boot_time, "--boot-time")
