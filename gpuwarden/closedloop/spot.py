@@ -322,6 +322,9 @@ def render(rows: list[SpotRow], scenario: SpotScenario, seeds: int) -> str:
             f"{r.lost_gpu_h:.1f} GPU-h | {r.lost_work_pct:.2f}% | "
             f"{_change(r.completion_delay_pct, 1)} | {_change(r.throughput_change_pct, 2)} |"
         )
+    if any(r.bucket == "none" for r in rows):
+        lines += ["", "none: no reclaims at all; its job completion time is what spot-first "
+                  "placement alone costs (critical work never runs on spot)."]  # fmt: skip
     return "\n".join(lines)
 
 

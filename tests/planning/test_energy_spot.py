@@ -46,6 +46,8 @@ def test_compare_and_render():
     assert rows[0].lost_gpu_h == 0 and 25 < rows[0].cost_saved_pct < 35
     text = render(rows, SMALL, 2)
     assert "| 5-10% | no |" in text and "cost saved vs all on demand" in text
+    # the "none" row's longer completion is said to be the placement's, not reclaims'
+    assert "none: no reclaims at all; its job completion time is what spot-first" in text
     with pytest.raises(InputError, match="unknown bucket"):
         compare(SMALL, ["sometimes"], [1])
     with pytest.raises(InputError, match="monthly_interruption"):
