@@ -50,7 +50,7 @@ def make_lines(n: int) -> list[str]:
     return out
 
 
-def best(fn: Callable[[], object], repeat: int) -> float:
+def median_time(fn: Callable[[], object], repeat: int) -> float:
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -77,7 +77,7 @@ def _influxql(base: str, lines: list[str], tmp: str, repeat: int) -> float:
         ingest_influxql(store, f"influxql://{host}?db=bench_telegraf", start=1.7e9, end=1.9e9)
         store.close()
 
-    return best(read, repeat)
+    return median_time(read, repeat)
 
 
 def main() -> None:
@@ -122,11 +122,11 @@ def main() -> None:
             store.close()
 
         rows = [
-            ("split floor", best(split_floor, args.repeat)),
-            ("parse", best(parse, args.repeat)),
-            ("parse + map", best(parse_map, args.repeat)),
-            ("store alone", best(store_alone, args.repeat)),
-            ("ingest", best(ingest, args.repeat)),
+            ("split floor", median_time(split_floor, args.repeat)),
+            ("parse", median_time(parse, args.repeat)),
+            ("parse + map", median_time(parse_map, args.repeat)),
+            ("store alone", median_time(store_alone, args.repeat)),
+            ("ingest", median_time(ingest, args.repeat)),
         ]
         if args.influxql:
             rows.append(("ingest --influxql", _influxql(args.influxql, lines, tmp, args.repeat)))
