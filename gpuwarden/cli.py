@@ -227,9 +227,9 @@ def exporter(
     "--kernel-log",
     "kernel_logs",
     multiple=True,
-    type=click.Path(dir_okay=False),
-    help="Kernel log (dmesg, dmesg -T, syslog, journalctl -k) with NVRM Xid / SXid lines; "
-    "repeatable. Loaded after the other files, so their GPUs' PCI bus ids are known.",
+    type=click.Path(),
+    help="Kernel log with NVRM Xid / SXid lines: dmesg, dmesg -T, syslog, journalctl -k, "
+    "journalctl -o json or -o export, or a journal file or directory; repeatable. Loaded after the other files, so their GPUs' PCI bus ids are known.",
 )
 @click.option(
     "--smi-csv",
@@ -543,8 +543,11 @@ def _kernel_log_summary(path: str, report) -> str:  # report: ingest.IngestRepor
         click.echo(f"{path}: ... and {report.unmatched_total - 50} more unmatched", err=True)
     if report.rows_stored == 0 and not report.bad_rows_total:
         click.echo(
-            f"{path}: no NVRM Xid or SXid line in {counted(report.lines_read, 'line')}", err=True
+            f"{path}: no NVRM Xid or SXid line in {counted(report.lines_read, report.read_unit)}",
+            err=True,
         )
+    for what, n in report.ignored.items():
+        click.echo(f"{path}: skipped {counted(n, what)} (the kernel's own are read)", err=True)
     xids = report.rows_stored - report.sxids - report.unmatched_total
     return (
         f"{counted(report.rows_stored, 'kernel-log event')} ({xids} Xid, {report.sxids} SXid, "

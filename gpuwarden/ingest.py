@@ -48,6 +48,7 @@ from gpuwarden._ingest_cells import Cells
 from gpuwarden._ingest_read import FileChunks
 from gpuwarden._ingest_report import BadLineReport, report_path
 from gpuwarden.collectors.base import iter_log_lines, read_log_text
+from gpuwarden.collectors.journal import JournalLines, kernel_lines
 from gpuwarden.errors import InputError
 from gpuwarden.readings import NOT_A_NUMBER, check_columns
 from gpuwarden.store.base import Store
@@ -92,8 +93,10 @@ class IngestReport:
     #: ``MAX_BAD_ROWS``), stored as ``xid_unmatched``; ``unmatched_total`` counts them all.
     unmatched: list[tuple[int, str]] = field(default_factory=list)
     unmatched_total: int = 0
-    #: Kernel logs: lines read, and the SXid events among those stored.
+    #: Kernel logs: lines read (journal entries, ``read_unit``), and the SXid events among
+    #: those stored.
     lines_read: int = 0
+    read_unit: str = "line"
     sxids: int = 0
     rejected: dict[tuple[str, str], int] = field(default_factory=dict)
     #: Line protocol: points of measurements that hold no GPU telemetry, by measurement.
@@ -463,7 +466,7 @@ def ingest_smi_csv(
 
     from gpuwarden.collectors.smi_csv import read_query_csv_rows
 
-    lines = _kernel_log_lines(path)
+    lines = read_log_text(path).splitlines()
     try:
         got = read_query_csv_rows("\n".join(lines), hostname=host or socket.gethostname(), tz=tz)
     except InputError as exc:
@@ -517,7 +520,7 @@ def ingest_smi_query_text(
 
     from gpuwarden.collectors.smi_text import read_query_text
 
-    lines = _kernel_log_lines(path)
+    lines = read_log_text(path).splitlines()
     starts = [i for i, line in enumerate(lines) if line.strip() == _Q_START]
     if not starts:
         raise InputError(f"{path}: no {_Q_START!r} line: not nvidia-smi -q output")
@@ -743,8 +746,14 @@ def ingest_line_protocol(
     return sink.report(lines_read, on_bad_line)
 
 
-def _kernel_log_lines(path: str | os.PathLike[str]) -> list[str]:
-    return read_log_text(path).splitlines()
+def _kernel_log_lines(path: str | os.PathLike[str]) -> JournalLines:
+    """A kernel log's lines, numbered: a text log's own, or the kernel's entries of a journal
+    (``collectors.journal``: ``journalctl -o json`` / ``-o export``, its files)."""
+    journal = kernel_lines(path)
+    if journal is not None:
+        return journal
+    text = read_log_text(path).splitlines()
+    return JournalLines(lines=list(enumerate(text, 1)), entries=len(text), unit="line")
 
 
 def ingest_kernel_log(
@@ -758,7 +767,8 @@ def ingest_kernel_log(
     on_bad_line: BadLineSink | None = None,
 ) -> IngestReport:
     """Load the ``NVRM: Xid`` and ``SXid`` lines of a kernel log (dmesg, dmesg -T, syslog,
-    journalctl -k, a copy of /dev/kmsg; plain or gzip) as events.
+    journalctl -k, a copy of /dev/kmsg; plain or gzip; or the journal: ``journalctl -o json``
+    or ``-o export``, a journal file or directory) as events.
 
     Each Xid goes to the GPU at its PCI address on its host (the line's own host, else
     ``host``), as the store's inventory (``Store.gpus()``) knows them; one that matches no GPU
@@ -774,11 +784,11 @@ def ingest_kernel_log(
         to_event,
     )
 
-    lines = _kernel_log_lines(path)
+    log = _kernel_log_lines(path)
     found: list[tuple[int, KernelXid]] = []
-    bad: list[tuple[int, str]] = []
+    bad: list[tuple[int, str]] = list(log.bad)
     fallen = FallenOffBus()
-    for n, line in enumerate(lines, 1):
+    for n, line in log.lines:
         try:
             notice = fallen.feed(line, boot_time=boot_time, tz=tz, now=now)
             x = notice or parse_line(line, boot_time=boot_time, tz=tz, now=now)
@@ -823,8 +833,10 @@ def ingest_kernel_log(
         bad_rows_total=len(bad),
         unmatched=unmatched[:MAX_BAD_ROWS],
         unmatched_total=len(unmatched),
-        lines_read=len(lines),
+        lines_read=log.entries,
         sxids=sum(1 for e in events if e.kind == "sxid"),
+        ignored={"other programs' journal entry": log.others} if log.others else {},
+        read_unit=log.unit,
     )
 
 

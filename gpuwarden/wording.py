@@ -20,9 +20,16 @@ def number(x: float | None) -> str:
 
 def plural(n: float | None, one: str, many: str | None = None) -> str:
     """The form of a word that agrees with the count ``n``: ``plural(1, "GPU")`` is "GPU",
-    ``plural(5, "GPU")`` "GPUs", ``plural(2, "was", "were")`` "were". Only exactly one is
-    singular (0 GPUs, 1.5 GPUs); an unknown count (None) is plural."""
-    return one if n == 1 else (many if many is not None else one + "s")
+    ``plural(5, "GPU")`` "GPUs", ``plural(2, "journal entry")`` "journal entries",
+    ``plural(2, "was", "were")`` "were". Only exactly one is singular (0 GPUs, 1.5 GPUs); an
+    unknown count (None) is plural."""
+    if n == 1:
+        return one
+    if many is not None:
+        return many
+    if one.endswith("y") and one[-2:-1].isalpha() and one[-2] not in "aeiouAEIOU":
+        return one[:-1] + "ies"
+    return one + "s"
 
 
 def counted(n: float | None, one: str, many: str | None = None) -> str:

@@ -48,16 +48,23 @@ def iter_log_lines(path: str | os.PathLike[str]) -> Iterator[str]:
         raise InputError(f"{path}: the file is empty")
 
 
-def read_log_text(path: str | os.PathLike[str]) -> str:
-    """A log file's text, plain or gzip, a UTF-8 byte-order mark dropped and undecodable bytes
-    replaced; ``InputError`` naming the file when it cannot be read or holds nothing."""
+def read_log_bytes(path: str | os.PathLike[str], *, limit: int | None = None) -> bytes:
+    """A log file's bytes, plain or gzip (the first ``limit`` of them, when given);
+    ``InputError`` naming the file when it cannot be read or holds nothing."""
     try:
         with open(path, "rb") as fh:
-            raw = fh.read()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
+            gzipped = fh.read(2) == b"\x1f\x8b"
+        opener = gzip.open if gzipped else open
+        with opener(path, "rb") as fh:
+            raw = fh.read() if limit is None else fh.read(limit)
     except (OSError, EOFError, zlib.error) as exc:
         raise InputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from exc
     if not raw.strip():
         raise InputError(f"{path}: the file is empty")
-    return raw.decode("utf-8-sig", errors="replace")
+    return raw
+
+
+def read_log_text(path: str | os.PathLike[str]) -> str:
+    """A log file's text, plain or gzip, a UTF-8 byte-order mark dropped and undecodable bytes
+    replaced; ``InputError`` naming the file when it cannot be read or holds nothing."""
+    return read_log_bytes(path).decode("utf-8-sig", errors="replace")

@@ -54,11 +54,12 @@ class Daemon:
             self.proc.wait(timeout=10)
 
 
-def require_binary(name: str) -> str:
-    """Path of ``name``; skip the test if it is not installed, fail instead when CI=true."""
-    path = shutil.which(name)
-    if path is None:
-        message = f"{name} is not installed (apt-get install -y {name}); see docs/exporter.md"
+def require_binary(name: str, *, package: str | None = None, also_in: str | None = None) -> str:
+    """Path of ``name`` (looked for on PATH, then in the ``os.pathsep``-separated ``also_in``);
+    skip the test if it is not installed, fail instead when CI=true."""
+    path = shutil.which(name) or (also_in and shutil.which(name, path=also_in))
+    if not path:
+        message = f"{name} is not installed (apt-get install -y {package or name}); see docs/ci.md"
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"{message}: CI=true, so integration tests may not skip")
         pytest.skip(message)

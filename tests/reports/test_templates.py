@@ -34,6 +34,9 @@ def test_plural_and_counted():
         "1 failure", "1 GPU-hour", "1%", "1 kWh", "1 min",
     ]  # fmt: skip
     assert change_unit(2, "Xids") == "2 Xids"
+    assert [counted(2, w) for w in ("journal entry", "day", "key", "policy")] == [
+        "2 journal entries", "2 days", "2 keys", "2 policies",
+    ]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
