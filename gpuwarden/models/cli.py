@@ -319,11 +319,11 @@ def score(
     finally:
         store.close()
     if into_url:  # the rows just scored: the same as models.score.backfill
-        from gpuwarden.models.score import verdicts
+        from gpuwarden.models.score import before_verdicts, verdicts
 
         into = open_store(into_url)
         try:
-            n = into.write_verdicts(verdicts(frame, model.threshold))
+            n = into.write_verdicts(verdicts(frame, model.threshold, before_verdicts(into, frame)))
         finally:
             into.close()
         click.echo(f"stored {counted(n, 'verdict')} in {into_url}", err=True)

@@ -46,7 +46,7 @@ from gpuwarden.models.rules import (
     states,
 )
 from gpuwarden.signals import SIGNAL_FIELDS, SIGNALS, Signal, advice, missing_signals, note
-from gpuwarden.store.base import Store, WritableStore
+from gpuwarden.store.base import Store
 from gpuwarden.telemetry import GpuId
 from gpuwarden.tuning import scoring_threads
 from gpuwarden.wording import counted
@@ -593,28 +593,48 @@ def assessments(frame: pd.DataFrame) -> list[RiskAssessment]:
     return out
 
 
-def verdicts(frame: pd.DataFrame, threshold: float) -> list[Verdict]:
-    """Score rows as stored verdicts (``gpuwarden score --into``): the model's own state, a
-    hard signal's cause when it is unhealthy. No hysteresis or overrides: those are serve's."""
-    return [
-        Verdict(
-            ts=a.ts,
-            gpu=a.gpu,
-            state=a.state or GpuState.OK,
-            risk=a.risk,
-            cause="hard-signal" if a.state is GpuState.UNHEALTHY else "model",
-            reasons=a.reasons,
-            action=a.action,
-            threshold=threshold,
+def verdicts(
+    frame: pd.DataFrame, threshold: float, before: pd.DataFrame | None = None
+) -> list[Verdict]:
+    """Score rows as stored verdicts (``gpuwarden score --into``), in time order: the model's
+    own state, a hard signal's cause when it is unhealthy. No hysteresis or overrides: those
+    are serve's. A GPU's change of state is marked as serve marks it (``changed_from``, and
+    ``since`` the row where it began), against its row before, its first row against its
+    verdict in ``before`` (the stored ones up to the first row: ``read_verdicts(end=...,
+    latest=True)``); a GPU with neither starts unmarked, ``since`` its first row."""
+    last: dict[str, tuple[GpuState, float]] = {}
+    if before is not None:
+        for b in before.itertuples(index=False):
+            since = float(b.since) if pd.notna(b.since) else float(b.ts)
+            last[str(b.uuid)] = (GpuState(str(b.state)), since)
+    out = []
+    for a in sorted(assessments(frame), key=lambda a: a.ts):
+        state = a.state or GpuState.OK
+        prev = last.get(a.gpu.uuid)
+        changed = None if prev is None or prev[0] is state else prev[0]
+        since = prev[1] if prev is not None and changed is None else a.ts
+        last[a.gpu.uuid] = (state, since)
+        out.append(
+            Verdict(
+                ts=a.ts,
+                gpu=a.gpu,
+                state=state,
+                risk=a.risk,
+                cause="hard-signal" if state is GpuState.UNHEALTHY else "model",
+                since=since,
+                changed_from=changed,
+                reasons=a.reasons,
+                action=a.action,
+                threshold=threshold,
+            )
         )
-        for a in assessments(frame)
-    ]
+    return out
 
 
 def backfill(
     store: Store,
     model: RiskModel,
-    into: WritableStore,
+    into: Store,
     *,
     start: float,
     end: float,
@@ -622,9 +642,17 @@ def backfill(
     progress: bool = False,
 ) -> int:
     """Score ``store`` at every ``step_s`` in ``[start, end]`` and store the rows in ``into`` as
-    verdicts (what ``gpuwarden score --into`` does); returns verdicts written."""
+    verdicts (what ``gpuwarden score --into`` does), changes of state marked against the
+    verdicts ``into`` holds from before; returns verdicts written."""
     frame = backtest(store, model, start=start, end=end, step_s=step_s, progress=progress)
-    return into.write_verdicts(verdicts(frame, model.threshold))
+    return into.write_verdicts(verdicts(frame, model.threshold, before_verdicts(into, frame)))
+
+
+def before_verdicts(into: Store, frame: pd.DataFrame) -> pd.DataFrame | None:
+    """Each GPU's newest verdict in ``into`` before ``frame``'s first row, for ``verdicts``."""
+    if frame.empty:
+        return None
+    return into.read_verdicts(end=float(frame["at"].min()), latest=True)
 
 
 def records(frame: pd.DataFrame) -> list[RiskScore]:

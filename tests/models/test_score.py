@@ -600,3 +600,29 @@ def test_a_backtest_table_says_when_each_row_was_scored():
     )
     one = render_table(pd.DataFrame(rows[:3]), top=5)
     assert one.splitlines()[-1] == "3 GPUs at 2026-01-01 00:00 UTC: 0 unhealthy, 0 at-risk, 3 ok"
+
+
+def test_a_backfill_marks_each_change_of_state_as_serve_does(tiny_model):
+    """``score --into`` once stored no ``changed_from``: a week whose GPU went unhealthy read
+    as 0 transitions in the weekly report and the dashboard's changes."""
+    from gpuwarden.models.score import backfill
+
+    gpus = [("n1", i, f"GPU-{i}") for i in range(3)]
+    store = SqliteStore(":memory:")
+    store.write_frame(make_frame(40.25, gpus))
+    xid_at = T0 + 30 * 3600 + 300
+    store.write_events([Event(xid_at, GpuId("n1", 2, "GPU-2"), "xid", 79, "")])
+    hour = 3600.0
+    backfill(store, tiny_model, store, start=T0 + 26 * hour, end=T0 + 33 * hour)
+    # a second run goes on from the verdicts the first stored
+    backfill(store, tiny_model, store, start=T0 + 34 * hour, end=T0 + 40 * hour)
+    v = store.read_verdicts().set_index("uuid").loc["GPU-2"].sort_values("ts")
+    assert [str(s) for s in v["state"]] == ["ok"] * 5 + ["unhealthy"] * 10
+    turn = T0 + 31 * hour  # the first hourly verdict after the Xid
+    changes = store.read_verdicts(changes=True).dropna(subset=["changed_from"])
+    assert list(zip(changes["uuid"], changes["ts"], changes["changed_from"].astype(str))) == [
+        ("GPU-2", turn, "ok")
+    ]
+    assert (v["since"].iloc[5:] == turn).all()  # across the second run too
+    assert (v["since"].iloc[:5] == T0 + 26 * hour).all()  # nothing stored before: its first row
+    store.close()
