@@ -620,9 +620,8 @@ def test_a_backfill_marks_each_change_of_state_as_serve_does(tiny_model):
     assert [str(s) for s in v["state"]] == ["ok"] * 5 + ["unhealthy"] * 10
     turn = T0 + 31 * hour  # the first hourly verdict after the Xid
     changes = store.read_verdicts(changes=True).dropna(subset=["changed_from"])
-    assert list(zip(changes["uuid"], changes["ts"], changes["changed_from"].astype(str))) == [
-        ("GPU-2", turn, "ok")
-    ]
+    turns = changes[["uuid", "ts", "changed_from"]].astype({"changed_from": str})
+    assert list(turns.itertuples(index=False, name=None)) == [("GPU-2", turn, "ok")]
     assert (v["since"].iloc[5:] == turn).all()  # across the second run too
     assert (v["since"].iloc[:5] == T0 + 26 * hour).all()  # nothing stored before: its first row
     store.close()
