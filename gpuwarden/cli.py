@@ -244,8 +244,8 @@ def exporter(
     "smi_qs",
     multiple=True,
     type=click.Path(dir_okay=False),
-    help="nvidia-smi -q output, one or a log of -q -l N (times read as UTC); repeatable. "
-    "Its GPUs belong to --host.",
+    help="nvidia-smi -q output, as text or XML (-q -x), one or a log of -q -l N (times read "
+    "as UTC); repeatable. Its GPUs belong to --host.",
 )
 @click.option(
     "--line-protocol",
@@ -385,8 +385,9 @@ def ingest(
                 elif kind == "smi-q":
                     report = ing.ingest_smi_query_text(store, path, host=host, on_bad_line=sink)
                     what = (
-                        f"{counted(report.rows_stored, 'sample')} (nvidia-smi -q, "
-                        f"{counted(report.lines_read, 'output')}, host {host or _here()})"
+                        f"{counted(report.rows_stored, 'sample')} (nvidia-smi "
+                        f"{'-q -x' if report.read_unit == 'document' else '-q'}, "
+                        f"{counted(report.lines_read, report.read_unit)}, host {host or _here()})"
                     )
                 elif kind == "line-protocol":
                     report = ing.ingest_line_protocol(

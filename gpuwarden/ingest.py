@@ -93,8 +93,8 @@ class IngestReport:
     #: ``MAX_BAD_ROWS``), stored as ``xid_unmatched``; ``unmatched_total`` counts them all.
     unmatched: list[tuple[int, str]] = field(default_factory=list)
     unmatched_total: int = 0
-    #: Kernel logs: lines read (journal entries, ``read_unit``), and the SXid events among
-    #: those stored.
+    #: Kernel logs: lines read (journal entries: ``read_unit``; ``-q`` logs: outputs, or XML
+    #: documents), and the SXid events among those stored.
     lines_read: int = 0
     read_unit: str = "line"
     sxids: int = 0
@@ -509,33 +509,53 @@ def ingest_smi_query_text(
     tz: tzinfo = UTC,
     on_bad_line: BadLineSink | None = None,
 ) -> IngestReport:
-    """Load ``nvidia-smi -q`` output (one, or a log of ``-q -l N``: many; plain or gzip)
-    through ``collectors.smi_text``: one sample per GPU per output, timed by its ``Timestamp``
+    """Load ``nvidia-smi -q`` output, as text or as XML (``-q -x``), one or a log of
+    ``-q -l N`` (many; plain or gzip), through ``collectors.smi_text`` (``smi_xml`` puts the
+    XML into the text's names): one sample per GPU per output, timed by its ``Timestamp``
     (read in ``tz``), the driver and CUDA versions as the node's.
 
-    An output whose time does not read is a bad line (named by the line of its header) and is
-    not stored; impossible readings are stored as rejected. A file with no ``NVSMI LOG`` header
-    raises ``InputError`` and stores nothing."""
+    An output whose time does not read, or an XML document that does not parse, is a bad line
+    (named by the line it starts on) and is not stored; impossible readings are stored as
+    rejected. A file that is neither form raises ``InputError`` and stores nothing."""
     import socket
 
     from gpuwarden.collectors.smi_text import read_query_text
+    from gpuwarden.collectors.smi_xml import QueryXmlError, documents, is_query_xml, read_query_xml
 
-    lines = read_log_text(path).splitlines()
-    starts = [i for i, line in enumerate(lines) if line.strip() == _Q_START]
-    if not starts:
-        raise InputError(f"{path}: no {_Q_START!r} line: not nvidia-smi -q output")
+    text = read_log_text(path)
     hostname = host or socket.gethostname()
+    outputs: list[tuple[int, str]]
+    if is_query_xml(text):
+        outputs, form = documents(text), "nvidia-smi -q -x document"
+    else:
+        lines = text.splitlines()
+        starts = [i for i, line in enumerate(lines) if line.strip() == _Q_START]
+        if not starts:
+            raise InputError(
+                f"{path}: no {_Q_START!r} line and no <nvidia_smi_log>: not nvidia-smi -q "
+                "output, as text or as XML (-q -x)"
+            )
+        bounds = [*starts, len(lines)]
+        outputs = [(a + 1, "\n".join(lines[a:b])) for a, b in zip(bounds, bounds[1:], strict=False)]
+        form = "nvidia-smi -q output"
     bad: list[tuple[int, str]] = []
     batches: list[Batch] = []
-    for n, first in enumerate(starts):
-        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
-        batch = read_query_text("\n".join(lines[first:end]), hostname=hostname, tz=tz)
+    for first, output in outputs:
+        if form.endswith("document"):
+            try:
+                batch = read_query_xml(output, hostname=hostname, tz=tz)
+            except QueryXmlError as exc:
+                bad.append((first, f"{form}: {exc}"))
+                continue
+        else:
+            batch = read_query_text(output, hostname=hostname, tz=tz)
         untimed = [p for p in batch.problems if "time 0" in p]
         if untimed:
-            bad.append((first + 1, f"nvidia-smi -q output without a readable time: {untimed[0]}"))
+            bad.append((first, f"{form} without a readable time: {untimed[0]}"))
             continue
         batches.append(batch)
-    return _store_batches(store, batches, bad, on_bad_line, lines_read=len(starts))
+    unit = "document" if form.endswith("document") else "output"
+    return _store_batches(store, batches, bad, on_bad_line, lines_read=len(outputs), read_unit=unit)
 
 
 def ingest_influxql(
@@ -680,6 +700,7 @@ def _store_batches(
     *,
     lines_read: int,
     ignored: dict[str, int] | None = None,
+    read_unit: str = "line",
 ) -> IngestReport:
     """Write screened ``batches``, tell ``on_bad_line`` of each of ``bad``, and report."""
     stored = events = 0
@@ -700,6 +721,7 @@ def _store_batches(
         rejected=dict(rejected),
         ignored=dict(ignored or {}),
         events=events,
+        read_unit=read_unit,
     )
 
 

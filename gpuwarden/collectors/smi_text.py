@@ -133,12 +133,14 @@ def parse_q_time(text: str, tz: tzinfo = UTC) -> float:
     return stamp.replace(tzinfo=tz).timestamp()
 
 
-def _blocks(
-    text: str,
-) -> tuple[dict[str, str], list[tuple[str, list[tuple[tuple[str, ...], str]]]]]:
+#: One GPU's block: its bus id, and its (section path, value)s in the text's names.
+Block = tuple[str, list[tuple[tuple[str, ...], str]]]
+
+
+def _blocks(text: str) -> tuple[dict[str, str], list[Block]]:
     """The header's ``key: value``s, and per GPU block its bus id and (section path, value)s."""
     header: dict[str, str] = {}
-    gpus: list[tuple[str, list[tuple[tuple[str, ...], str]]]] = []
+    gpus: list[Block] = []
     path: list[tuple[int, str]] = []  # (indent, section name) of the open sections
     for raw in text.splitlines():
         if not raw.strip() or raw.lstrip().startswith("="):
@@ -169,6 +171,15 @@ def _blocks(
 def read_query_text(text: str, *, hostname: str, tz: tzinfo = UTC) -> Batch:
     """``nvidia-smi -q`` output -> a screened ``Batch`` (see the module's doc)."""
     header, gpus = _blocks(text)
+    return read_sections(header, gpus, hostname=hostname, tz=tz)
+
+
+def read_sections(
+    header: dict[str, str], gpus: list[Block], *, hostname: str, tz: tzinfo = UTC
+) -> Batch:
+    """The header's ``key: value``s and the GPU blocks of one ``-q`` output, in the text's
+    names, -> a screened ``Batch``: what the text and the XML (``collectors.smi_xml``) readers
+    share."""
     problems: list[str] = []
     ts = 0.0
     if "Timestamp" in header:
@@ -242,4 +253,4 @@ def _clock_mask(entries: list[tuple[tuple[str, ...], str]]) -> int | None:
     return mask if seen else None
 
 
-__all__ = ["number", "parse_q_time", "read_query_text"]
+__all__ = ["Block", "number", "parse_q_time", "read_query_text", "read_sections"]

@@ -43,10 +43,14 @@ from gpuwarden.telemetry import (
 )
 
 NVIDIA_SMI = "nvidia_smi"
-#: Telegraf's nvidia_smi field -> catalogue field (units agree: C, W, %, MiB, MHz, us).
+#: Telegraf's nvidia_smi field -> catalogue field (units agree: C, W, %, MiB, MHz, us); of two
+#: fields for one, the first that reads.
 TELEGRAF_FIELDS: dict[str, str] = {
     "temperature_gpu": "gpu_temp_c",
     "temperature_memory": "mem_temp_c",
+    # schema v13's average first, the power nvidia-smi -q's text shows and the -q readers
+    # take; the instantaneous draw when there is no average (v12 and older)
+    "power_draw_average": "power_w",
     "power_draw": "power_w",
     "power_limit": "power_limit_w",
     "utilization_gpu": "gpu_util_pct",
@@ -159,7 +163,7 @@ def _nvidia_smi(p: Point, host: str) -> tuple[GpuId, dict[str, float], NodeInfo 
     values: dict[str, float] = {}
     for name, ours in TELEGRAF_FIELDS.items():
         if name in p.fields and (v := _number(p.fields[name])) is not None:
-            values[ours] = v
+            values.setdefault(ours, v)
     for ours, parts in _ECC_PARTS.items():
         got = [next((x for x in (_sum(p.fields, way) for way in ways) if x is not None), None)
                for ways in parts]  # fmt: skip

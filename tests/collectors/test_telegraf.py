@@ -51,15 +51,15 @@ def test_schema_v12_fields_yes_no_strings_and_the_driver():
 
 def test_schema_v13_reads_as_the_same_capture_does_through_q_text():
     """Telegraf's v13 fields of the real H100 -q capture read as gpuwarden reads the capture
-    itself, field for field, but power: Telegraf keeps the instantaneous draw (588.39 W), -q
-    text the average (629.45 W)."""
+    itself, field for field. Power: v13 writes the instantaneous draw (``power_draw``, 588.39
+    W) and the average (``power_draw_average``, 629.45 W); the average is read, as -q text's."""
     (batch,) = read("h100_v13_from_q.lp", host="node7")
     (ours,) = batch.samples
     (q,) = read_query_text((DATA / "smi/real/h100_sxm_r590_q_load.txt").read_text(),
                            hostname="node7").samples  # fmt: skip
     assert ours.gpu._replace(pci_bus_id=q.gpu.pci_bus_id) == q.gpu
-    assert ours.values["power_w"] == 588.39 and q.values["power_w"] == 629.45
-    both = (set(ours.values) & set(q.values)) - {"power_w"}
+    assert ours.values["power_w"] == q.values["power_w"] == 629.45
+    both = set(ours.values) & set(q.values)
     assert {k: ours.values[k] for k in both} == {k: q.values[k] for k in both}
     # what -q text has and Telegraf does not write: the PCIe replay counter, max link, the mask
     assert set(q.values) - set(ours.values) == {
