@@ -53,7 +53,7 @@ from gpuwarden.errors import InputError
 from gpuwarden.readings import NOT_A_NUMBER, check_columns
 from gpuwarden.store.base import Store
 from gpuwarden.telemetry import (
-    DCGM_XID_METRIC,
+    DCGM_XID_COUNT_METRIC,
     FIELD_BY_DCGM,
     FIELDS_BY_NAME,
     REJECT_REASONS,
@@ -583,7 +583,7 @@ def ingest_influxql(
 
     from tqdm import tqdm
 
-    from gpuwarden.collectors.telegraf import NVIDIA_SMI
+    from gpuwarden.collectors.telegraf import NVIDIA_SMI, XID_SERIES
     from gpuwarden.store.influxql import InfluxQLSource
 
     if not end > start:
@@ -596,11 +596,11 @@ def ingest_influxql(
             reads.append((NVIDIA_SMI, None))
         if any(m in FIELD_BY_DCGM for m in names):  # metric_version 1: one query for them all
             reads.append(("/^DCGM_FI_/", None))
+        if DCGM_XID_COUNT_METRIC in names:  # 4.x's windowed Xid count, metric_version 1
+            reads.append((DCGM_XID_COUNT_METRIC, None))
         if "prometheus" in names:  # metric_version 2: only its dcgm-exporter fields
             dcgm = [
-                k
-                for k in source.field_keys("prometheus")
-                if k in FIELD_BY_DCGM or k == DCGM_XID_METRIC
+                k for k in source.field_keys("prometheus") if k in FIELD_BY_DCGM or k in XID_SERIES
             ]
             reads += [("prometheus", dcgm)] if dcgm else []
         if not reads:
@@ -656,17 +656,30 @@ class _TelegrafSink:
         self.read += 1
         self.points.append((number, point))
         if len(self.points) >= LINE_CHUNK:
-            self.flush()
+            self.flush(between_times=True)
 
-    def flush(self) -> None:
+    def flush(self, *, between_times: bool = False) -> None:
+        """Map and store the points gathered; ``between_times``: keep those of the newest time
+        for the next chunk, so that no time (a scrape) is cut in two (the Xid history reads
+        each time whole). A chunk all of one time is stored once it is four chunks long."""
         from gpuwarden.collectors.telegraf import points_to_batches
 
-        read = points_to_batches(self.points, host=self.host, xids=self.xids)
+        points: list[tuple[int, Point]] = self.points
+        held: list[tuple[int, Point]] = []
+        if between_times:
+            newest = max((p.ts for _, p in points if p.ts is not None), default=None)
+            last = [x for x in points if newest is not None and x[1].ts == newest]
+            if len(last) == len(points) and len(points) < 4 * LINE_CHUNK:
+                return  # all of one time: gather more
+            if len(last) < len(points):
+                points = [x for x in points if newest is None or x[1].ts != newest]
+                held = last
+        read = points_to_batches(points, host=self.host, xids=self.xids)
         self.bad.extend(read.unplaced)
         self.other.update(read.other)
         stored = _store_batches(self.store, read.batches, [], None, lines_read=0)
         self.total = _add(self.total, stored)
-        self.points.clear()
+        self.points = held
 
     def report(self, lines_read: int, on_bad_line: BadLineSink | None) -> IngestReport:
         self.bad.sort()

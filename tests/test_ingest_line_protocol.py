@@ -27,11 +27,11 @@ def test_every_fixture_loads_into_a_store(tmp_path):
     assert stored == {
         "dcgm_l40s_prometheus_v1.lp": 1, "dcgm_l40s_prometheus_v2.lp": 1,
         "h100_v13_from_q.lp": 1, "readme_gtx10xx.lp": 3, "tests_t4_a10g.lp": 2,
-        "tests_a100_ada.lp": 2,
+        "tests_a100_ada.lp": 2, "xid_count_t400_v1.lp": 6, "xid_count_t400_v2.lp": 6,
     }  # fmt: skip
     gpus = store.gpus().set_index("uuid")
     assert gpus.loc["GPU-00000000-0000-0000-0000-000000000000", "hostname"] == "h100-node"
-    assert len(gpus) == 9  # the L40S once, from both shapes
+    assert len(gpus) == 10  # the L40S and the T400 once each, from both shapes
     temps = store.read_samples(start=0, end=2e9, fields=["gpu_temp_c"]).set_index("uuid")
     assert temps.loc["GPU-9a9a6c50-2a47-2f51-a902-b82c3b127e94", "gpu_temp_c"] == 17
 

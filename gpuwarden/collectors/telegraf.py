@@ -18,9 +18,11 @@ in github.com/influxdata/telegraf name them):
 
 ``points_to_batches`` turns parsed points into screened ``Batch``es, one per time. Other
 measurements (``nvidia_smi_mig``, ``nvidia_smi_process``, cpu, ...) are counted, not read.
-dcgm-exporter's last-Xid gauge (``DCGM_FI_DEV_XID_ERRORS``), read over time by ``XidHistory``,
-gives the Xid events: one each time a GPU's gauge changes to another non-zero code, as
-``dcgm+http://`` reads it live (two of the same Xid in a row are one change, there as here).
+dcgm-exporter's Xid series, read over time by ``XidHistory``, give the Xid events, as
+``dcgm+http://`` reads them live: the last-Xid gauge (``DCGM_FI_DEV_XID_ERRORS``) one each time
+a GPU's gauge changes to another non-zero code (two of the same Xid in a row are one change,
+there as here), 4.x's windowed count (``DCGM_EXP_XID_ERRORS_COUNT``) one per rise, which counts
+a repeated Xid too.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from gpuwarden.collectors.lineproto import Point, Value
 from gpuwarden.readings import gpu_index, screen
 from gpuwarden.telemetry import (
+    DCGM_XID_COUNT_METRIC,
     DCGM_XID_METRIC,
     FIELD_BY_DCGM,
     TIME_UNKNOWN,
@@ -96,29 +99,116 @@ _ECC_PARTS = {
 _PROM_VALUE_FIELDS = ("gauge", "counter", "value", "untyped")
 
 
+#: dcgm-exporter's Xid series read for events, not as catalogue fields.
+XID_SERIES = (DCGM_XID_METRIC, DCGM_XID_COUNT_METRIC, "DCGM_FI_DEV_XID_ERRORS_ACTIVE")
+
+_GpuKey = tuple[str, int, str]
+
+
+@dataclass(frozen=True)
+class XidCount:
+    """One reading of dcgm-exporter 4.x's windowed Xid count (``DCGM_EXP_XID_ERRORS_COUNT``,
+    ``xid`` and ``window_size_in_ms`` labels): how many Xids of ``code`` within the window."""
+
+    ts: float
+    gpu: GpuId
+    code: int
+    count: float
+    window_ms: str = ""
+
+
 class XidHistory:
-    """The last-Xid gauge of each GPU across the points of one source, read in time order:
-    an ``Event`` when it changes to a non-zero code. A GPU's first code is kept with its time
-    unknown (``TIME_UNKNOWN``: it may be older than the history, and never makes a GPU
-    unhealthy by itself), as ``dcgm+http://`` keeps the code it finds at its first scrape."""
+    """dcgm-exporter's Xid series of each GPU across the points of one source, read in time
+    order, as ``dcgm+http://`` reads them scrape by scrape:
+
+    - the last-Xid gauge (``DCGM_FI_DEV_XID_ERRORS``): an ``Event`` when it changes to a
+      non-zero code. A GPU's first code is kept with its time unknown (``TIME_UNKNOWN``: it
+      may be older than the history, and never makes a GPU unhealthy by itself);
+    - 4.x's windowed count (``XidCount``): a rise, or a code appearing, is that many new Xids
+      of the code; a fall is old ones leaving the window, and a code whose series is gone at a
+      time the GPU reports has left it (its next appearance is new). A count at the GPU's first
+      time is of unknown time. A gauge change the count already made an event of at that time
+      is not a second one.
+
+    ``seen`` GPUs: those of every dcgm-exporter point, so a series that appears later than its
+    GPU is known to be new. Each call must hold every point of the times it holds (a scrape
+    cut across two calls would read as a series gone and back): ``ingest`` cuts a file between
+    times."""
 
     def __init__(self) -> None:
-        self._last: dict[tuple[str, int, str], int] = {}
+        self._last: dict[_GpuKey, int] = {}
+        self._window: dict[tuple[_GpuKey, int], float] = {}
+        self._seen: set[_GpuKey] = set()
 
-    def events(self, seen: list[tuple[float, GpuId, int]]) -> list[Event]:
-        out = []
-        for ts, gpu, code in sorted(seen, key=lambda x: x[0]):
-            key = (gpu.hostname, gpu.index, gpu.uuid)
-            previous = self._last.get(key)
-            self._last[key] = code
-            if code == 0 or code == previous:
-                continue
-            if previous is None:
-                detail = f"{TIME_UNKNOWN} ({DCGM_XID_METRIC} = {code}, through Telegraf)"
-            else:
-                detail = f"{DCGM_XID_METRIC} changed from {previous} to {code} (through Telegraf)"
-            out.append(Event(ts=ts, gpu=gpu, kind="xid", code=code, detail=detail))
+    def events(
+        self,
+        gauges: list[tuple[float, GpuId, int]],
+        counts: Iterable[XidCount] = (),
+        seen: Iterable[tuple[float, GpuId]] = (),
+    ) -> list[Event]:
+        by_ts: dict[float, tuple[list, list, set[_GpuKey]]] = {}
+        for ts, gpu, code in gauges:
+            by_ts.setdefault(ts, ([], [], set()))[0].append((gpu, code))
+        for c in counts:
+            by_ts.setdefault(c.ts, ([], [], set()))[1].append(c)
+        for ts, gpu in seen:
+            by_ts.setdefault(ts, ([], [], set()))[2].add(_key(gpu))
+        out: list[Event] = []
+        for ts in sorted(by_ts):
+            at_ts, windowed, present = by_ts[ts]
+            present |= {_key(g) for g, _ in at_ts} | {_key(c.gpu) for c in windowed}
+            made = self._counts(ts, windowed, present, out)
+            for gpu, code in at_ts:
+                self._gauge(ts, gpu, code, made, out)
+            self._seen |= present
         return out
+
+    def _counts(
+        self, ts: float, counts: list[XidCount], present: set[_GpuKey], out: list[Event]
+    ) -> set[tuple[_GpuKey, int]]:
+        now: dict[tuple[_GpuKey, int], XidCount] = {}
+        for c in counts:
+            pair = (_key(c.gpu), c.code)
+            if pair not in now or c.count > now[pair].count:
+                now[pair] = c
+        made: set[tuple[_GpuKey, int]] = set()
+        for pair, c in now.items():
+            before = self._window.get(pair, 0.0)
+            within = f" within {float(c.window_ms) / 1000:g} s" if c.window_ms.isdigit() else ""
+            if c.count <= 0:
+                continue
+            if pair[0] not in self._seen:
+                detail = f"{TIME_UNKNOWN} ({DCGM_XID_COUNT_METRIC}{{xid={c.code}}} = "
+                detail += f"{c.count:g}{within}, through Telegraf)"
+            elif c.count > before:
+                detail = f"{c.count - before:g} new ({DCGM_XID_COUNT_METRIC} {before:g} -> "
+                detail += f"{c.count:g}{within}, through Telegraf)"
+            else:
+                continue
+            made.add(pair)
+            out.append(Event(ts=ts, gpu=c.gpu, kind="xid", code=c.code, detail=detail))
+        for pair in [p for p in self._window if p[0] in present and p not in now]:
+            del self._window[pair]  # left the window: its next appearance is new
+        self._window.update({pair: c.count for pair, c in now.items()})
+        return made
+
+    def _gauge(
+        self, ts: float, gpu: GpuId, code: int, made: set[tuple[_GpuKey, int]], out: list[Event]
+    ) -> None:
+        key = _key(gpu)
+        previous = self._last.get(key)
+        self._last[key] = code
+        if code == 0 or code == previous or (key, code) in made:
+            return
+        if previous is None:
+            detail = f"{TIME_UNKNOWN} ({DCGM_XID_METRIC} = {code}, through Telegraf)"
+        else:
+            detail = f"{DCGM_XID_METRIC} changed from {previous} to {code} (through Telegraf)"
+        out.append(Event(ts=ts, gpu=gpu, kind="xid", code=code, detail=detail))
+
+
+def _key(gpu: GpuId) -> _GpuKey:
+    return (gpu.hostname, gpu.index, gpu.uuid)
 
 
 @dataclass
@@ -181,13 +271,17 @@ def _nvidia_smi(p: Point, host: str) -> tuple[GpuId, dict[str, float], NodeInfo 
     return gpu, values, node
 
 
+def _is_dcgm(name: str) -> bool:
+    return name.startswith("DCGM_FI_") or name == DCGM_XID_COUNT_METRIC
+
+
 def _dcgm_series(p: Point) -> dict[str, Value]:
     """The point's dcgm-exporter series: metric name -> value."""
-    if p.measurement.startswith("DCGM_FI_"):  # metric_version 1
+    if _is_dcgm(p.measurement):  # metric_version 1
         found = next((p.fields[k] for k in _PROM_VALUE_FIELDS if k in p.fields), None)
         return {p.measurement: found} if found is not None else {}
     # metric_version 2: the prometheus measurement, one field per series
-    return {k: v for k, v in p.fields.items() if k.startswith("DCGM_FI_")}
+    return {k: v for k, v in p.fields.items() if _is_dcgm(k)}
 
 
 def _dcgm_fields(p: Point) -> dict[str, Value]:
@@ -204,6 +298,16 @@ def _dcgm_gpu(p: Point, host: str) -> GpuId | None:
     return GpuId(
         hostname, index, t.get("UUID", ""), t.get("pci_bus_id", ""), t.get("modelName", "")
     )
+
+
+def _xid_count(p: Point, series: dict[str, Value]) -> tuple[int, float, str] | None:
+    """(code, count, window in ms) of a windowed Xid count point; None for any other."""
+    value = next((series[k] for k in XID_SERIES[1:] if k in series), None)
+    count = None if value is None else _number(value)
+    code = p.tags.get("xid", "")
+    if count is None or not code.isdigit():
+        return None
+    return int(code), count, p.tags.get("window_size_in_ms", "")
 
 
 def _dcgm(p: Point, host: str) -> tuple[GpuId, dict[str, float], NodeInfo | None] | None:
@@ -223,23 +327,31 @@ def points_to_batches(
     source's last-Xid gauges so far (a new one when None), whose changes become events."""
     xids = xids if xids is not None else XidHistory()
     gauges: list[tuple[float, GpuId, int]] = []
+    counts: list[XidCount] = []
+    scraped: set[tuple[float, GpuId]] = set()
     by_time: dict[float, dict[tuple[str, int, str], tuple[GpuId, dict[str, float]]]] = {}
     nodes: dict[float, dict[str, NodeInfo]] = {}
     out = Read()
     for line, p in points:
-        dcgm = p.measurement.startswith("DCGM_FI_") or (
-            p.measurement == "prometheus" and any(k.startswith("DCGM_FI_") for k in p.fields)
+        dcgm = _is_dcgm(p.measurement) or (
+            p.measurement == "prometheus" and any(_is_dcgm(k) for k in p.fields)
         )
         if p.measurement != NVIDIA_SMI and not dcgm:
             out.other[p.measurement] = out.other.get(p.measurement, 0) + 1
             continue
         if dcgm:
             series = _dcgm_series(p)
+            gpu = _dcgm_gpu(p, host)
             code = _number(series.get(DCGM_XID_METRIC, ""))
-            if code is not None and p.ts is not None and (gpu := _dcgm_gpu(p, host)) is not None:
-                gauges.append((p.ts, gpu, int(code)))
+            if p.ts is not None and gpu is not None:
+                scraped.add((p.ts, gpu))
+                if code is not None:
+                    gauges.append((p.ts, gpu, int(code)))
+                count = _xid_count(p, series)
+                if count is not None:
+                    counts.append(XidCount(p.ts, gpu, *count))
             if not any(k in FIELD_BY_DCGM for k in series):  # no catalogue field in it
-                if code is None:
+                if not any(k in XID_SERIES for k in series):
                     out.other[p.measurement] = out.other.get(p.measurement, 0) + 1
                 continue
         read = _nvidia_smi(p, host) if not dcgm else _dcgm(p, host)
@@ -263,7 +375,7 @@ def points_to_batches(
         else:
             slot[key] = (gpu, dict(values))
     events: dict[float, list[Event]] = {}
-    for e in xids.events(gauges):
+    for e in xids.events(gauges, counts, scraped):
         events.setdefault(e.ts, []).append(e)
     for ts in sorted(set(by_time) | set(events)):
         samples = tuple(Sample(ts, g, v) for g, v in by_time.get(ts, {}).values() if v)
@@ -273,4 +385,12 @@ def points_to_batches(
     return out
 
 
-__all__ = ["NVIDIA_SMI", "TELEGRAF_FIELDS", "Read", "XidHistory", "points_to_batches"]
+__all__ = [
+    "NVIDIA_SMI",
+    "TELEGRAF_FIELDS",
+    "XID_SERIES",
+    "Read",
+    "XidCount",
+    "XidHistory",
+    "points_to_batches",
+]

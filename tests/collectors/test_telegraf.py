@@ -12,7 +12,7 @@ from gpuwarden.collectors.dcgm import DcgmCollector
 from gpuwarden.collectors.lineproto import parse_line
 from gpuwarden.collectors.smi_text import read_query_text
 from gpuwarden.collectors.telegraf import points_to_batches
-from gpuwarden.telemetry import Batch, GpuId, NodeInfo
+from gpuwarden.telemetry import TIME_UNKNOWN, Batch, GpuId, NodeInfo
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 TELEGRAF = DATA / "telegraf"
@@ -152,3 +152,60 @@ def test_the_last_xid_gauge_over_time_gives_the_xid_events():
         ("GPU-2", 2, 13, False),
     ]  # fmt: skip
     assert all(e.kind == "xid" and "through Telegraf" in e.detail for e in events)
+
+
+#: The events the windowed Xid count fixtures (tests/data/telegraf/xid_count_t400_v*.lp) hold
+XID_EVENTS = [(600.0, 42, TIME_UNKNOWN), (720.0, 42, "2 new"), (840.0, 42, "1 new"),
+              (900.0, 79, "1 new")]  # fmt: skip
+
+
+def _scrapes(name: str) -> dict[float, str]:
+    """A metric_version 1 fixture (a measurement per series, its labels as tags) back into
+    the dcgm-exporter scrapes it was read from, by time."""
+    out: dict[float, str] = {}
+    for line in (TELEGRAF / name).read_text().splitlines():
+        if (p := parse_line(line)) is not None and p.ts is not None:
+            labels = ",".join(f'{k}="{v}"' for k, v in p.tags.items())
+            out[p.ts] = out.get(p.ts, "") + f"{p.measurement}{{{labels}}} {p.fields['gauge']:g}\n"
+    return out
+
+
+def _said(events) -> list[tuple[float, int, str]]:
+    return [(e.ts, e.code, e.detail.split(" (")[0]) for e in events]
+
+
+def test_the_windowed_xid_count_fixture_is_what_dcgm_http_reads_live():
+    scrapes = _scrapes("xid_count_t400_v1.lp")
+    bodies = iter(scrapes.values())
+    client = httpx.Client(
+        transport=httpx.MockTransport(lambda r: httpx.Response(200, text=next(bodies)))
+    )
+    clock = {"now": 0.0}
+    live = DcgmCollector(["http://workstation:9400/metrics"], client=client,
+                         clock=lambda: clock["now"])  # fmt: skip
+    events = []
+    for ts in scrapes:
+        clock["now"] = ts
+        events += live.collect().events
+    live.close()
+    client.close()
+    assert _said(events) == XID_EVENTS
+
+
+@pytest.mark.parametrize("name", ["xid_count_t400_v1.lp", "xid_count_t400_v2.lp"])
+@pytest.mark.parametrize("chunk", [1, 50_000])
+def test_the_windowed_xid_count_reads_as_dcgm_http_reads_it_live(name, chunk, monkeypatch):
+    """A history of dcgm-exporter 4.x's DCGM_EXP_XID_ERRORS_COUNT kept through Telegraf gives
+    the events ``dcgm+http://`` gives scraping the same series live (the test above), in both
+    of Telegraf's shapes, and when the file is read a line at a time (a chunk ends between
+    times, so no scrape is cut in two: the count read in one chunk, its gauge in the next,
+    was two events)."""
+    import gpuwarden.ingest as ing
+    from gpuwarden.store.sqlite import SqliteStore
+
+    monkeypatch.setattr(ing, "LINE_CHUNK", chunk)
+    store = SqliteStore()
+    report = ing.ingest_line_protocol(store, TELEGRAF / name, host="h")
+    assert report.events == len(XID_EVENTS) and not report.ignored
+    assert _said(store.read_events(kinds=["xid"]).itertuples()) == XID_EVENTS
+    store.close()

@@ -53,7 +53,7 @@ def test_influxdb_stores_what_the_reader_reads(influxdb: Daemon) -> None:
         for line in body.decode().splitlines():
             if (p := parse_line(line)) is not None:
                 ours.append(p)
-    assert len(ours) == 3 + 2 + 2 + 1 + 23 + 1
+    assert len(ours) == 3 + 2 + 2 + 1 + 23 + 1 + 18 + 12
     stored = {m: _stored(influxdb, m) for m in {p.measurement for p in ours}}
     for p in ours:
         assert p.ts is not None

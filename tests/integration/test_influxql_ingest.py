@@ -207,5 +207,30 @@ def test_points_years_apart_are_read_without_walking_every_hour(influxdb: Daemon
                              start=1_522_540_800.0, end=1_784_505_600.0, host="h",
                              client=client)  # fmt: skip
     client.close()
-    assert report.rows_stored == 7 and report.lines_read == 30
+    assert report.rows_stored == 8 and report.lines_read == 31
     assert len(asked) < 100, len(asked)
+
+
+@pytest.mark.parametrize("shape", [1, 2])
+def test_the_windowed_xid_count_reads_as_from_the_file(influxdb: Daemon, tmp_path, shape):
+    """dcgm-exporter 4.x's windowed Xid count through Telegraf, stored in InfluxDB 1.x in either
+    of the prometheus input's shapes, gives over InfluxQL the events the file gives (which
+    tests/collectors/test_telegraf.py checks against ``dcgm+http://`` reading it live)."""
+    from pathlib import Path
+
+    from gpuwarden.ingest import ingest_line_protocol
+
+    fixture = Path(__file__).resolve().parents[1] / "data" / "telegraf"
+    path = fixture / f"xid_count_t400_v{shape}.lp"
+    _write(influxdb, [x for x in path.read_text().splitlines() if x and not x.startswith("#")])
+    from_file = SqliteStore()
+    ingest_line_protocol(from_file, path, host="h")
+    store = SqliteStore(tmp_path / "s.db")
+    url = f"influxql://127.0.0.1:{influxdb.port}?db={DB}"
+    report = ingest_influxql(store, url, start=0.0, end=3_600.0, host="h")
+    assert report.events == 4 and report.rows_stored == 6
+    columns = ["ts", "uuid", "code", "detail"]
+    events = store.read_events(kinds=["xid"])[columns]
+    pd.testing.assert_frame_equal(events, from_file.read_events(kinds=["xid"])[columns])
+    store.close()
+    from_file.close()
