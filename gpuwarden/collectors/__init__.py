@@ -5,6 +5,7 @@
     open_collector("dcgm+http://node7:9400/metrics")       dcgm-exporter endpoint(s), comma-separated
     open_collector("sim://?nodes=16&gpus=8&seed=1")        a simulated fleet
     open_collector("kmsg://")                              Xid/SXid lines from /dev/kmsg
+    open_collector("journal://")                           Xid/SXid entries of the journal
 
 Built-ins are listed here; third-party collectors register a ``gpuwarden.collectors`` entry
 point naming a callable ``(url: str) -> Collector``.
@@ -23,6 +24,7 @@ BUILTIN: dict[str, str] = {
     "dcgm+https": "gpuwarden.collectors.dcgm:DcgmCollector.from_url",
     "sim": "gpuwarden.collectors.sim:SimCollector.from_url",
     "kmsg": "gpuwarden.collectors.kmsg:KmsgCollector.from_url",
+    "journal": "gpuwarden.collectors.journal:JournalCollector.from_url",
 }
 
 

@@ -4,6 +4,7 @@
     kernel_lines("node7.export")      journalctl -o export, systemd's binary-safe stream
     kernel_lines("system.journal")    the journal's own file, read through journalctl
     kernel_lines("/srv/n7/journal")   a journal directory copied from a node
+    open_collector("journal://")      this host's journal, followed (``JournalCollector``)
 
 Most GPU nodes keep their kernel log in the journal, and fleets ship it as ``journalctl -o
 json`` (Vector's and Fluent Bit's journald sources keep the same field names). Each entry
@@ -25,16 +26,21 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from gpuwarden.collectors.base import iter_log_lines, read_log_bytes, read_log_text
-from gpuwarden.errors import InputError
+from gpuwarden.collectors.kmsg import LineEvents, host_gpus, nvml_gpus
+from gpuwarden.errors import CollectorUnavailable, ConfigError, InputError
+from gpuwarden.telemetry import Batch, Event, GpuId
 
 #: The first bytes of a journal file (systemd's ``HEADER_SIGNATURE``).
 JOURNAL_MAGIC = b"LPKSHHRH"
@@ -310,8 +316,195 @@ def _journalctl(
         raise InputError(f"{path}: journalctl could not read the journal {kind}: {err or rc}")
 
 
+# -- the live collector -------------------------------------------------------------------
+
+#: How far back a collector with no cursor file reads when it starts.
+DEFAULT_SINCE = "-24h"
+#: journalctl's matches for the kernel's own entries (two terms ORed with "+").
+_KERNEL_MATCHES = ["_TRANSPORT=kernel", "+", "SYSLOG_IDENTIFIER=kernel"]
+_CURSOR = re.compile(rb'"__CURSOR"\s*:\s*"([^"]+)"')
+
+
+class JournalCollector:
+    """Xid and SXid events from this node's systemd journal, followed as it grows: what a
+    node agent or a DaemonSet that mounts the host's ``/var/log/journal`` read-only reads
+    where ``/dev/kmsg`` is out of reach (the way node-problem-detector's kernel monitor reads
+    the journal).
+
+    ``journalctl --follow -o json`` runs beside the collector (over ``directory``, or the
+    host's own journal when None), matched to the kernel's entries; each ``collect()`` reads
+    what it printed since the last one without waiting, as ``kernel_lines`` reads a journal
+    file. Every event belongs to ``hostname`` (the node whose journal it is; by default this
+    machine's name: in a pod give the node's), its GPUs matched by PCI address as
+    ``kmsg://``'s are (``gpus``, by default asked of NVML once). ``cursor_file``: the cursor
+    of the last entry read is kept there, so a restart goes on after it, neither losing nor
+    repeating one; without it, a start reads ``since`` back (the store keeps an event already
+    stored once). A journalctl that exits is said in problems and started again, after the
+    last entry read, at the next ``collect()``."""
+
+    def __init__(
+        self,
+        directory: str | None = None,
+        *,
+        hostname: str | None = None,
+        gpus: Iterable[GpuId] | None = None,
+        since: str = DEFAULT_SINCE,
+        cursor_file: str | None = None,
+        clock: Callable[[], float] = time.time,
+        url: str | None = None,
+        nvml: Callable[[str], list[GpuId]] = nvml_gpus,
+    ) -> None:
+        self.directory = directory
+        self.url = url or (f"journal://{directory}" if directory else "journal://")
+        self.hostname = hostname or socket.gethostname()
+        self.since = since
+        self.cursor_file = cursor_file
+        self.clock = clock
+        self._notes: list[str] = []
+        self._binary = shutil.which("journalctl")
+        if self._binary is None:
+            raise CollectorUnavailable(f"{self.url}: journalctl (systemd) is not installed")
+        if directory is not None and not Path(directory).is_dir():
+            raise CollectorUnavailable(f"{self.url}: {directory} is not a directory")
+        self.gpus = host_gpus(self.hostname, gpus, nvml, self._notes)
+        # the journal is this node's: its events are hostname's, whatever _HOSTNAME says
+        self._lines = LineEvents(self.hostname, self.gpus, self.url, line_host=False)
+        self._cursor = ""  # of the last entry read
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._said: IO[bytes] | None = None  # the file journalctl's stderr goes to
+        self._partial = b""
+        self._start()
+
+    @classmethod
+    def from_url(cls, url: str) -> JournalCollector:
+        """``journal://`` (this host's journal) or ``journal:///var/log/journal`` (a journal
+        directory, e.g. the host's mounted into a pod); options ``hostname=``, ``since=``
+        (journalctl's ``--since``: ``-24h`` by default, ``now``, a date), ``cursor_file=``."""
+        parts = urlsplit(url)
+        params = parse_qs(parts.query)
+        unknown = sorted(set(params) - {"hostname", "since", "cursor_file"})
+        if unknown:
+            raise ConfigError(
+                f"{url!r}: unknown option {', '.join(unknown)}; journal:// takes hostname=, "
+                "since=, cursor_file="
+            )
+        directory = unquote(parts.netloc + parts.path) or None
+        return cls(
+            directory,
+            hostname=params.get("hostname", [""])[-1] or None,
+            since=params.get("since", [DEFAULT_SINCE])[-1],
+            cursor_file=params.get("cursor_file", [""])[-1] or None,
+            url=url,
+        )
+
+    def _start(self) -> None:
+        assert self._binary is not None
+        argv = [self._binary, "--follow", "-o", "json", "--all", "--no-pager", "-q"]
+        argv += [f"--directory={self.directory}"] if self.directory else []
+        cursor = self._cursor or self._saved_cursor()
+        argv += [f"--after-cursor={cursor}"] if cursor else [f"--since={self.since}"]
+        self._said = tempfile.TemporaryFile()
+        self._proc = subprocess.Popen(
+            [*argv, *_KERNEL_MATCHES], stdout=subprocess.PIPE, stderr=self._said
+        )
+        assert self._proc.stdout is not None
+        os.set_blocking(self._proc.stdout.fileno(), False)
+        self._partial = b""
+
+    def _saved_cursor(self) -> str:
+        if self.cursor_file is None:
+            return ""
+        try:
+            return Path(self.cursor_file).read_text().strip()
+        except OSError:
+            return ""
+
+    def _keep_place(self, lines: list[bytes], problems: list[str]) -> None:
+        """Note the cursor of the last entry read (and write it to ``cursor_file``): where a
+        restart goes on. Kept here, not by journalctl's own ``--cursor-file``, which a
+        follower stopped by a signal does not write (systemd 252)."""
+        for raw in reversed(lines):
+            if (m := _CURSOR.search(raw)) is not None:
+                self._cursor = m.group(1).decode(errors="replace")
+                break
+        else:
+            return
+        if self.cursor_file is None:
+            return
+        try:
+            tmp = Path(f"{self.cursor_file}.tmp")
+            tmp.write_text(self._cursor + "\n")
+            tmp.replace(self.cursor_file)
+        except OSError as exc:
+            problems.append(f"{self.url}: cannot write the cursor to {self.cursor_file}: {exc}")
+
+    def _read(self, problems: list[str]) -> list[bytes]:
+        proc = self._proc
+        if proc is None or proc.stdout is None:
+            self._start()
+            return []
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(proc.stdout.fileno(), 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        data = self._partial + b"".join(chunks)
+        *lines, self._partial = data.split(b"\n")
+        if proc.poll() is not None:  # exited: say why, and start again next time
+            assert self._said is not None
+            self._said.seek(0)
+            err = self._said.read().decode(errors="replace").strip()[-300:]
+            problems.append(f"{self.url}: journalctl exited ({proc.returncode}): {err or '-'}")
+            self._stop()
+        return lines
+
+    def collect(self) -> Batch:
+        now = self.clock()
+        problems, self._notes = list(self._notes), []
+        events: list[Event] = []
+        read = self._read(problems)
+        self._keep_place(read, problems)
+        for raw in read:
+            if not raw.strip() or not any(w.encode() in raw for w in _WORTH):
+                continue
+            try:
+                entry = json.loads(raw)
+                lines = entry_lines(entry) if isinstance(entry, dict) else []
+            except ValueError as exc:  # JSONDecodeError, or a stamp that does not read
+                problems.append(f"{self.url}: an entry that does not read: {exc}")
+                continue
+            events += [e for x in lines if (e := self._lines.feed(x, now, problems)) is not None]
+        problems += self._lines.unmatched()
+        return Batch(now, events=tuple(events), problems=tuple(problems))
+
+    def _stop(self) -> None:
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.terminate()
+                try:
+                    self._proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    self._proc.kill()
+                    self._proc.wait(timeout=5)
+            if self._proc.stdout is not None:
+                self._proc.stdout.close()
+            self._proc = None
+        if self._said is not None:
+            self._said.close()
+            self._said = None
+
+    def close(self) -> None:
+        self._stop()
+
+
 __all__ = [
+    "DEFAULT_SINCE",
     "JOURNAL_MAGIC",
+    "JournalCollector",
     "JournalLines",
     "entry_lines",
     "export_entries",

@@ -344,6 +344,72 @@ def to_event(x: KernelXid, ts: float, host: str, gpus: GpuDirectory) -> Event:
 # -- the live collector -------------------------------------------------------------------
 
 
+def host_gpus(
+    hostname: str,
+    gpus: Iterable[GpuId] | None,
+    nvml: Callable[[str], list[GpuId]],
+    notes: list[str],
+) -> GpuDirectory:
+    """The GPUs a live Xid collector matches PCI addresses to: ``gpus``, or by default this
+    host's, asked of NVML once; without NVML none, and a note in ``notes`` saying so."""
+    if gpus is None:
+        try:
+            gpus = nvml(hostname)
+        except CollectorUnavailable as exc:
+            gpus = []
+            notes.append(f"{exc}: Xids cannot be matched to GPUs and are kept as xid_unmatched")
+    return GpuDirectory((g, float("-inf")) for g in gpus)
+
+
+class LineEvents:
+    """Kernel-log lines as events, one line at a time, for a live collector: the driver's
+    multi-line "fallen off the bus" notice (``FallenOffBus``), Xid and SXid lines, each filed
+    under ``hostname`` (a line that names its own host keeps it, with ``line_host``); PCI
+    addresses that match no GPU are said once per ``unmatched()``. ``boot_time``: called for
+    a line stamped in seconds since boot."""
+
+    def __init__(
+        self,
+        hostname: str,
+        gpus: GpuDirectory,
+        source: str,
+        *,
+        boot_time: Callable[[], float] | None = None,
+        line_host: bool = True,
+    ) -> None:
+        self.hostname, self.gpus, self.source = hostname, gpus, source
+        self.boot_time, self.line_host = boot_time, line_host
+        self._fallen = FallenOffBus()
+        self._unmatched: set[str] = set()
+
+    def feed(self, line: str, now: float, problems: list[str]) -> Event | None:
+        notice = self._fallen.feed(line, now=now)
+        if not is_xid_line(line) and notice is None:
+            return None
+        try:
+            x = notice or parse_line(line, now=now)
+            if x is not None and x.ts is None and x.since_boot is not None and self.boot_time:
+                x = replace(x, ts=self.boot_time() + x.since_boot)
+        except (KernelLineError, CollectorUnavailable) as exc:
+            problems.append(f"{self.source}: {exc}: {line.strip()[:200]}")
+            return None
+        if x is None:
+            return None
+        host = (x.host if self.line_host else "") or self.hostname
+        event = to_event(x, now if x.ts is None else x.ts, host, self.gpus)
+        if event.kind == "xid_unmatched":
+            self._unmatched.add(x.bus_id)
+        return event
+
+    def unmatched(self) -> list[str]:
+        """The PCI addresses met since the last call that match no GPU, as problems."""
+        said = [
+            f"Xid at PCI {b} matches no GPU on {self.hostname}" for b in sorted(self._unmatched)
+        ]
+        self._unmatched.clear()
+        return said
+
+
 def boot_time_from_proc(path: str = "/proc/stat") -> float:
     """This host's boot time (Unix s): ``btime`` in ``/proc/stat``."""
     try:
@@ -396,16 +462,8 @@ class KmsgCollector:
         self.clock = clock
         self._boot_time = boot_time
         self._notes: list[str] = []
-        self._fallen = FallenOffBus()
-        if gpus is None:
-            try:
-                gpus = nvml(self.hostname)
-            except CollectorUnavailable as exc:
-                gpus = []
-                self._notes.append(
-                    f"{exc}: Xids cannot be matched to GPUs and are kept as xid_unmatched"
-                )
-        self.gpus = GpuDirectory((g, float("-inf")) for g in gpus)
+        self.gpus = host_gpus(self.hostname, gpus, nvml, self._notes)
+        self._lines = LineEvents(self.hostname, self.gpus, path, boot_time=self.boot_time)
         self._device = _is_char_device(path)
         try:
             flags = os.O_RDONLY | (os.O_NONBLOCK if self._device else 0)
@@ -476,27 +534,9 @@ class KmsgCollector:
         problems, self._notes = list(self._notes), []
         if self._fd is None:
             return Batch(now, problems=(f"{self.url} is closed",))
-        events: list[Event] = []
-        unmatched: set[str] = set()
-        for line in self._read_lines(problems):
-            notice = self._fallen.feed(line, now=now)
-            if not is_xid_line(line) and notice is None:
-                continue
-            try:
-                x = notice or parse_line(line, now=now)
-                if x is not None and x.ts is None and x.since_boot is not None:
-                    x = replace(x, ts=self.boot_time() + x.since_boot)
-            except (KernelLineError, CollectorUnavailable) as exc:
-                problems.append(f"{self.path}: {exc}: {line.strip()[:200]}")
-                continue
-            if x is None:
-                continue
-            event = to_event(x, now if x.ts is None else x.ts, x.host or self.hostname, self.gpus)
-            if event.kind == "xid_unmatched":
-                unmatched.add(x.bus_id)
-            events.append(event)
-        for bus in sorted(unmatched):
-            problems.append(f"Xid at PCI {bus} matches no GPU on {self.hostname}")
+        lines = self._read_lines(problems)
+        events = [e for line in lines if (e := self._lines.feed(line, now, problems)) is not None]
+        problems += self._lines.unmatched()
         return Batch(now, events=tuple(events), problems=tuple(problems))
 
     def close(self) -> None:

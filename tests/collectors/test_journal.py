@@ -185,3 +185,53 @@ def test_cli_says_entries_and_what_it_skipped(tmp_path):
         main, ["ingest", "--store", f"sqlite:///{store}", "--kernel-log", str(path)], env={}
     )
     assert "no NVRM Xid or SXid line in 1 journal entry" in result.output
+
+
+def test_the_journal_collector_says_what_it_cannot_do(tmp_path, monkeypatch):
+    from gpuwarden.collectors import open_collector
+    from gpuwarden.errors import CollectorUnavailable, ConfigError
+
+    with pytest.raises(ConfigError, match="unknown option tail; journal:// takes hostname="):
+        open_collector("journal://?tail=1")
+    with pytest.raises(CollectorUnavailable, match="is not a directory"):
+        journal.JournalCollector(str(tmp_path / "nope"), gpus=[])
+    monkeypatch.setattr(journal.shutil, "which", lambda name: None)
+    with pytest.raises(CollectorUnavailable, match="journalctl .* is not installed"):
+        journal.JournalCollector(gpus=[])
+
+
+def test_a_journalctl_that_exits_is_said_and_started_again_after_the_last_entry(
+    tmp_path, monkeypatch
+):
+    """The follower exits (the journal's folder unmounted, journalctl killed): its last
+    entries are read, the exit is a problem naming its words, and the next collect starts it
+    again after the last entry read. (A stand-in journalctl: the real one, following, does not
+    exit by itself; tests/integration/test_journal_kernel_log.py follows a real journal.)"""
+    import time
+
+    entry = json.dumps(_entry(XID, T0 * 10**6) | {"__CURSOR": "s=1;i=7"})
+    script = tmp_path / "journalctl"
+    calls = tmp_path / "calls"
+    script.write_text(
+        f"#!/bin/sh\necho \"$@\" >> {calls}\necho '{entry}'\necho 'No journal files' >&2\nexit 1\n"
+    )
+    script.chmod(0o755)
+    monkeypatch.setattr(journal.shutil, "which", lambda name: str(script))
+    collector = journal.JournalCollector(str(tmp_path), hostname="node7", gpus=[H100])
+    events, problems = [], []
+    try:
+        deadline = time.monotonic() + 20
+        while not problems and time.monotonic() < deadline:
+            batch = collector.collect()
+            events += batch.events
+            problems += batch.problems
+            time.sleep(0.1)
+        assert [(e.ts, e.code) for e in events] == [(T0, 119)]
+        assert problems == [f"journal://{tmp_path}: journalctl exited (1): No journal files"]
+        collector.collect()  # started again
+        while len(calls.read_text().splitlines()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        collector.close()
+    first, second = calls.read_text().splitlines()[:2]
+    assert "--since=-24h" in first and "--after-cursor=s=1;i=7" in second

@@ -158,3 +158,77 @@ def test_each_printout_reads_as_the_text_logs(journal, from_text, form, tmp_path
         if form != "short-iso-precise":  # a text printout cannot tell the echo apart
             assert report.ignored == {"other programs' journal entry": 1}
         store.close()
+
+
+def _append(remote: str, path: Path, entries: list[dict[str, str]]) -> None:
+    subprocess.run(
+        [remote, f"--output={path}", "-"], input=export_entries(entries), check=True, timeout=60
+    )
+
+
+def _collect_until(collector, n: int, timeout: float = 15.0) -> list:
+    """Events the collector gives until it has ``n`` (journalctl prints as it notices)."""
+    import time
+
+    events, problems = [], []
+    deadline = time.monotonic() + timeout
+    while len(events) < n and time.monotonic() < deadline:
+        batch = collector.collect()
+        events += batch.events
+        problems += [p for p in batch.problems if "NVML" not in p]
+        time.sleep(0.2)
+    assert not problems, problems
+    return events
+
+
+def _kernel(message: str, us: int) -> dict[str, str]:
+    return {
+        "__REALTIME_TIMESTAMP": str(us), "__MONOTONIC_TIMESTAMP": "1",
+        "_BOOT_ID": "0123456789abcdef0123456789abcdef", "_HOSTNAME": HOST,
+        "_TRANSPORT": "kernel", "SYSLOG_IDENTIFIER": "kernel", "MESSAGE": message,
+    }  # fmt: skip
+
+
+def test_the_journal_collector_follows_a_growing_journal(tmp_path):
+    """``journal:///DIR``: the entries there when it starts, then each appended as the journal
+    grows (the host's /var/log/journal mounted into a pod), an echo from another program never
+    counted; with a cursor file a restart goes on after the last entry, repeating none."""
+    from gpuwarden.collectors import open_collector
+
+    remote = require_binary(
+        "systemd-journal-remote", package="systemd-journal-remote", also_in="/lib/systemd"
+    )
+    require_binary("journalctl", package="systemd")
+    folder = tmp_path / "journal" / "0123456789abcdef0123456789abcdef"
+    folder.mkdir(parents=True)
+    path = folder / "system.journal"
+    us = round(BOOT * 1e6)
+    xid = "NVRM: Xid (PCI:0000:9b:00): 119, pid=2024380, name=nvidia-smi, Timeout after 6s"
+    _append(remote, path, [_kernel(xid, us)])
+    cursor = tmp_path / "cursor"
+    url = f"journal://{tmp_path / 'journal'}?hostname={HOST}&since=2024-01-01&cursor_file={cursor}"
+    collector = open_collector(url)
+    collector.gpus.add(H100)
+    try:
+        (first,) = _collect_until(collector, 1)
+        assert (first.ts, first.gpu.uuid, first.code) == (BOOT, H100.uuid, 119)
+        fallen = "\n".join(
+            ["NVRM: The NVIDIA GPU 0000:9b:00.0", "NVRM: (PCI ID: 10de:2330) installed in this system has",
+             "NVRM: fallen off the bus and is not responding to commands."]
+        )  # fmt: skip
+        echo = {**_kernel("caught: " + xid, us + 2), "_TRANSPORT": "stdout",
+                "SYSLOG_IDENTIFIER": "node-problem-detector"}  # fmt: skip
+        _append(remote, path, [_kernel(fallen, us + 1_000_000), echo])
+        (second,) = _collect_until(collector, 1)
+        assert (second.ts, second.code, second.kind) == (BOOT + 1, 79, "xid")
+    finally:
+        collector.close()
+    assert cursor.is_file()  # journalctl kept its place
+    _append(remote, path, [_kernel(xid.replace("119", "48"), us + 2_000_000)])
+    again = open_collector(url)
+    again.gpus.add(H100)
+    try:
+        got = _collect_until(again, 1)
+        assert [(e.ts, e.code) for e in got] == [(BOOT + 2, 48)]  # nothing read twice
+    finally:
+        again.close()
