@@ -161,12 +161,13 @@ def collect(
     if (
         iterations is not None
         and not stats.samples
+        and not stats.events  # kmsg:// and journal:// give events only
         and (stats.collect_errors or stats.problem_count)
     ):
         # a bounded run (cron, a check) that read nothing: say so in the exit status
         raise click.ClickException(
-            "no sample collected: the collector failed or reported problems every time "
-            "(see the warnings above)"
+            "no sample or event collected: the collector failed or reported problems every "
+            "time (see the warnings above)"
         )
 
 

@@ -96,7 +96,21 @@ def test_a_bounded_collect_that_read_nothing_exits_non_zero(tmp_path):
     assert "1 collection: 0 samples, 0 events, 0 collector errors, 1 collector problem" in (
         result.output
     )
-    assert "no sample collected" in result.output
+    assert "no sample or event collected" in result.output
+
+
+def test_a_bounded_collect_of_events_only_is_not_a_failure(tmp_path):
+    """kmsg:// gives events, never samples: a bounded run that stored its Xids (with a
+    problem: their GPU unknown) once exited 1, "no sample collected"."""
+    log = tmp_path / "kern.log"
+    log.write_text(
+        "2026-01-01T00:00:00+0000 node7 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, "
+        "GPU has fallen off the bus.\n"
+    )
+    result = run("collect", "--collector", f"kmsg://{log}?hostname=node7",
+                 "--store", str(tmp_path / "s.db"), "--iterations", "1")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "1 collection: 0 samples, 1 event, 0 collector errors" in result.output
 
 
 def test_collect_sim_into_store(tmp_path):
