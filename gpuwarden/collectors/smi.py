@@ -4,8 +4,12 @@
     open_collector("smi://?timeout=10&binary=/usr/bin/nvidia-smi")
 
 Runs ``nvidia-smi --query-gpu=index,uuid,pci.bus_id,name,<Field.smi...>
---format=csv,noheader,nounits`` once per ``collect()``. Fields nvidia-smi has no column for
-(energy, PCIe replays, NVLink errors, violation times) are absent; use nvml:// for those.
+--format=csv,noheader,nounits`` once per ``collect()``. Two fields have no column there but are
+in ``nvidia-smi -q -x`` (its ``-d`` sections cannot be combined with ``-x``): the PCIe replay
+counter and, on newer drivers, the time held at the power cap. Every ``xml_every``-th collection
+(4 by default; 0: never) also runs ``-q -x``, read by ``collectors.smi_xml``, and adds the
+fields the query did not give to each GPU's sample (matched by UUID, else bus id). Energy,
+NVLink errors and the thermal violation time are absent; use nvml:// for those.
 The node's ``driver_version`` is asked for beside the fields, and the CUDA version it supports is
 read from ``nvidia-smi -q``'s header once per driver version: both become ``Batch.nodes``.
 
@@ -28,7 +32,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import parse_qs, urlsplit
 
 from gpuwarden.collectors._gpu_state import LOST, OK, GpuStates
@@ -37,6 +41,8 @@ from gpuwarden.readings import screen
 from gpuwarden.telemetry import FIELDS, Batch, Event, GpuId, NodeInfo, Sample
 
 IDENTITY = ("index", "uuid", "pci.bus_id", "name")
+#: Every how many collections ``nvidia-smi -q -x`` runs too (its fields the query lacks).
+XML_EVERY = 4
 
 #: Our field -> the nvidia-smi names to ask for, newest first; older drivers get the next one.
 SMI_NAMES: dict[str, tuple[str, ...]] = {f.name: (f.smi,) for f in FIELDS if f.smi}
@@ -164,10 +170,15 @@ class SmiCollector:
         run: Runner | None = None,
         hostname: str | None = None,
         clock: Callable[[], float] = time.time,
+        xml_every: int = XML_EVERY,
     ) -> None:
         if not timeout_s > 0:
             raise ConfigError(f"smi:// timeout must be more than 0 seconds, not {timeout_s}")
+        if xml_every < 0:
+            raise ConfigError(f"smi:// xml_every must be 0 (never) or more, not {xml_every}")
         self.url = f"smi://?timeout={timeout_s:g}&binary={binary}"
+        self.xml_every = int(xml_every)
+        self._polls = 0
         self.binary = binary if run is not None else _resolve(binary)
         self.timeout_s = float(timeout_s)
         self.hostname = hostname or socket.gethostname()
@@ -193,19 +204,24 @@ class SmiCollector:
                 f"{url!r}: smi:// runs nvidia-smi on this host and takes no host or path"
             )
         params = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-        unknown = sorted(set(params) - {"timeout", "binary", "hostname"})
+        unknown = sorted(set(params) - {"timeout", "binary", "hostname", "xml_every"})
         if unknown:
             raise ConfigError(
-                f"{url!r}: unknown option {', '.join(unknown)}; smi:// takes timeout=, binary=, hostname="
+                f"{url!r}: unknown option {', '.join(unknown)}; smi:// takes timeout=, binary=, "
+                "hostname=, xml_every="
             )
         try:
             timeout_s = float(params.get("timeout", "10"))
         except ValueError:
             raise ConfigError(f"{url!r}: timeout must be a number of seconds") from None
+        every = params.get("xml_every", str(XML_EVERY))
+        if not every.isdigit():
+            raise ConfigError(f"{url!r}: xml_every must be a whole number (0: never)")
         return cls(
             binary=params.get("binary") or "nvidia-smi",
             timeout_s=timeout_s,
             hostname=params.get("hostname") or None,
+            xml_every=int(every),
         )
 
     def collect(self) -> Batch:
@@ -228,13 +244,39 @@ class SmiCollector:
                 ) from exc
             bad = _BAD_FIELD.search(out.stdout + "\n" + out.stderr)
             if bad is None:
-                return self._parse(ts, columns, out)
+                return self._with_xml(self._parse(ts, columns, out))
             if not self._drop(bad.group(1)):
                 return Batch(ts=ts, problems=(*self._take_notes(), bad.group(0)))
         raise AssertionError("unreachable: every field dropped")  # pragma: no cover
 
     def close(self) -> None:
         """Nothing stays open between calls."""
+
+    def _with_xml(self, batch: Batch) -> Batch:
+        """Every ``xml_every``-th collection: the fields ``nvidia-smi -q -x`` has and the query
+        did not give, added to each GPU's sample; a ``-q -x`` that fails is a problem, and the
+        query's samples stand."""
+        self._polls += 1
+        if not self.xml_every or (self._polls - 1) % self.xml_every or not batch.samples:
+            return batch
+        from gpuwarden.collectors.smi_xml import QueryXmlError, is_query_xml, read_query_xml
+
+        try:
+            out = self._run([self.binary, "-q", "-x"], self.timeout_s)
+            if out.returncode != 0 or not is_query_xml(out.stdout):
+                said = (out.stderr.strip() or out.stdout.strip() or "no output").splitlines()[0]
+                raise QueryXmlError(f"exited with status {out.returncode}: {said[:200]}")
+            xml = read_query_xml(out.stdout, hostname=self.hostname)
+        except (CollectorTimeout, QueryXmlError, OSError) as exc:
+            return replace(batch, problems=(*batch.problems, f"nvidia-smi -q -x: {exc}"))
+        by_uuid = {s.gpu.uuid: s.values for s in xml.samples if s.gpu.uuid}
+        by_bus = {normalise_bus_id(s.gpu.pci_bus_id): s.values for s in xml.samples}
+        samples = []
+        for s in batch.samples:
+            found = by_uuid.get(s.gpu.uuid) or by_bus.get(s.gpu.pci_bus_id) or {}
+            more = {k: v for k, v in found.items() if k not in s.values}
+            samples.append(replace(s, values={**s.values, **more}) if more else s)
+        return replace(batch, samples=tuple(samples))
 
     def _columns(self) -> list[tuple[str, str | None]]:
         columns: list[tuple[str, str | None]] = [(name, None) for name in IDENTITY]

@@ -41,6 +41,10 @@ if {stderr!r}:
     print({stderr!r}, file=sys.stderr)
 if not os.path.exists({csv!r}):
     sys.exit({rc})
+if "-x" in sys.argv[1:]:  # nvidia-smi -q -x: the recording beside the CSV, or no GPU at all
+    xml = {xml!r}
+    print(open(xml).read() if os.path.exists(xml) else "<?xml version='1.0' ?><nvidia_smi_log/>")
+    sys.exit(0)
 query = next(a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--query-gpu="))
 assert "--format=csv,noheader,nounits" in sys.argv[1:], sys.argv
 with open({csv!r}) as f:
@@ -73,6 +77,7 @@ def fake_smi(
             rc=rc,
             stderr=stderr,
             csv=str(current),
+            xml=str(tmp_path / "current.xml"),
         )
     )
     script.chmod(0o755)
@@ -145,7 +150,7 @@ def test_unknown_field_is_dropped_remembered_and_said_once(tmp_path):
     first = collector.collect()
     # r470 knows neither clocks_event_reasons.active nor remapped_rows.*: one retry per field,
     # and one for driver_version, which this recording lacks (dropped without a word)
-    assert len(runs) == 7
+    assert len(runs) == 8  # and nvidia-smi -q -x, as every 4th collection
     assert first.problems == (
         "nvidia-smi does not know the field 'remapped_rows.correctable'; remapped_rows_correctable is absent",
         "nvidia-smi does not know the field 'remapped_rows.uncorrectable'; remapped_rows_uncorrectable is absent",
@@ -164,7 +169,7 @@ def test_unknown_field_is_dropped_remembered_and_said_once(tmp_path):
     assert not any(f.startswith("remapped_rows") for f in gpu[1])
 
     second = collector.collect()
-    assert len(runs) == 8 and second.problems == ()
+    assert len(runs) == 9 and second.problems == ()
     assert by_index(second) == gpu
 
 
@@ -317,6 +322,8 @@ def _versioned_runner(driver_cells: list[str], q_text: str, calls: list[list[str
 
     def run(argv: Sequence[str], timeout_s: float) -> SmiOutput:
         calls.append(list(argv))
+        if "-x" in argv:  # nvidia-smi -q -x: no GPU in it, nothing to add
+            return SmiOutput(0, "<?xml version='1.0' ?>\n<nvidia_smi_log></nvidia_smi_log>\n", "")
         if "-q" in argv:
             return SmiOutput(0, q_text, "")
         query = argv[1].split("=", 1)[1].split(",")
@@ -341,9 +348,9 @@ def test_driver_and_cuda_versions_become_node_info():
     assert "driver_version" in calls[0][1].split("=", 1)[1].split(",")
     assert calls[1] == ["nvidia-smi", "-q", "-d", "COMPUTE"]
     smi.collect()
-    assert sum("-q" in c for c in calls) == 1  # the CUDA version is read once per driver
+    assert sum("COMPUTE" in c for c in calls) == 1  # the CUDA version is read once per driver
     third = smi.collect()  # a driver update: asked again (the recorded header still says 13.1)
-    assert sum("-q" in c for c in calls) == 2
+    assert sum("COMPUTE" in c for c in calls) == 2
     assert third.nodes[0].driver_version == "595.80"
 
 
@@ -351,7 +358,7 @@ def test_no_cuda_version_when_q_fails_or_prints_none():
     calls: list[list[str]] = []
     run = _versioned_runner(["[N/A]"], "", calls)
     batch = SmiCollector(run=run, hostname="n").collect()
-    assert batch.nodes == () and not any("-q" in c for c in calls)  # no driver: nothing asked
+    assert batch.nodes == () and not any("COMPUTE" in c for c in calls)  # no driver: not asked
     run = _versioned_runner(["550.54.15"], "==NVSMI LOG==\nDriver Version : 550.54.15\n", calls)
     batch = SmiCollector(run=run, hostname="n").collect()
     assert [(n.driver_version, n.cuda_driver_version) for n in batch.nodes] == [("550.54.15", "")]
@@ -384,3 +391,46 @@ def test_the_clock_event_lines_of_older_drivers_and_unknown_ones():
     assert mask("Clocks Throttle Reasons", "Active") == 0x8 | 0x80
     assert mask("Clocks Event Reasons", "Not Active") == 0x8
     assert mask("Clocks Event Reasons", "N/A") is None
+
+
+def _ada_node(tmp_path: Path, xml: str | None) -> Path:
+    """A fake nvidia-smi whose one GPU is the real RTX 4000 Ada capture's (tests/data/smi/xml/):
+    the query answers with h100_hgx_8gpu.csv's first row under that GPU's UUID and bus id, and
+    ``-q -x`` with ``xml`` (the capture itself by default)."""
+    script = fake_smi(tmp_path, "h100_hgx_8gpu.csv")
+    header, first, *_ = list(csv.reader((tmp_path / "current.csv").open(), skipinitialspace=True))
+    first[1:3] = ["GPU-37037c3f-65c8-ec4d-24a9-420204ad8026", "00000000:06:00.0"]
+    with (tmp_path / "current.csv").open("w", newline="") as f:
+        csv.writer(f).writerows([header, first])
+    text = xml if xml is not None else (DATA / "xml" / "rtx-4000-sff-ada-v13.xml").read_text()
+    (tmp_path / "current.xml").write_text(text)
+    return script
+
+
+def test_every_fourth_collection_adds_what_only_q_x_has(tmp_path):
+    """The PCIe replay counter and the time at the power cap have no --query-gpu column:
+    smi:// runs nvidia-smi -q -x every 4th collection and adds them; the query's own values
+    stand where both have one, and the other collections leave them absent, not 0."""
+    script = _ada_node(tmp_path, None)
+    collector = SmiCollector(binary=str(script), hostname="ws", clock=lambda: 1.0)
+    batches = [collector.collect() for _ in range(5)]
+    assert all(b.problems == () for b in batches), [b.problems for b in batches]
+    got = [dict(b.samples[0].values) for b in batches]
+    assert got[0]["pcie_replay_total"] == 0 and got[0]["power_violation_us"] == 4_251_825_415
+    assert got[0]["gpu_temp_c"] == 61  # the query's, not the capture's 38 C
+    assert all("pcie_replay_total" not in g for g in got[1:4]) and "pcie_replay_total" in got[4]
+    runs = (tmp_path / "pid.argv").read_text().splitlines()
+    assert [r for r in runs if "-x" in r.split()] == ["-q -x", "-q -x"]
+
+
+def test_a_q_x_that_fails_is_a_problem_and_the_query_stands(tmp_path):
+    script = _ada_node(tmp_path, "<nvidia_smi_log><gpu id='00000000:06:00.0'>")
+    batch = SmiCollector(binary=str(script), hostname="ws").collect()
+    assert len(batch.samples) == 1 and "pcie_replay_total" not in batch.samples[0].values
+    (problem,) = batch.problems
+    assert problem.startswith("nvidia-smi -q -x: not well-formed XML")
+    never = open_collector(f"smi://?binary={script}&xml_every=0")
+    never.collect()
+    assert sum("-x" in r.split() for r in (tmp_path / "pid.argv").read_text().splitlines()) == 1
+    with pytest.raises(ConfigError, match="xml_every must be a whole number"):
+        open_collector(f"smi://?binary={script}&xml_every=often")
