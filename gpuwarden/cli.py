@@ -535,10 +535,10 @@ def _here() -> str:
 
 def _kernel_log_summary(path: str, report) -> str:  # report: ingest.IngestReport
     """What a kernel log gave; its unmatched Xids and an Xid-free log are said on stderr."""
-    for line, bus in report.unmatched[:50]:
+    for line, bus, host in report.unmatched[:50]:
         click.echo(
-            f"{path}:{line}: no known GPU at PCI {bus} on this host; stored as xid_unmatched "
-            "(load telemetry with pci_bus_id first, then load the log again)",
+            f"{path}:{line}: no known GPU at PCI {bus} on {host}; stored as xid_unmatched "
+            "(load its telemetry with pci_bus_id first, then load the log again)",
             err=True,
         )
     if report.unmatched_total > 50:

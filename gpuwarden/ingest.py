@@ -89,9 +89,9 @@ class IngestReport:
     bad_rows: list[tuple[int, str]] = field(default_factory=list)
     unknown_columns: list[str] = field(default_factory=list)
     bad_rows_total: int = 0
-    #: Kernel logs: (line, PCI bus id) of Xids that matched no known GPU (the first
+    #: Kernel logs: (line, PCI bus id, host) of Xids that matched no known GPU (the first
     #: ``MAX_BAD_ROWS``), stored as ``xid_unmatched``; ``unmatched_total`` counts them all.
-    unmatched: list[tuple[int, str]] = field(default_factory=list)
+    unmatched: list[tuple[int, str, str]] = field(default_factory=list)
     unmatched_total: int = 0
     #: Kernel logs: lines read (journal entries: ``read_unit``; ``-q`` logs: outputs, or XML
     #: documents), and the SXid events among those stored.
@@ -850,12 +850,12 @@ def ingest_kernel_log(
         )
     gpus = GpuDirectory.from_frame(store.gpus())
     events: list[Event] = []
-    unmatched: list[tuple[int, str]] = []
+    unmatched: list[tuple[int, str, str]] = []
     for n, x in found:
         assert x.ts is not None
         event = to_event(x, x.ts, x.host or str(host), gpus)
         if event.kind == "xid_unmatched":
-            unmatched.append((n, x.bus_id))
+            unmatched.append((n, x.bus_id, x.host or str(host)))
         events.append(event)
     if events:
         store.write_events(events)

@@ -46,7 +46,7 @@ def test_dmesg_log_goes_to_the_gpu_at_its_pci_address(tmp_path):
     report = ingest_kernel_log(store, log, host="node7", boot_time=BOOT)
     assert report.rows_stored == 3 and report.sxids == 1
     assert report.bad_rows == [(3, "Xid code 'x79' is not a number")]
-    assert report.unmatched == [(5, "0000:cb:00.0")]
+    assert report.unmatched == [(5, "0000:cb:00.0", "node7")]
     events = store.read_events(kinds=["xid", "sxid", "xid_unmatched"])
     rows = list(events[["ts", "uuid", "kind", "code"]].itertuples(index=False, name=None))
     assert rows == [
@@ -133,7 +133,7 @@ def test_cli_bad_lines_exit_1_and_keep_the_good(tmp_path):
     )  # fmt: skip
     assert result.exit_code == 1
     assert f"{log}:3: Xid code 'x79' is not a number" in result.output
-    assert f"{log}:2: no known GPU at PCI 0000:9b:00.0" in result.output  # empty store
+    assert f"{log}:2: no known GPU at PCI 0000:9b:00.0 on node7;" in result.output  # empty store
     assert "stored 4" not in result.output and "stored 3 kernel-log events" in result.output
     assert "1 bad row skipped" in result.output
 

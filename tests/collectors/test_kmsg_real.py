@@ -104,7 +104,7 @@ def test_ingest_the_nvswitch_log(tmp_path):
         store, REAL / "dmesg_xid79_sxid20034_nvswitch.log", host="n1", boot_time=BOOT
     )
     assert report.bad_rows_total == 0 and report.sxids >= 3
-    assert report.unmatched == [(3, "0000:91:00.0")]  # an empty store knows no GPU
+    assert report.unmatched == [(3, "0000:91:00.0", "n1")]  # an empty store knows no GPU
     store.close()
 
 
