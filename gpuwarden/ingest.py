@@ -33,10 +33,11 @@ file again after an error is safe.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, tzinfo
 from typing import TYPE_CHECKING
@@ -461,7 +462,6 @@ def ingest_smi_csv(
     The GPUs belong to ``host`` (nvidia-smi names no host), this machine's name when None.
     Rows that do not read are bad rows; impossible readings are stored as rejected. A file with
     no header naming ``timestamp`` raises ``InputError`` and stores nothing."""
-    import dataclasses
     import socket
 
     from gpuwarden.collectors.smi_csv import read_query_csv_rows
@@ -499,6 +499,8 @@ def ingest_smi_csv(
 
 #: The line each ``nvidia-smi -q`` output starts with; a log of ``nvidia-smi -q -l N`` repeats it.
 _Q_START = "==============NVSMI LOG=============="
+#: ``nvidia-smi -q`` outputs read and mapped before they are stored.
+Q_CHUNK = 500
 
 
 def ingest_smi_query_text(
@@ -520,42 +522,75 @@ def ingest_smi_query_text(
     import socket
 
     from gpuwarden.collectors.smi_text import read_query_text
-    from gpuwarden.collectors.smi_xml import QueryXmlError, documents, is_query_xml, read_query_xml
+    from gpuwarden.collectors.smi_xml import QueryXmlError, read_query_xml
 
-    text = read_log_text(path)
     hostname = host or socket.gethostname()
-    outputs: list[tuple[int, str]]
-    if is_query_xml(text):
-        outputs, form = documents(text), "nvidia-smi -q -x document"
-    else:
-        lines = text.splitlines()
-        starts = [i for i, line in enumerate(lines) if line.strip() == _Q_START]
-        if not starts:
-            raise InputError(
-                f"{path}: no {_Q_START!r} line and no <nvidia_smi_log>: not nvidia-smi -q "
-                "output, as text or as XML (-q -x)"
-            )
-        bounds = [*starts, len(lines)]
-        outputs = [(a + 1, "\n".join(lines[a:b])) for a, b in zip(bounds, bounds[1:], strict=False)]
-        form = "nvidia-smi -q output"
     bad: list[tuple[int, str]] = []
     batches: list[Batch] = []
-    for first, output in outputs:
-        if form.endswith("document"):
-            try:
-                batch = read_query_xml(output, hostname=hostname, tz=tz)
-            except QueryXmlError as exc:
-                bad.append((first, f"{form}: {exc}"))
-                continue
-        else:
-            batch = read_query_text(output, hostname=hostname, tz=tz)
+    total, outputs, xml = IngestReport(0), 0, False
+    for first, output, xml in _q_outputs(path):
+        outputs += 1
+        form = "nvidia-smi -q -x document" if xml else "nvidia-smi -q output"
+        try:
+            reader = read_query_xml if xml else read_query_text
+            batch = reader(output, hostname=hostname, tz=tz)
+        except QueryXmlError as exc:
+            bad.append((first, f"{form}: {exc}"))
+            continue
         untimed = [p for p in batch.problems if "time 0" in p]
         if untimed:
             bad.append((first, f"{form} without a readable time: {untimed[0]}"))
             continue
         batches.append(batch)
-    unit = "document" if form.endswith("document") else "output"
-    return _store_batches(store, batches, bad, on_bad_line, lines_read=len(outputs), read_unit=unit)
+        if len(batches) >= Q_CHUNK:
+            total = _add(total, _store_batches(store, batches, [], None, lines_read=0))
+            batches.clear()
+    if not outputs:
+        raise InputError(
+            f"{path}: no {_Q_START!r} line and no <nvidia_smi_log>: not nvidia-smi -q output, "
+            "as text or as XML (-q -x)"
+        )
+    last = _store_batches(
+        store, batches, bad, on_bad_line, lines_read=outputs,
+        read_unit="document" if xml else "output",
+    )  # fmt: skip
+    merged = _add(total, last)
+    return dataclasses.replace(
+        last, rows_stored=merged.rows_stored, rejected=merged.rejected, events=merged.events
+    )
+
+
+def _q_outputs(path: str | os.PathLike[str]) -> Iterator[tuple[int, str, bool]]:
+    """(line it starts on, text, whether XML) of each ``nvidia-smi -q`` output of a file, read
+    as they come (a day's ``-q -x -l 60`` log of a node is hundreds of MB): text outputs start at
+    their ``NVSMI LOG`` header, XML documents at their ``<?xml`` declaration (or, without one,
+    at ``<nvidia_smi_log``), also within a line (a loop killed mid-document, and the next run's
+    output written on after it)."""
+    from gpuwarden.collectors.base import read_log_bytes
+    from gpuwarden.collectors.smi_xml import is_query_xml
+
+    head = read_log_bytes(path, limit=4096).decode("utf-8-sig", errors="replace")
+    xml = is_query_xml(head)
+    mark = _Q_START
+    if xml:
+        mark = "<?xml" if head.lstrip("\ufeff \t\r\n").startswith("<?xml") else "<nvidia_smi_log"
+    first = 0
+    held: list[str] = []
+    for n, line in enumerate(iter_log_lines(path), 1):
+        if not xml:
+            pieces = ["", line] if line.strip() == _Q_START else [line]
+        else:  # a piece per declaration: the text before the first, then one from each on
+            pieces = line.split(mark)
+            pieces[1:] = [mark + p for p in pieces[1:]]
+        for k, piece in enumerate(pieces):
+            if k:  # a new output starts here
+                if held and any(x.strip() for x in held):
+                    yield first, "\n".join(held), xml
+                first, held = n, []
+            if first and (piece or k):
+                held.append(piece)
+    if held:
+        yield first, "\n".join(held), xml
 
 
 def ingest_influxql(

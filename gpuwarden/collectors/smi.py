@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from urllib.parse import parse_qs, urlsplit
 
 from gpuwarden.collectors._gpu_state import LOST, OK, GpuStates
+from gpuwarden.collectors.smi_cells import is_no_value, normalise_bus_id, parse_cell
 from gpuwarden.errors import CollectorTimeout, CollectorUnavailable, ConfigError
 from gpuwarden.readings import screen
 from gpuwarden.telemetry import FIELDS, Batch, Event, GpuId, NodeInfo, Sample
@@ -52,9 +53,6 @@ SMI_NAMES["clock_event_reasons"] += ("clocks_throttle_reasons.active",)  # befor
 DRIVER = "@driver_version"
 _CUDA_LINE = re.compile(r"^CUDA Version\s*:\s*(\S.*?)\s*$", re.MULTILINE)
 
-_TRUE = {"yes", "active", "enabled", "true"}
-_FALSE = {"no", "not active", "disabled", "false"}
-_NOT_AVAILABLE = {"", "n/a", "na", "not supported", "unknown error", "unknown"}
 _BAD_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query')
 _BUS_ID = re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]")
 _NO_HANDLE = re.compile(
@@ -104,37 +102,6 @@ def run_nvidia_smi(argv: Sequence[str], timeout_s: float) -> SmiOutput:
             "(a GPU or the driver may be hung)"
         ) from None
     return SmiOutput(proc.returncode, stdout, stderr)
-
-
-def parse_cell(cell: str) -> float | None:
-    """One nvidia-smi value as a number; None for ``[N/A]``, ``[Not Supported]`` and the like.
-
-    Raises ValueError for text that is neither a number nor a known marker.
-    """
-    text = cell.strip()
-    low = text.lower()
-    if is_no_value(text):
-        return None
-    if low in _TRUE:
-        return 1.0
-    if low in _FALSE:
-        return 0.0
-    if low.startswith("0x"):
-        return float(int(low, 16))  # clocks_event_reasons.active, e.g. 0x0000000000000004
-    return float(text)
-
-
-def is_no_value(text: str) -> bool:
-    """True for nvidia-smi's "no value" cells: ``[N/A]``, ``[Not Supported]``, empty."""
-    low = text.strip().lower()
-    return low in _NOT_AVAILABLE or (low.startswith("[") and low.endswith("]"))
-
-
-def normalise_bus_id(bus_id: str) -> str:
-    """``0000:9a:00.0`` and ``00000000:9A:00.0`` -> ``00000000:9A:00.0`` (nvidia-smi's form)."""
-    domain, _, rest = bus_id.strip().rpartition(":")
-    domain, _, bus = domain.rpartition(":")
-    return f"{int(domain or '0', 16):08X}:{bus.upper()}:{rest.upper()}"
 
 
 def _is_lost(cell: str) -> bool:

@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 
-from gpuwarden.collectors.smi import normalise_bus_id, parse_cell
+from gpuwarden.collectors.smi_cells import normalise_bus_id, parse_cell
 from gpuwarden.errors import InputError
 from gpuwarden.readings import MAX_GPU_INDEX, gpu_index, is_time, screen, time_problem
 from gpuwarden.telemetry import FIELDS, Batch, GpuId, NodeInfo, Sample

@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, tzinfo
 
-from gpuwarden.collectors.smi import normalise_bus_id, parse_cell
+from gpuwarden.collectors.smi_cells import normalise_bus_id, parse_cell
 from gpuwarden.readings import screen
 from gpuwarden.telemetry import (
     CLOCK_EVENT_APP_CLOCKS,

@@ -151,21 +151,10 @@ def read_query_xml(text: str, *, hostname: str, tz: tzinfo = UTC) -> Batch:
     return read_sections(header, gpus, hostname=hostname, tz=tz)
 
 
-def documents(text: str) -> list[tuple[int, str]]:
-    """The documents of a log of ``nvidia-smi -q -x -l N`` (one after another, each with its
-    ``<?xml`` declaration, or each a bare ``<nvidia_smi_log>``): (line it starts on, text)."""
-    mark = "<?xml" if "<?xml" in text else "<nvidia_smi_log"
-    starts = [m.start() for m in re.finditer(re.escape(mark), text)]
-    bounds = [*starts, len(text)]
-    return [
-        (text.count("\n", 0, a) + 1, text[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)
-    ]
-
-
 def is_query_xml(text: str) -> bool:
     """Whether ``text`` looks like ``nvidia-smi -q -x`` output (cheap: the first tags)."""
     head = text.lstrip("\ufeff \t\r\n")[:512]
     return head.startswith(("<?xml", "<nvidia_smi_log")) and "nvidia_smi_log" in head
 
 
-__all__ = ["QueryXmlError", "documents", "is_query_xml", "read_query_xml", "sections"]
+__all__ = ["QueryXmlError", "is_query_xml", "read_query_xml", "sections"]

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
 from gpuwarden.cli import main
 from gpuwarden.collectors.lineproto import parse_line
-from gpuwarden.collectors.smi_xml import QueryXmlError, documents, read_query_xml
+from gpuwarden.collectors.smi_xml import QueryXmlError, read_query_xml
 from gpuwarden.collectors.telegraf import points_to_batches
 from gpuwarden.errors import InputError
 from gpuwarden.ingest import ingest_smi_query_text
@@ -101,8 +102,13 @@ def test_a_log_of_documents_stores_each_and_names_the_broken_one(tmp_path):
     broken = docs[1][: len(docs[1]) // 2]  # cut off mid-document, as a killed -l loop leaves
     log = tmp_path / "node7-qx.log"
     log.write_text(docs[0] + broken + docs[1] + docs[2])
-    starts = [n for n, _ in documents(log.read_text())]
-    assert len(starts) == 4 and starts[0] == 1
+    # each document starts at its declaration; the cut one's successor mid-line
+    starts = [n for n, line in enumerate(log.read_text().splitlines(), 1) if "<?xml" in line]
+    assert (
+        len(starts) == 4
+        and starts[0] == 1
+        and not log.read_text().splitlines()[starts[2] - 1].startswith("<?xml")
+    )
     store = SqliteStore()
     report = ingest_smi_query_text(store, log, host="node7")
     assert report.rows_stored == 2 and report.read_unit == "document" and report.lines_read == 4
@@ -130,3 +136,28 @@ def test_cli_names_the_form(tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert "stored 1 sample (nvidia-smi -q -x, 1 document, host n1)" in result.output
+
+
+def test_a_log_is_stored_as_it_is_read(tmp_path, monkeypatch):
+    """Outputs are read as they come and stored a chunk at a time: a chunk of one stores
+    what one chunk of all does, rejections and node versions included."""
+    import gpuwarden.ingest as ing
+
+    names = ("a10g.xml", "tesla-t4.xml", "rtx-4000-sff-ada-v13.xml")
+    log = tmp_path / "qx.log"
+    log.write_text("".join((XML / n).read_text() for n in names))
+
+    def load(chunk: int):
+        monkeypatch.setattr(ing, "Q_CHUNK", chunk)
+        store = SqliteStore()
+        report = ing.ingest_smi_query_text(store, log, host="n")
+        frame = store.read_samples(start=0, end=2e9).sort_values(["ts", "uuid"])
+        nodes = store.read_nodes()
+        store.close()
+        return report, frame.reset_index(drop=True), nodes
+
+    (one, frame_one, nodes_one), (all_, frame_all, nodes_all) = load(1), load(500)
+    assert (one.rows_stored, one.lines_read) == (all_.rows_stored, all_.lines_read) == (3, 3)
+    assert one.rejected == all_.rejected
+    pd.testing.assert_frame_equal(frame_one, frame_all)
+    pd.testing.assert_frame_equal(nodes_one, nodes_all)
