@@ -473,7 +473,8 @@ class JournalCollector:
                 continue
             try:
                 entry = json.loads(raw)
-                lines = entry_lines(entry) if isinstance(entry, dict) else []
+                kernel = isinstance(entry, dict) and _kernels(entry)  # as kernel_lines reads
+                lines = entry_lines(entry) if kernel else []
             except ValueError as exc:  # JSONDecodeError, or a stamp that does not read
                 problems.append(f"{self.url}: an entry that does not read: {exc}")
                 continue

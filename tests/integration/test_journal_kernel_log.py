@@ -80,9 +80,11 @@ def _entries() -> list[dict[str, str]]:
                 }
             )
     first = out[0]
-    # a health checker that logs each Xid line it sees: kept by the journal, not a second Xid
+    # a health checker that logs each Xid line it sees: kept by the journal, not a second Xid;
+    # and a program that logs under the kernel's name (journalctl's match lets it through)
     echo = {**first, "_TRANSPORT": "stdout", "SYSLOG_IDENTIFIER": "node-problem-detector"}
-    return [*out, {**echo, "MESSAGE": "caught: " + first["MESSAGE"]}]
+    spoof = {**first, "_TRANSPORT": "stdout"}
+    return [*out, {**echo, "MESSAGE": "caught: " + first["MESSAGE"]}, spoof]
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +145,8 @@ def test_the_journal_file_and_its_folder_read_as_the_text_logs(journal, from_tex
         report = ingest_kernel_log(store, path)  # no --host: the journal names it
         assert _events(store) == from_text, path
         assert report.read_unit == "journal entry" and not report.bad_rows_total
+        # journalctl's match leaves out the echo; the one under the kernel's name is skipped here
+        assert report.ignored == {"other programs' journal entry": 1}
         store.close()
 
 
@@ -156,7 +160,7 @@ def test_each_printout_reads_as_the_text_logs(journal, from_text, form, tmp_path
         assert _events(store) == from_text, path.name
         assert not report.bad_rows_total
         if form != "short-iso-precise":  # a text printout cannot tell the echo apart
-            assert report.ignored == {"other programs' journal entry": 1}
+            assert report.ignored == {"other programs' journal entry": 2}
         store.close()
 
 
@@ -218,7 +222,8 @@ def test_the_journal_collector_follows_a_growing_journal(tmp_path):
         )  # fmt: skip
         echo = {**_kernel("caught: " + xid, us + 2), "_TRANSPORT": "stdout",
                 "SYSLOG_IDENTIFIER": "node-problem-detector"}  # fmt: skip
-        _append(remote, path, [_kernel(fallen, us + 1_000_000), echo])
+        spoof = {**_kernel(xid, us + 3), "_TRANSPORT": "stdout"}  # "kernel", but not the kernel
+        _append(remote, path, [_kernel(fallen, us + 1_000_000), echo, spoof])
         (second,) = _collect_until(collector, 1)
         assert (second.ts, second.code, second.kind) == (BOOT + 1, 79, "xid")
     finally:
