@@ -107,3 +107,14 @@ def test_the_dockerfile_is_multi_stage_pinned_and_non_root():
     assert "USER 10001:10001" in text
     manifests = (ROOT / "deploy" / "kubernetes" / "base" / "serve-deployment.yaml").read_text()
     assert "runAsUser: 10001" in manifests
+
+
+def test_the_xids_unit_follows_the_journal_as_its_reader_group():
+    """gpuwarden-xids reads the journal (files root:systemd-journal, 0640) as a member of the
+    group, not as root, and keeps its cursor in its state directory."""
+    unit = _unit("gpuwarden-xids.service")["Service"]
+    assert unit["User"] == "gpuwarden" and unit["SupplementaryGroups"] == "systemd-journal"
+    start = unit["ExecStart"].split()
+    url = start[start.index("--collector") + 1]
+    assert url.startswith("journal://?") and "cursor_file=/var/lib/gpuwarden/" in url
+    assert unit["StateDirectory"] == "gpuwarden"
