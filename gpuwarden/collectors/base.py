@@ -10,10 +10,11 @@ from __future__ import annotations
 import gzip
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Protocol, runtime_checkable
+from urllib.parse import SplitResult, parse_qs, urlsplit
 
-from gpuwarden.errors import InputError
+from gpuwarden.errors import ConfigError, InputError
 from gpuwarden.telemetry import Batch
 
 
@@ -27,6 +28,20 @@ class Collector(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def url_options(url: str, takes: Sequence[str]) -> tuple[SplitResult, dict[str, str]]:
+    """A collector URL's parts and its options (the last of a repeated one; ``x=`` is ""):
+    ``ConfigError`` naming an option not in ``takes`` and the ones the scheme takes."""
+    parts = urlsplit(url)
+    options = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+    unknown = sorted(set(options) - set(takes))
+    if unknown:
+        raise ConfigError(
+            f"{url!r}: unknown option {', '.join(unknown)}; {parts.scheme}:// takes "
+            + ", ".join(f"{t}=" for t in takes)
+        )
+    return parts, options
 
 
 def iter_log_lines(path: str | os.PathLike[str]) -> Iterator[str]:

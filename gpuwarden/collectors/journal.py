@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote
 
-from gpuwarden.collectors.base import iter_log_lines, read_log_bytes, read_log_text
+from gpuwarden.collectors.base import iter_log_lines, read_log_bytes, read_log_text, url_options
 from gpuwarden.collectors.kmsg import LineEvents, host_gpus, nvml_gpus
-from gpuwarden.errors import CollectorUnavailable, ConfigError, InputError
+from gpuwarden.errors import CollectorUnavailable, InputError
 from gpuwarden.telemetry import Batch, Event, GpuId
 
 #: The first bytes of a journal file (systemd's ``HEADER_SIGNATURE``).
@@ -380,20 +380,12 @@ class JournalCollector:
         """``journal://`` (this host's journal) or ``journal:///var/log/journal`` (a journal
         directory, e.g. the host's mounted into a pod); options ``hostname=``, ``since=``
         (journalctl's ``--since``: ``-24h`` by default, ``now``, a date), ``cursor_file=``."""
-        parts = urlsplit(url)
-        params = parse_qs(parts.query)
-        unknown = sorted(set(params) - {"hostname", "since", "cursor_file"})
-        if unknown:
-            raise ConfigError(
-                f"{url!r}: unknown option {', '.join(unknown)}; journal:// takes hostname=, "
-                "since=, cursor_file="
-            )
-        directory = unquote(parts.netloc + parts.path) or None
+        parts, params = url_options(url, ("hostname", "since", "cursor_file"))
         return cls(
-            directory,
-            hostname=params.get("hostname", [""])[-1] or None,
-            since=params.get("since", [DEFAULT_SINCE])[-1],
-            cursor_file=params.get("cursor_file", [""])[-1] or None,
+            unquote(parts.netloc + parts.path) or None,
+            hostname=params.get("hostname") or None,
+            since=params.get("since") or DEFAULT_SINCE,
+            cursor_file=params.get("cursor_file") or None,
             url=url,
         )
 

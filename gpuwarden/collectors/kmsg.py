@@ -30,8 +30,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, tzinfo
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote
 
+from gpuwarden.collectors.base import url_options
 from gpuwarden.errors import CollectorUnavailable, ConfigError
 from gpuwarden.telemetry import Batch, Event, GpuId, canonical_pci_bus_id
 
@@ -478,25 +479,18 @@ class KmsgCollector:
     def from_url(cls, url: str) -> KmsgCollector:
         """``kmsg://`` (/dev/kmsg) or ``kmsg:///path/to/file``; options ``hostname=``,
         ``boot_time=`` (Unix s), ``tail=1``."""
-        parts = urlsplit(url)
-        params = parse_qs(parts.query)
-        unknown = sorted(set(params) - {"hostname", "boot_time", "tail"})
-        if unknown:
-            raise ConfigError(
-                f"{url!r}: unknown option {', '.join(unknown)}; kmsg:// takes hostname=, "
-                "boot_time=, tail="
-            )
+        parts, params = url_options(url, ("hostname", "boot_time", "tail"))
         path = unquote(parts.netloc + parts.path) or DEV_KMSG
-        boot = params.get("boot_time", [""])[-1]
+        boot = params.get("boot_time", "")
         try:
             boot_time = float(boot) if boot else None
         except ValueError:
             raise ConfigError(f"{url!r}: boot_time={boot!r} is not Unix seconds") from None
         return cls(
             path,
-            hostname=params.get("hostname", [""])[-1] or None,
+            hostname=params.get("hostname") or None,
             boot_time=boot_time,
-            tail=params.get("tail", ["0"])[-1] in ("1", "true", "yes"),
+            tail=params.get("tail", "0") in ("1", "true", "yes"),
             url=url,
         )
 

@@ -19,10 +19,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 from gpuwarden.collectors import libnvml
 from gpuwarden.collectors._gpu_state import OK, GpuStates
+from gpuwarden.collectors.base import url_options
 from gpuwarden.errors import CollectorError, ConfigError
 from gpuwarden.readings import screen
 from gpuwarden.telemetry import DCGM_EXTRA_FIELDS, Batch, Event, GpuId, NodeInfo, Sample
@@ -207,22 +208,15 @@ class NvmlCollector:
     @classmethod
     def from_url(cls, url: str) -> NvmlCollector:
         """``nvml://`` or ``nvml://?hostname=NAME``."""
-        parts = urlsplit(url)
-        if parts.scheme != "nvml":
+        if urlsplit(url).scheme != "nvml":
             raise ConfigError(f"not an nvml:// URL: {url!r}")
+        parts, params = url_options(url, ("hostname",))
         if parts.netloc or parts.path not in ("", "/"):
             raise ConfigError(
                 f"{url!r}: nvml:// reads this host's GPUs and takes no host or path; "
                 "for another node use dcgm+http://HOST:9400/metrics"
             )
-        params = parse_qs(parts.query, keep_blank_values=True)
-        unknown = sorted(set(params) - {"hostname"})
-        if unknown:
-            raise ConfigError(
-                f"{url!r}: unknown option {', '.join(unknown)}; nvml:// takes hostname="
-            )
-        hostname = params.get("hostname", [""])[-1] or None
-        return cls(hostname=hostname)
+        return cls(hostname=params.get("hostname") or None)
 
     def collect(self) -> Batch:
         """Read every GPU once, then take the Xids queued since the last call."""

@@ -33,9 +33,10 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 from gpuwarden.collectors._gpu_state import LOST, OK, GpuStates
+from gpuwarden.collectors.base import url_options
 from gpuwarden.collectors.smi_cells import is_no_value, normalise_bus_id, parse_cell
 from gpuwarden.errors import CollectorTimeout, CollectorUnavailable, ConfigError
 from gpuwarden.readings import screen
@@ -163,19 +164,12 @@ class SmiCollector:
     @classmethod
     def from_url(cls, url: str) -> SmiCollector:
         """``smi://?timeout=SECONDS&binary=PATH&hostname=NAME``, every option optional."""
-        parts = urlsplit(url)
-        if parts.scheme != "smi":
+        if urlsplit(url).scheme != "smi":
             raise ConfigError(f"not an smi:// URL: {url!r}")
+        parts, params = url_options(url, ("timeout", "binary", "hostname", "xml_every"))
         if parts.netloc or parts.path not in ("", "/"):
             raise ConfigError(
                 f"{url!r}: smi:// runs nvidia-smi on this host and takes no host or path"
-            )
-        params = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-        unknown = sorted(set(params) - {"timeout", "binary", "hostname", "xml_every"})
-        if unknown:
-            raise ConfigError(
-                f"{url!r}: unknown option {', '.join(unknown)}; smi:// takes timeout=, binary=, "
-                "hostname=, xml_every="
             )
         try:
             timeout_s = float(params.get("timeout", "10"))
